@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace tessera {
+
+enum class DType : uint8_t { f32, bf16, i32 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+
+DType dtype_from_name(std::string_view name);
+
+// bf16 is the upper half of an f32; conversion rounds to nearest even.
+inline uint16_t f32_to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float bf16_to_f32(uint16_t x) {
+  uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace tessera
