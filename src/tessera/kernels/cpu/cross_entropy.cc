@@ -1,0 +1,35 @@
+#include <cmath>
+
+#include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t M, int64_t V,
+                           T grad_scale) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    T* row = logits + m * V;
+    T max = row[0];
+#pragma omp simd reduction(max : max)
+    for (int64_t v = 0; v < V; ++v) max = std::max(max, row[v]);
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < V; ++v) sum += exp_fast(row[v] - max);
+    T log_sum = std::log(sum);
+    losses[m] = log_sum + max - row[targets[m]];
+    if (grad_scale == T(0)) continue;
+    T shift = max + log_sum;
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) row[v] = grad_scale * exp_fast(row[v] - shift);
+    row[targets[m]] -= grad_scale;
+  }
+}
+
+template void softmax_cross_entropy<float>(float*, const int32_t*, float*, int64_t, int64_t,
+                                           float);
+template void softmax_cross_entropy<double>(double*, const int32_t*, double*, int64_t, int64_t,
+                                            double);
+
+}  // namespace tessera::kernels

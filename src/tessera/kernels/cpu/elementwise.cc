@@ -1,0 +1,89 @@
+#include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+namespace {
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+}  // namespace
+
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    T u = T(kSqrt2OverPi) * (x[i] + T(kGeluCubic) * x[i] * x[i] * x[i]);
+    y[i] = T(0.5) * x[i] * (T(1) + tanh_fast(u));
+  }
+}
+
+template <typename T>
+void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    T xi = x[i];
+    T u = T(kSqrt2OverPi) * (xi + T(kGeluCubic) * xi * xi * xi);
+    T t = tanh_fast(u);
+    T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * xi * xi);
+    dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * xi * (T(1) - t * t) * du);
+  }
+}
+
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void scale(T* x, T factor, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 14;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  double total = 0;
+#pragma omp parallel for ordered schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double partial = 0;
+    int64_t end = std::min(n, (c + 1) * kChunk);
+#pragma omp simd reduction(+ : partial)
+    for (int64_t i = c * kChunk; i < end; ++i) partial += double(x[i]) * double(x[i]);
+#pragma omp ordered
+    total += partial;
+  }
+  return total;
+}
+
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p) {
+  const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps);
+  const T decay = T(1.0 - p.lr * p.weight_decay);
+  const T bias1 = T(1.0 / (1.0 - std::pow(p.beta1, double(p.step))));
+  const T bias2_sqrt = T(1.0 / std::sqrt(1.0 - std::pow(p.beta2, double(p.step))));
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    T g = grad[i];
+    T mi = b1 * m[i] + (T(1) - b1) * g;
+    T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - lr * (mi * bias1) / (std::sqrt(vi) * bias2_sqrt + eps);
+  }
+}
+
+#define TESSERA_INSTANTIATE(T)                                            \
+  template void gelu_forward<T>(const T*, T*, int64_t);                   \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t);        \
+  template void add<T>(const T*, const T*, T*, int64_t);                  \
+  template void scale<T>(T*, T, int64_t);                                 \
+  template double sum_squares<T>(const T*, int64_t);                      \
+  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, const AdamWParams&);
+TESSERA_INSTANTIATE(float)
+TESSERA_INSTANTIATE(double)
+#undef TESSERA_INSTANTIATE
+
+}  // namespace tessera::kernels

@@ -1,0 +1,44 @@
+#include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
+                       int64_t T_, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    const T* tok = wte + int64_t(tokens[bt]) * C;
+    const T* pos = wpe + (bt % T_) * C;
+    T* out = x + bt * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) out[c] = tok[c] + pos[c];
+  }
+}
+
+template <typename T>
+void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B,
+                        int64_t T_, int64_t C) {
+  for_column_blocks(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t bt = 0; bt < B * T_; ++bt) {
+      const T* d = dx + bt * C;
+      T* tok = dwte + int64_t(tokens[bt]) * C;
+      T* pos = dwpe + (bt % T_) * C;
+      for (int64_t c = c0; c < c1; ++c) {
+        tok[c] += d[c];
+        pos[c] += d[c];
+      }
+    }
+  });
+}
+
+template void embedding_forward<float>(const int32_t*, const float*, const float*, float*,
+                                       int64_t, int64_t, int64_t);
+template void embedding_forward<double>(const int32_t*, const double*, const double*, double*,
+                                        int64_t, int64_t, int64_t);
+template void embedding_backward<float>(const float*, const int32_t*, float*, float*, int64_t,
+                                        int64_t, int64_t);
+template void embedding_backward<double>(const double*, const int32_t*, double*, double*,
+                                         int64_t, int64_t, int64_t);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,81 @@
+#include <cmath>
+
+#include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+namespace {
+constexpr double kLayerNormEps = 1e-5;
+}
+
+template <typename T>
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                       int64_t M, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* xr = x + m * C;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < C; ++c) sum += xr[c];
+    T mu = sum / C;
+    T var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+    T rs = T(1) / std::sqrt(var / C + T(kLayerNormEps));
+    T* yr = y + m * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    mean[m] = mu;
+    rstd[m] = rs;
+  }
+}
+
+template <typename T>
+void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+                        T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* dyr = dy + m * C;
+    const T* xr = x + m * C;
+    T mu = mean[m], rs = rstd[m];
+    T mean_dxhat = 0, mean_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : mean_dxhat, mean_dxhat_xhat)
+    for (int64_t c = 0; c < C; ++c) {
+      T dxhat = dyr[c] * gamma[c];
+      mean_dxhat += dxhat;
+      mean_dxhat_xhat += dxhat * (xr[c] - mu) * rs;
+    }
+    mean_dxhat /= C;
+    mean_dxhat_xhat /= C;
+    T* dxr = dx + m * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      T xhat = (xr[c] - mu) * rs;
+      dxr[c] += rs * (dyr[c] * gamma[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+  for_column_blocks(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t m = 0; m < M; ++m) {
+      const T* dyr = dy + m * C;
+      const T* xr = x + m * C;
+      T mu = mean[m], rs = rstd[m];
+      for (int64_t c = c0; c < c1; ++c) {
+        dgamma[c] += dyr[c] * (xr[c] - mu) * rs;
+        dbeta[c] += dyr[c];
+      }
+    }
+  });
+}
+
+template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*,
+                                       float*, int64_t, int64_t);
+template void layernorm_forward<double>(const double*, const double*, const double*, double*,
+                                        double*, double*, int64_t, int64_t);
+template void layernorm_backward<float>(const float*, const float*, const float*, const float*,
+                                        const float*, float*, float*, float*, int64_t, int64_t);
+template void layernorm_backward<double>(const double*, const double*, const double*,
+                                         const double*, const double*, double*, double*, double*,
+                                         int64_t, int64_t);
+
+}  // namespace tessera::kernels

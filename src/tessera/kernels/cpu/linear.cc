@@ -1,0 +1,40 @@
+#include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out) {
+  if (b != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t j = 0; j < out; ++j) y[m * out + j] = b[j];
+    }
+  }
+  gemm<T>(false, true, M, out, in, T(1), x, in, w, in, b != nullptr ? T(1) : T(0), y, out);
+}
+
+template <typename T>
+void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
+                     int64_t in, int64_t out) {
+  gemm<T>(false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
+  gemm<T>(true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
+  if (db == nullptr) return;
+  for_column_blocks(out, [&](int64_t j0, int64_t j1) {
+    for (int64_t m = 0; m < M; ++m) {
+      const T* row = dy + m * out;
+      for (int64_t j = j0; j < j1; ++j) db[j] += row[j];
+    }
+  });
+}
+
+template void linear_forward<float>(const float*, const float*, const float*, float*, int64_t,
+                                    int64_t, int64_t);
+template void linear_forward<double>(const double*, const double*, const double*, double*,
+                                     int64_t, int64_t, int64_t);
+template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
+                                     float*, int64_t, int64_t, int64_t);
+template void linear_backward<double>(const double*, const double*, const double*, double*,
+                                      double*, double*, int64_t, int64_t, int64_t);
+
+}  // namespace tessera::kernels

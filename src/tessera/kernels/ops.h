@@ -1,0 +1,91 @@
+// The kernel layer: one declaration per operation, each with its forward and backward next to
+// each other. Kernels see raw row-major buffers and sizes only; they never allocate, never know
+// about models or parameters, and depend on nothing above core. Every kernel is instantiated for
+// float (the engine) and double (finite-difference gradient checks).
+//
+// Conventions: activation gradients are written (=) unless a comment says they accumulate;
+// parameter gradients always accumulate (+=) so that gradient accumulation is free. Reductions
+// over rows are split by columns, never across threads, so results do not depend on the thread
+// count except inside the BLAS matmul.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major; op transposes when the flag is set.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null).
+template <typename T>
+void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out);
+// dx = dy * w (written); dw += dy^T * x; db += column sums of dy (db may be null).
+template <typename T>
+void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
+                     int64_t in, int64_t out);
+
+// Row-wise LayerNorm over C channels with eps 1e-5; saves mean and 1/std per row for backward.
+template <typename T>
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                       int64_t M, int64_t C);
+// dx accumulates (+=): the residual stream's gradient flows through it.
+template <typename T>
+void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+                        T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C);
+
+// GELU with the tanh approximation, as GPT-2 uses.
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n);
+template <typename T>
+void gelu_backward(const T* dy, const T* x, T* dx, int64_t n);
+
+// out = a + b (out may alias a or b).
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n);
+
+// x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Token ids must already be checked against the vocab.
+template <typename T>
+void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
+                       int64_t T_, int64_t C);
+template <typename T>
+void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B,
+                        int64_t T_, int64_t C);
+
+// Causal multi-head self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/H
+// channels) into out[B,T,C]. Only the log-sum-exp of each score row, lse[B,H,T], is kept for
+// backward, which recomputes the probabilities: no T x T matrix outlives a head's work.
+// scratch: attention_scratch_size(T) elements for each of omp_get_max_threads() threads.
+int64_t attention_scratch_size(int64_t T_);
+template <typename T>
+void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_,
+                       int64_t C, int64_t H);
+template <typename T>
+void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch,
+                        int64_t B, int64_t T_, int64_t C, int64_t H);
+
+// Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
+// When grad_scale is non-zero the logits are overwritten by their gradient,
+// grad_scale * (softmax - onehot(target)), so the [M,V] matrix is touched only twice.
+template <typename T>
+void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t M, int64_t V,
+                           T grad_scale);
+
+// Sum of squares of x, accumulated in double over fixed-size chunks so the result does not
+// depend on the thread count.
+template <typename T>
+double sum_squares(const T* x, int64_t n);
+template <typename T>
+void scale(T* x, T factor, int64_t n);
+
+struct AdamWParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based, for bias correction
+};
+// Decoupled weight decay as torch.optim.AdamW: p -= lr*wd*p, then the Adam step.
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p);
+
+}  // namespace tessera::kernels
