@@ -1,1 +1,40 @@
-int main() { return 0; }
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "tessera/cli/flags.h"
+#include "tessera/core/error.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tessera <command> [flags]\n\n"
+    "commands:\n"
+    "  train      train a GPT-2 model on a text corpus\n"
+    "  generate   continue a prompt with a trained checkpoint\n\n"
+    "Run 'tessera <command> --help' for the flags of one command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "train") return tessera::cli::train_command(argc - 2, argv + 2);
+    if (command == "generate") return tessera::cli::generate_command(argc - 2, argv + 2);
+    std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const tessera::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal failure: %s\n", e.what());
+  }
+  return 1;
+}

@@ -9,7 +9,8 @@ namespace tessera {
 // (seed, s, i), so results never depend on how work is split across threads.
 class CounterRng {
  public:
-  CounterRng(uint64_t seed, uint64_t stream) : key_(mix(seed ^ mix(stream + 0x9e3779b97f4a7c15ull))) {}
+  CounterRng(uint64_t seed, uint64_t stream)
+      : key_(mix(seed ^ mix(stream + 0x9e3779b97f4a7c15ull))) {}
 
   uint64_t bits(uint64_t counter) const { return mix(key_ + mix(counter)); }
 

@@ -29,8 +29,8 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, i
 
 // Row-wise LayerNorm over C channels with eps 1e-5; saves mean and 1/std per row for backward.
 template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
-                       int64_t M, int64_t C);
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t M,
+                       int64_t C);
 // dx accumulates (+=): the residual stream's gradient flows through it.
 template <typename T>
 void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
@@ -51,8 +51,8 @@ template <typename T>
 void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
                        int64_t T_, int64_t C);
 template <typename T>
-void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B,
-                        int64_t T_, int64_t C);
+void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
+                        int64_t C);
 
 // Causal multi-head self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/H
 // channels) into out[B,T,C]. Only the log-sum-exp of each score row, lse[B,H,T], is kept for
@@ -60,11 +60,11 @@ void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, in
 // scratch: attention_scratch_size(T) elements for each of omp_get_max_threads() threads.
 int64_t attention_scratch_size(int64_t T_);
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_,
-                       int64_t C, int64_t H);
+void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t C,
+                       int64_t H);
 template <typename T>
-void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch,
-                        int64_t B, int64_t T_, int64_t C, int64_t H);
+void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch, int64_t B,
+                        int64_t T_, int64_t C, int64_t H);
 
 // Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
 // When grad_scale is non-zero the logits are overwritten by their gradient,

@@ -29,8 +29,8 @@ void causal_probabilities(T* S, const T* lse, int64_t T_) {
 }  // namespace
 
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_,
-                       int64_t C, int64_t H) {
+void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t C,
+                       int64_t H) {
   const int64_t hd = C / H, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hd));
 #pragma omp parallel for schedule(dynamic)
@@ -56,8 +56,8 @@ void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int6
 }
 
 template <typename T>
-void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch,
-                        int64_t B, int64_t T_, int64_t C, int64_t H) {
+void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch, int64_t B,
+                        int64_t T_, int64_t C, int64_t H) {
   const int64_t hd = C / H, ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hd));
 #pragma omp parallel for schedule(dynamic)
@@ -92,8 +92,8 @@ void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* s
 
 template void attention_forward<float>(const float*, float*, float*, float*, int64_t, int64_t,
                                        int64_t, int64_t);
-template void attention_forward<double>(const double*, double*, double*, double*, int64_t,
-                                        int64_t, int64_t, int64_t);
+template void attention_forward<double>(const double*, double*, double*, double*, int64_t, int64_t,
+                                        int64_t, int64_t);
 template void attention_backward<float>(const float*, const float*, const float*, float*, float*,
                                         int64_t, int64_t, int64_t, int64_t);
 template void attention_backward<double>(const double*, const double*, const double*, double*,

@@ -27,8 +27,7 @@ void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t
   }
 }
 
-template void softmax_cross_entropy<float>(float*, const int32_t*, float*, int64_t, int64_t,
-                                           float);
+template void softmax_cross_entropy<float>(float*, const int32_t*, float*, int64_t, int64_t, float);
 template void softmax_cross_entropy<double>(double*, const int32_t*, double*, int64_t, int64_t,
                                             double);
 

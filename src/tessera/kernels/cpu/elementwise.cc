@@ -75,12 +75,12 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPar
   }
 }
 
-#define TESSERA_INSTANTIATE(T)                                            \
-  template void gelu_forward<T>(const T*, T*, int64_t);                   \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t);        \
-  template void add<T>(const T*, const T*, T*, int64_t);                  \
-  template void scale<T>(T*, T, int64_t);                                 \
-  template double sum_squares<T>(const T*, int64_t);                      \
+#define TESSERA_INSTANTIATE(T)                                     \
+  template void gelu_forward<T>(const T*, T*, int64_t);            \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t); \
+  template void add<T>(const T*, const T*, T*, int64_t);           \
+  template void scale<T>(T*, T, int64_t);                          \
+  template double sum_squares<T>(const T*, int64_t);               \
   template void adamw_update<T>(T*, const T*, T*, T*, int64_t, const AdamWParams&);
 TESSERA_INSTANTIATE(float)
 TESSERA_INSTANTIATE(double)

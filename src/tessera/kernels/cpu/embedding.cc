@@ -17,8 +17,8 @@ void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, 
 }
 
 template <typename T>
-void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B,
-                        int64_t T_, int64_t C) {
+void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
+                        int64_t C) {
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t bt = 0; bt < B * T_; ++bt) {
       const T* d = dx + bt * C;
@@ -32,13 +32,13 @@ void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, in
   });
 }
 
-template void embedding_forward<float>(const int32_t*, const float*, const float*, float*,
-                                       int64_t, int64_t, int64_t);
+template void embedding_forward<float>(const int32_t*, const float*, const float*, float*, int64_t,
+                                       int64_t, int64_t);
 template void embedding_forward<double>(const int32_t*, const double*, const double*, double*,
                                         int64_t, int64_t, int64_t);
 template void embedding_backward<float>(const float*, const int32_t*, float*, float*, int64_t,
                                         int64_t, int64_t);
-template void embedding_backward<double>(const double*, const int32_t*, double*, double*,
-                                         int64_t, int64_t, int64_t);
+template void embedding_backward<double>(const double*, const int32_t*, double*, double*, int64_t,
+                                         int64_t, int64_t);
 
 }  // namespace tessera::kernels

@@ -10,8 +10,8 @@ constexpr double kLayerNormEps = 1e-5;
 }
 
 template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
-                       int64_t M, int64_t C) {
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t M,
+                       int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* xr = x + m * C;
@@ -74,8 +74,8 @@ template void layernorm_forward<double>(const double*, const double*, const doub
                                         double*, double*, int64_t, int64_t);
 template void layernorm_backward<float>(const float*, const float*, const float*, const float*,
                                         const float*, float*, float*, float*, int64_t, int64_t);
-template void layernorm_backward<double>(const double*, const double*, const double*,
-                                         const double*, const double*, double*, double*, double*,
-                                         int64_t, int64_t);
+template void layernorm_backward<double>(const double*, const double*, const double*, const double*,
+                                         const double*, double*, double*, double*, int64_t,
+                                         int64_t);
 
 }  // namespace tessera::kernels

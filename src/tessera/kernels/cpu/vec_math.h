@@ -9,7 +9,7 @@ namespace tessera::kernels {
 // exp and tanh written as plain arithmetic so that loops over them vectorise to AVX-512; libm's
 // scalar expf would cost more than the matmuls around it. Relative error below 2e-7 in float.
 inline float exp_fast(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.7f);
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   float t = x * 1.44269504088896341f;
   float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer
   float f = x - n * 0.693359375f + n * 2.12194440e-4f;

@@ -1,0 +1,84 @@
+// Times full training steps (forward, backward, AdamW) of a GPT-2 shape on random tokens, the
+// same work torch_gpt.py --mode train does, and prints one 'RESULT {...}' JSON line.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/core/rng.h"
+#include "tessera/core/threading.h"
+#include "tessera/model/gpt2.h"
+#include "tessera/train/optimizer.h"
+
+using namespace tessera;
+
+int main(int argc, char** argv) {
+  model::ModelConfig mc{50257, 4, 4, 256, 1024};
+  int64_t B = 8, T = 256, warmup = 3, steps = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    int64_t v = std::stoll(argv[i + 1]);
+    if (k == "--n-layer")
+      mc.n_layer = v;
+    else if (k == "--n-head")
+      mc.n_head = v;
+    else if (k == "--d-model")
+      mc.d_model = v;
+    else if (k == "--vocab")
+      mc.vocab_size = v;
+    else if (k == "--batch")
+      B = v;
+    else if (k == "--seq")
+      T = v;
+    else if (k == "--steps")
+      steps = v;
+    else if (k == "--warmup")
+      warmup = v;
+    else if (k == "--threads")
+      set_num_threads(int(v));
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  model::Gpt2 model(mc, B, T, true);
+  model.init_weights(1337);
+  train::TrainConfig tc;
+  tc.weight_decay = 0.0;
+  tc.beta2 = 0.999;
+  train::AdamW optimizer(model.layout(), tc);
+  CounterRng rng(42, 0);
+  std::vector<int32_t> pool(64 * (T + 1));
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, mc.vocab_size));
+  std::vector<int32_t> x(B * T), y(B * T);
+  double total = 0, first_loss = 0, last_loss = 0;
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t* row = pool.data() + ((step * B + b) % 64) * (T + 1);
+      std::copy(row, row + T, x.data() + b * T);
+      std::copy(row + 1, row + T + 1, y.data() + b * T);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    model.zero_grad();
+    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f);
+    optimizer.step(model.params(), model.grads(), 3e-4);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    if (step >= warmup) total += dt;
+  }
+  const double mean = total / steps;
+  nlohmann::json r = {{"B", B},
+                      {"T", T},
+                      {"n_layer", mc.n_layer},
+                      {"d_model", mc.d_model},
+                      {"vocab", mc.vocab_size},
+                      {"params", model.num_parameters()},
+                      {"threads", num_threads()},
+                      {"step_ms_mean", 1e3 * mean},
+                      {"tokens_per_s", B * T / mean},
+                      {"first_loss", first_loss},
+                      {"last_loss", last_loss}};
+  std::printf("RESULT %s\n", r.dump().c_str());
+}

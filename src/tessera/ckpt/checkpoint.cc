@@ -1,0 +1,405 @@
+#include "tessera/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "tessera/core/checksum.h"
+#include "tessera/core/error.h"
+
+namespace tessera::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDataFile = "rank-00000.bin";
+constexpr const char* kCommitFile = "COMMIT";
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kLatestTmpFile = "latest.tmp";
+constexpr uint64_t kTensorAlignment = 64;
+// Checksum a piece while it is still in cache, then hand it to the kernel in one large call.
+constexpr size_t kChunkBytes = size_t{16} << 20;
+// Linux moves at most ~2 GiB per read/write call.
+constexpr size_t kMaxIoBytes = size_t{1} << 30;
+
+[[noreturn]] void fail_errno(const fs::path& path, const char* what) {
+  fail("{}: {}: {}", path.string(), what, std::strerror(errno));
+}
+
+class File {
+ public:
+  File(const fs::path& path, int flags) : path_(path) {
+    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail_errno(path, "cannot open");
+  }
+  ~File() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  void write_all(const void* data, size_t size) {
+    const auto* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd_, p, std::min(size, kMaxIoBytes));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail_errno(path_, "write failed");
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+
+  // Returns false on end of file before `size` bytes.
+  bool pread_all(void* data, size_t size, uint64_t offset) {
+    auto* p = static_cast<char*>(data);
+    while (size > 0) {
+      ssize_t n = ::pread(fd_, p, std::min(size, kMaxIoBytes), static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail_errno(path_, "read failed");
+      if (n == 0) return false;
+      p += n;
+      size -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+    return true;
+  }
+
+  uint64_t size() const {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) fail_errno(path_, "cannot stat");
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  void sync() {
+    if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
+  }
+
+  // close() can report a deferred write error, so it is checked rather than left to the
+  // destructor.
+  void close() {
+    int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail_errno(path_, "close failed");
+  }
+
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
+// A rename or a new entry is durable only once its directory is fsynced.
+void sync_dir(const fs::path& dir) {
+  File d(dir, O_RDONLY | O_DIRECTORY);
+  d.sync();
+  d.close();
+}
+
+void write_durably(const fs::path& path, const std::string& content) {
+  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  f.write_all(content.data(), content.size());
+  f.sync();
+  f.close();
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    fail("{}: cannot rename to {}: {}", from.string(), to.string(), std::strerror(errno));
+  }
+}
+
+// Where a save or prune keeps a step directory it is working on: hidden, and never chosen.
+fs::path hidden_path(const fs::path& run_dir, const std::string& step_name, const char* suffix) {
+  return run_dir / fmt::format(".{}.{}", step_name, suffix);
+}
+
+void remove_all_or_fail(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) fail("{}: cannot remove: {}", path.string(), ec.message());
+}
+
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  int64_t step = 0;
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last) return std::nullopt;
+  return step;
+}
+
+bool is_committed(const fs::path& step_dir) {
+  std::error_code ec;
+  return fs::is_regular_file(step_dir / kCommitFile, ec);
+}
+
+// Committed step directories of a run, oldest first.
+std::vector<std::pair<int64_t, fs::path>> committed_steps(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(run_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::optional<int64_t> step = parse_step_name(it->path().filename().string());
+    if (step && it->is_directory(ec) && is_committed(it->path())) {
+      steps.emplace_back(*step, it->path());
+    }
+  }
+  if (ec) fail("{}: cannot list the run directory: {}", run_dir.string(), ec.message());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// Hidden ".step-*" entries are only ever work in progress of a save or a prune, so any found
+// before a save are left over from a crash.
+void remove_leftovers(const fs::path& run_dir) {
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(run_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.starts_with(".step-") || name == kLatestTmpFile) stale.push_back(it->path());
+  }
+  if (ec) fail("{}: cannot list the run directory: {}", run_dir.string(), ec.message());
+  for (const fs::path& p : stale) remove_all_or_fail(p);
+}
+
+void check_tensors_to_save(const fs::path& run_dir, const std::vector<NamedTensor>& tensors) {
+  std::unordered_set<std::string> names;
+  for (const NamedTensor& t : tensors) {
+    check(!t.name.empty(), "{}: cannot save a tensor with an empty name", run_dir.string());
+    check(names.insert(t.name).second, "{}: cannot save two tensors named '{}'", run_dir.string(),
+          t.name);
+    check(t.tensor.data != nullptr || t.tensor.nbytes() == 0,
+          "{}: cannot save tensor '{}': it has no data", run_dir.string(), t.name);
+  }
+}
+
+Manifest write_data_file(const fs::path& path, const std::vector<NamedTensor>& tensors) {
+  static constexpr char kZeros[kTensorAlignment] = {};
+  Manifest manifest;
+  File data(path, O_WRONLY | O_CREAT | O_TRUNC);
+  uint64_t offset = 0;
+  for (const NamedTensor& t : tensors) {
+    uint64_t pad = (kTensorAlignment - offset % kTensorAlignment) % kTensorAlignment;
+    data.write_all(kZeros, pad);
+    offset += pad;
+    const auto* bytes = static_cast<const std::byte*>(t.tensor.data);
+    size_t nbytes = t.tensor.nbytes();
+    uint32_t crc = 0;
+    for (size_t done = 0; done < nbytes; done += kChunkBytes) {
+      size_t n = std::min(kChunkBytes, nbytes - done);
+      crc = crc32(bytes + done, n, crc);
+      data.write_all(bytes + done, n);
+    }
+    manifest.tensors.push_back(
+        {t.name, t.tensor.shape, t.tensor.dtype, path.filename().string(), offset, nbytes, crc});
+    offset += nbytes;
+  }
+  data.sync();
+  data.close();
+  return manifest;
+}
+
+// Puts the finished tmp directory at `final_dir`. Replacing an existing step uses an atomic
+// exchange, so a reader never finds the name missing or half-populated.
+void install(const fs::path& tmp, const fs::path& final_dir, const fs::path& run_dir) {
+  std::error_code ec;
+  if (!fs::exists(final_dir, ec)) {
+    rename_or_fail(tmp, final_dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    sync_dir(run_dir);
+    remove_all_or_fail(tmp);
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+    fail("{}: cannot exchange with {}: {}", tmp.string(), final_dir.string(), std::strerror(errno));
+  }
+  // Without exchange support the name is briefly absent; resolve() then falls back to the newest
+  // other committed step, which is still a complete checkpoint.
+  fs::path old = hidden_path(run_dir, final_dir.filename().string(), "old");
+  rename_or_fail(final_dir, old);
+  rename_or_fail(tmp, final_dir);
+  sync_dir(run_dir);
+  remove_all_or_fail(old);
+}
+
+void prune(const fs::path& run_dir, int keep_last, int64_t just_written) {
+  if (keep_last <= 0) return;
+  auto steps = committed_steps(run_dir);
+  size_t excess = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - keep_last : 0;
+  std::vector<fs::path> doomed;
+  for (const auto& [step, dir] : steps) {
+    if (doomed.size() == excess) break;
+    if (step != just_written) doomed.push_back(dir);
+  }
+  if (doomed.empty()) return;
+  // Rename first so that a crash mid-delete cannot leave a gutted directory that still has COMMIT.
+  std::vector<fs::path> hidden;
+  for (const fs::path& dir : doomed) {
+    hidden.push_back(hidden_path(run_dir, dir.filename().string(), "del"));
+    rename_or_fail(dir, hidden.back());
+  }
+  sync_dir(run_dir);
+  for (const fs::path& dir : hidden) remove_all_or_fail(dir);
+}
+
+bool looks_like_step_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / kManifestFile, ec) || fs::exists(dir / kDataFile, ec)) return true;
+  fs::path normal = dir.lexically_normal();
+  std::string name =
+      normal.has_filename() ? normal.filename().string() : normal.parent_path().filename().string();
+  return parse_step_name(name).has_value();
+}
+
+void require_committed(const fs::path& step_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) fail("{}: no such checkpoint directory", step_dir.string());
+  if (!is_committed(step_dir)) {
+    fail("{}: checkpoint is incomplete (no COMMIT marker)", step_dir.string());
+  }
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
+                           const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
+                           int keep_last) {
+  check(step >= 0, "{}: cannot save a checkpoint for negative step {}", run_dir.string(), step);
+  check_tensors_to_save(run_dir, tensors);
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) fail("{}: cannot create the run directory: {}", run_dir.string(), ec.message());
+  remove_leftovers(run_dir);
+
+  const std::string name = step_dir_name(step);
+  const fs::path tmp = hidden_path(run_dir, name, "tmp");
+  const fs::path final_dir = run_dir / name;
+  fs::create_directory(tmp, ec);
+  if (ec) fail("{}: cannot create directory: {}", tmp.string(), ec.message());
+
+  Manifest manifest = write_data_file(tmp / kDataFile, tensors);
+  manifest.step = step;
+  manifest.metadata = metadata;
+  write_durably(tmp / kManifestFile, manifest_to_json(manifest).dump(2) + "\n");
+  write_durably(tmp / kCommitFile, name + "\n");
+  sync_dir(tmp);
+
+  install(tmp, final_dir, run_dir);
+  sync_dir(run_dir);
+
+  write_durably(run_dir / kLatestTmpFile, name + "\n");
+  rename_or_fail(run_dir / kLatestTmpFile, run_dir / kLatestFile);
+  sync_dir(run_dir);
+
+  prune(run_dir, keep_last, step);
+  return final_dir;
+}
+
+std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir) {
+  const fs::path& dir = run_or_step_dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fail("{}: no such checkpoint or run directory", dir.string());
+  }
+  if (is_committed(dir)) return dir;
+  if (looks_like_step_dir(dir)) {
+    fail("{}: checkpoint is incomplete (no COMMIT marker)", dir.string());
+  }
+  std::optional<fs::path> latest = find_latest(dir);
+  if (!latest) fail("{}: no committed checkpoint found", dir.string());
+  return *latest;
+}
+
+std::optional<std::filesystem::path> find_latest(const std::filesystem::path& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return std::nullopt;
+  std::ifstream latest(run_dir / kLatestFile);
+  std::string name;
+  if (latest >> name && parse_step_name(name) && is_committed(run_dir / name)) {
+    return run_dir / name;
+  }
+  auto steps = committed_steps(run_dir);
+  if (steps.empty()) return std::nullopt;
+  return steps.back().second;
+}
+
+void load(const std::filesystem::path& step_dir, const std::vector<NamedTensor>& tensors) {
+  require_committed(step_dir);
+  const Manifest manifest = read_manifest(step_dir);
+  const std::string manifest_path = (step_dir / kManifestFile).string();
+
+  std::unordered_map<std::string, const Manifest::Entry*> by_name;
+  for (const Manifest::Entry& e : manifest.tensors) by_name[e.name] = &e;
+
+  // Check everything that needs no data before touching any destination.
+  std::vector<std::pair<const NamedTensor*, const Manifest::Entry*>> plan;
+  for (const NamedTensor& t : tensors) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) fail("{}: no tensor '{}' in the checkpoint", manifest_path, t.name);
+    const Manifest::Entry& e = *it->second;
+    if (e.dtype != t.tensor.dtype) {
+      fail("{}: tensor '{}' is {} in the checkpoint but {} was requested", manifest_path, t.name,
+           dtype_name(e.dtype), dtype_name(t.tensor.dtype));
+    }
+    if (!(e.shape == t.tensor.shape)) {
+      fail("{}: tensor '{}' has shape {} in the checkpoint but {} was requested", manifest_path,
+           t.name, e.shape.str(), t.tensor.shape.str());
+    }
+    check(t.tensor.data != nullptr || e.nbytes == 0,
+          "{}: cannot load tensor '{}' into a view with no data", manifest_path, t.name);
+    plan.emplace_back(&t, &e);
+  }
+
+  std::map<std::string, std::unique_ptr<File>> files;
+  for (const auto& [t, e] : plan) {
+    auto& file = files[e->file];
+    if (!file) file = std::make_unique<File>(step_dir / e->file, O_RDONLY);
+    uint64_t size = file->size();
+    if (e->offset + e->nbytes > size) {
+      fail("{}: data file is truncated: tensor '{}' needs bytes up to {} but the file has {}",
+           file->path().string(), t->name, e->offset + e->nbytes, size);
+    }
+  }
+
+  for (const auto& [t, e] : plan) {
+    File& file = *files[e->file];
+    auto* bytes = static_cast<std::byte*>(t->tensor.data);
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < e->nbytes; done += kChunkBytes) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, e->nbytes - done));
+      if (!file.pread_all(bytes + done, n, e->offset + done)) {
+        fail("{}: data file is truncated while reading tensor '{}'", file.path().string(), t->name);
+      }
+      crc = crc32(bytes + done, n, crc);
+    }
+    if (crc != e->crc32) {
+      fail("{}: checksum mismatch for tensor '{}' — the checkpoint is corrupted",
+           file.path().string(), t->name);
+    }
+  }
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,193 @@
+#include "tessera/ckpt/manifest.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_set>
+
+#include "tessera/core/error.h"
+
+namespace tessera::ckpt {
+namespace {
+
+using nlohmann::json;
+
+// Shape is built from an initializer list only, so dispatch on the rank.
+Shape shape_from_dims(const std::vector<int64_t>& d) {
+  switch (d.size()) {
+    case 0:
+      return Shape{};
+    case 1:
+      return Shape{d[0]};
+    case 2:
+      return Shape{d[0], d[1]};
+    case 3:
+      return Shape{d[0], d[1], d[2]};
+    case 4:
+      return Shape{d[0], d[1], d[2], d[3]};
+  }
+  fail("shape of rank {} exceeds the maximum rank {}", d.size(), Shape::kMaxRank);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& source) : source_(source) {}
+
+  const json& field(const json& object, const std::string& key, const std::string& path) const {
+    auto it = object.find(key);
+    if (it == object.end()) fail("{}: missing field '{}'", source_, path);
+    return *it;
+  }
+
+  std::string string(const json& v, const std::string& path) const {
+    if (!v.is_string()) wrong_type(v, path, "a string");
+    return v.get<std::string>();
+  }
+
+  int64_t int64(const json& v, const std::string& path) const {
+    if (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t{INT64_MAX}) return v.get<int64_t>();
+    if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+    wrong_type(v, path, "a 64-bit integer");
+  }
+
+  uint64_t uint64(const json& v, const std::string& path) const {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<uint64_t>();
+    wrong_type(v, path, "a non-negative integer");
+  }
+
+  [[noreturn]] void wrong_type(const json& v, const std::string& path, const char* want) const {
+    std::string got = v.dump();
+    if (got.size() > 40) got = got.substr(0, 37) + "...";
+    fail("{}: field '{}' must be {}, got {}", source_, path, want, got);
+  }
+
+  [[noreturn]] void bad(const std::string& path, const std::string& why) const {
+    fail("{}: field '{}' {}", source_, path, why);
+  }
+
+ private:
+  const std::string& source_;
+};
+
+Manifest::Entry parse_entry(const Reader& r, const json& t, const std::string& at) {
+  if (!t.is_object()) r.wrong_type(t, at, "an object");
+  Manifest::Entry e;
+  e.name = r.string(r.field(t, "name", at + ".name"), at + ".name");
+  if (e.name.empty()) r.bad(at + ".name", "must not be empty");
+
+  const json& shape = r.field(t, "shape", at + ".shape");
+  if (!shape.is_array()) r.wrong_type(shape, at + ".shape", "an array");
+  if (shape.size() > Shape::kMaxRank) {
+    r.bad(at + ".shape",
+          fmt::format("has rank {}, above the maximum {}", shape.size(), int{Shape::kMaxRank}));
+  }
+  std::vector<int64_t> dims;
+  int64_t numel = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    std::string dim_at = fmt::format("{}.shape[{}]", at, i);
+    int64_t d = r.int64(shape[i], dim_at);
+    if (d < 0) r.bad(dim_at, "must not be negative");
+    if (__builtin_mul_overflow(numel, d, &numel)) r.bad(at + ".shape", "has too many elements");
+    dims.push_back(d);
+  }
+  e.shape = shape_from_dims(dims);
+
+  std::string dtype = r.string(r.field(t, "dtype", at + ".dtype"), at + ".dtype");
+  if (dtype != "f32" && dtype != "bf16" && dtype != "i32") {
+    r.bad(at + ".dtype", fmt::format("has unknown dtype '{}' (expected f32, bf16 or i32)", dtype));
+  }
+  e.dtype = dtype_from_name(dtype);
+
+  e.file = r.string(r.field(t, "file", at + ".file"), at + ".file");
+  if (e.file.empty() || e.file == "." || e.file == ".." || e.file.find('/') != std::string::npos ||
+      e.file.find('\0') != std::string::npos) {
+    r.bad(at + ".file",
+          fmt::format("must be a file name inside the step directory, got '{}'", e.file));
+  }
+  e.offset = r.uint64(r.field(t, "offset", at + ".offset"), at + ".offset");
+  e.nbytes = r.uint64(r.field(t, "nbytes", at + ".nbytes"), at + ".nbytes");
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &expected) ||
+      e.nbytes != expected) {
+    r.bad(at + ".nbytes", fmt::format("is {} but shape {} of {} needs {} bytes", e.nbytes,
+                                      e.shape.str(), dtype, expected));
+  }
+  uint64_t end;
+  if (__builtin_add_overflow(e.offset, e.nbytes, &end)) r.bad(at + ".offset", "is out of range");
+  uint64_t crc = r.uint64(r.field(t, "crc32", at + ".crc32"), at + ".crc32");
+  if (crc > 0xffffffffu) r.bad(at + ".crc32", "does not fit in 32 bits");
+  e.crc32 = static_cast<uint32_t>(crc);
+  return e;
+}
+
+}  // namespace
+
+json manifest_to_json(const Manifest& manifest) {
+  json tensors = json::array();
+  for (const Manifest::Entry& e : manifest.tensors) {
+    json shape = json::array();
+    for (int i = 0; i < e.shape.rank(); ++i) shape.push_back(e.shape[i]);
+    tensors.push_back({{"name", e.name},
+                       {"shape", shape},
+                       {"dtype", std::string(dtype_name(e.dtype))},
+                       {"file", e.file},
+                       {"offset", e.offset},
+                       {"nbytes", e.nbytes},
+                       {"crc32", e.crc32}});
+  }
+  return {{"format", kFormatName}, {"version", kFormatVersion},     {"step", manifest.step},
+          {"world_size", 1},       {"metadata", manifest.metadata}, {"tensors", tensors}};
+}
+
+Manifest parse_manifest(const json& j, const std::string& source) {
+  Reader r(source);
+  if (!j.is_object()) r.wrong_type(j, "(top level)", "an object");
+  std::string format = r.string(r.field(j, "format", "format"), "format");
+  if (format != kFormatName) {
+    r.bad("format", fmt::format("is '{}', expected '{}'", format, kFormatName));
+  }
+  int64_t version = r.int64(r.field(j, "version", "version"), "version");
+  if (version != kFormatVersion) {
+    r.bad("version", fmt::format("is {}; this build reads version {}", version, kFormatVersion));
+  }
+  int64_t world_size = r.int64(r.field(j, "world_size", "world_size"), "world_size");
+  if (world_size != 1) {
+    r.bad("world_size",
+          fmt::format("is {}; only single-rank checkpoints are supported", world_size));
+  }
+
+  Manifest m;
+  m.step = r.int64(r.field(j, "step", "step"), "step");
+  if (m.step < 0) r.bad("step", "must not be negative");
+  m.metadata = r.field(j, "metadata", "metadata");
+  const json& tensors = r.field(j, "tensors", "tensors");
+  if (!tensors.is_array()) r.wrong_type(tensors, "tensors", "an array");
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string at = fmt::format("tensors[{}]", i);
+    m.tensors.push_back(parse_entry(r, tensors[i], at));
+    if (!names.insert(m.tensors.back().name).second) {
+      r.bad(at + ".name", fmt::format("repeats the name '{}'", m.tensors.back().name));
+    }
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::filesystem::path& step_dir) {
+  std::filesystem::path path = step_dir / kManifestFile;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the checkpoint manifest", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("{}: cannot read the checkpoint manifest", path.string());
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::exception& e) {
+    fail("{}: invalid JSON: {}", path.string(), e.what());
+  }
+  return parse_manifest(j, path.string());
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,47 @@
+// The checkpoint layer: step directories on disk (a manifest, one data file per rank, a commit
+// marker) and the code that writes, finds and reads them. It sees tensors only as named views of
+// memory; it must never know about models, optimizers or the training loop that owns them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::ckpt {
+
+inline constexpr const char* kFormatName = "tessera-checkpoint";
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kManifestFile = "manifest.json";
+
+// The parsed manifest.json of one step directory.
+struct Manifest {
+  int64_t step = 0;
+  nlohmann::json metadata;
+  struct Entry {
+    std::string name;
+    Shape shape;
+    DType dtype = DType::f32;
+    std::string file;  // a plain file name inside the step directory
+    uint64_t offset = 0;
+    uint64_t nbytes = 0;
+    uint32_t crc32 = 0;
+  };
+  std::vector<Entry> tensors;
+};
+
+nlohmann::json manifest_to_json(const Manifest& manifest);
+
+// Validates the structure and every field's type, naming `source` and the field in the error:
+// a manifest is outside input, so nothing in it is trusted (file names cannot leave the step
+// directory, byte counts must agree with shape and dtype, names are unique).
+Manifest parse_manifest(const nlohmann::json& json, const std::string& source);
+
+// Reads and validates <step_dir>/manifest.json. Does not require the COMMIT marker, so tools can
+// inspect an incomplete step; load() does require it.
+Manifest read_manifest(const std::filesystem::path& step_dir);
+
+}  // namespace tessera::ckpt

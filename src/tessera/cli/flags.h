@@ -1,0 +1,41 @@
+// The CLI layer: parses flags and calls the applications; it holds no logic of its own.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+struct FlagSpec {
+  std::string name;        // without the leading dashes
+  std::string value_name;  // empty for a switch
+  std::string help;
+  bool repeatable = false;
+};
+
+// Parsed flags of one subcommand. Unknown flags, missing values and repeats of a
+// non-repeatable flag are errors that name the flag and the command.
+class Flags {
+ public:
+  Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::optional<std::string> get(const std::string& name) const;
+  std::vector<std::string> all(const std::string& name) const;
+  std::string get_or(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+  std::string help(const std::string& summary) const;
+
+ private:
+  std::string command_;
+  std::vector<FlagSpec> specs_;
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+int train_command(int argc, char** argv);
+int generate_command(int argc, char** argv);
+
+}  // namespace tessera::cli

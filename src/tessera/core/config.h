@@ -1,0 +1,61 @@
+// Schema-driven run configuration: defaults < TOML file < --set overrides, every key typed and
+// known in advance so that a typo is an error rather than a silently ignored setting.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace tessera {
+
+enum class ConfigType { kInt, kFloat, kString, kBool };
+
+struct ConfigKey {
+  std::string name;  // "section.key"
+  ConfigType type;
+  std::string default_value;  // textual; parsed by type
+  bool required_in_file = false;
+  std::string help;
+};
+
+class Config {
+ public:
+  // Every key starts at its default. Throws Error on a malformed schema.
+  explicit Config(std::vector<ConfigKey> schema);
+
+  void load_file(const std::string& path);
+  void load_string(std::string_view toml, const std::string& source_name);
+  // "section.key=value", as given to --set.
+  void set_override(std::string_view assignment);
+
+  int64_t get_int(std::string_view key) const;
+  // An int value is accepted for a float key.
+  double get_float(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+
+  // The resolved config grouped in [sections]; load_string accepts it again.
+  std::string to_toml() const;
+  // {"section": {"key": value}}.
+  nlohmann::json to_json() const;
+  // Inverse of to_json (checkpoint manifests), with the same validation as a file.
+  void load_json(const nlohmann::json& j);
+
+  const std::vector<ConfigKey>& schema() const { return schema_; }
+
+ private:
+  using Value = std::variant<int64_t, double, std::string, bool>;
+
+  size_t index_of(std::string_view key) const;  // throws on unknown key
+  const Value& value_of(std::string_view key, ConfigType type) const;
+
+  std::vector<ConfigKey> schema_;
+  std::vector<Value> values_;  // parallel to schema_
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+}  // namespace tessera

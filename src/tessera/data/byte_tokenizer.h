@@ -1,0 +1,24 @@
+// The data layer: tokenizers, corpus reading, train/validation splits and the batch samplers the
+// trainer draws from. It reads files and produces token ids; it must never know about models,
+// kernels or parallelism, and the samplers it hands the trainer must never allocate.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::data {
+
+// Each byte is its own token, so any input (binary, invalid UTF-8, NUL) round-trips exactly.
+class ByteTokenizer {
+ public:
+  static constexpr int kVocabSize = 256;
+
+  std::vector<int32_t> encode(std::string_view text) const;
+  // Throws an Error naming the first id outside [0, kVocabSize).
+  std::string decode(std::span<const int32_t> ids) const;
+};
+
+}  // namespace tessera::data

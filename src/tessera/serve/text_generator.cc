@@ -1,0 +1,56 @@
+#include "tessera/serve/text_generator.h"
+
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/train/run_config.h"
+
+namespace tessera::serve {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path locate_step_dir(const fs::path& checkpoint) {
+  if (fs::is_directory(checkpoint / "checkpoints"))
+    return ckpt::resolve(checkpoint / "checkpoints");
+  return ckpt::resolve(checkpoint);
+}
+
+}  // namespace
+
+TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step_dir(checkpoint)) {
+  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir_);
+  check(manifest.metadata.contains("config"), "{}: manifest.json has no run config",
+        step_dir_.string());
+  Config config(train::run_config_schema());
+  config.load_json(manifest.metadata["config"]);
+  const model::ModelConfig mc = train::run_config_from(config).model;
+  model_ = std::make_unique<model::Gpt2>(mc, 1, mc.max_seq, /*training=*/false);
+  std::vector<ckpt::NamedTensor> views;
+  for (const auto& [name, t] : model::named_views(model_->layout(), model_->params().data())) {
+    views.push_back({name, t});
+  }
+  ckpt::load(step_dir_, views);
+}
+
+void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
+                             const SamplerParams& params,
+                             const std::function<void(std::string_view)>& on_text) {
+  const int64_t context = model_->config().max_seq;
+  check(max_tokens >= 0, "--max-tokens must be at least 0, got {}", max_tokens);
+  std::vector<int32_t> tokens = tokenizer_.encode(prompt);
+  check(!tokens.empty(), "--prompt is empty: give at least one character to continue");
+  check(int64_t(tokens.size()) <= context,
+        "--prompt is {} tokens long but the model's context holds {} (model.max_seq)",
+        tokens.size(), context);
+  Sampler sampler(model_->config().vocab_size, params);
+  tokens.reserve(tokens.size() + max_tokens);
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int64_t n = std::min<int64_t>(tokens.size(), context);
+    const float* logits = model_->next_token_logits(tokens.data() + tokens.size() - n, n);
+    const int32_t next = sampler.sample(logits, int64_t(tokens.size()));
+    tokens.push_back(next);
+    on_text(tokenizer_.decode(std::span<const int32_t>(&tokens.back(), 1)));
+  }
+}
+
+}  // namespace tessera::serve

@@ -1,0 +1,35 @@
+// The serving layer: turns a checkpoint into text. It reads checkpoints and runs the model
+// forward; it never trains or writes checkpoints.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tessera/data/byte_tokenizer.h"
+#include "tessera/model/gpt2.h"
+#include "tessera/serve/sampler.h"
+
+namespace tessera::serve {
+
+class TextGenerator {
+ public:
+  // checkpoint: a run directory, its checkpoints/ folder or one step directory.
+  explicit TextGenerator(const std::filesystem::path& checkpoint);
+
+  // Streams each generated piece of text to on_text as soon as it is sampled. When the context
+  // fills up, the oldest tokens slide out of the window.
+  void generate(const std::string& prompt, int64_t max_tokens, const SamplerParams& params,
+                const std::function<void(std::string_view)>& on_text);
+
+  const model::ModelConfig& model_config() const { return model_->config(); }
+  const std::filesystem::path& step_dir() const { return step_dir_; }
+
+ private:
+  std::filesystem::path step_dir_;
+  std::unique_ptr<model::Gpt2> model_;
+  data::ByteTokenizer tokenizer_;
+};
+
+}  // namespace tessera::serve

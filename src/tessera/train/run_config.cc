@@ -1,0 +1,98 @@
+#include "tessera/train/run_config.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::train {
+
+std::vector<ConfigKey> run_config_schema() {
+  using T = ConfigType;
+  return {
+      {"model.vocab_size", T::kInt, "256", true, "token vocabulary size (256 = raw bytes)"},
+      {"model.n_layer", T::kInt, "4", true, "number of transformer blocks"},
+      {"model.n_head", T::kInt, "4", true, "attention heads per block; must divide d_model"},
+      {"model.d_model", T::kInt, "256", true, "residual stream width"},
+      {"model.max_seq", T::kInt, "256", true, "longest context (position table size)"},
+      {"train.batch_size", T::kInt, "16", false, "sequences per micro-batch"},
+      {"train.seq_len", T::kInt, "256", false, "tokens per training sequence; <= model.max_seq"},
+      {"train.steps", T::kInt, "600", false, "optimizer steps to run"},
+      {"train.grad_accum", T::kInt, "1", false, "micro-batches accumulated per step"},
+      {"train.lr", T::kFloat, "1e-3", false, "peak learning rate"},
+      {"train.min_lr", T::kFloat, "1e-4", false, "learning rate at the end of cosine decay"},
+      {"train.warmup_steps", T::kInt, "50", false, "steps of linear learning-rate warmup"},
+      {"train.weight_decay", T::kFloat, "0.1", false, "AdamW decoupled weight decay"},
+      {"train.beta1", T::kFloat, "0.9", false, "AdamW first-moment decay"},
+      {"train.beta2", T::kFloat, "0.95", false, "AdamW second-moment decay"},
+      {"train.eps", T::kFloat, "1e-8", false, "AdamW denominator epsilon"},
+      {"train.grad_clip", T::kFloat, "1.0", false, "max global gradient norm; 0 disables"},
+      {"train.seed", T::kInt, "1337", false, "seed for initialization and data order"},
+      {"train.threads", T::kInt, "0", false, "CPU threads; 0 uses all cores"},
+      {"train.eval_every", T::kInt, "100", false, "steps between validation runs; 0 disables"},
+      {"train.eval_batches", T::kInt, "8", false, "batches per validation run"},
+      {"train.log_every", T::kInt, "10", false, "steps between log lines"},
+      {"data.path", T::kString, "", false, "training corpus or token shard directory"},
+      {"data.val_fraction", T::kFloat, "0.1", false, "fraction of the data held out for eval"},
+      {"checkpoint.every", T::kInt, "200", false, "steps between checkpoints; 0 = only at end"},
+      {"checkpoint.keep_last", T::kInt, "2", false, "checkpoints kept on disk"},
+  };
+}
+
+namespace {
+
+int64_t int_at_least(const Config& config, const char* key, int64_t min) {
+  const int64_t v = config.get_int(key);
+  check(v >= min, "{} must be >= {}, got {}", key, min, v);
+  return v;
+}
+
+}  // namespace
+
+RunConfig run_config_from(const Config& config) {
+  RunConfig run;
+  model::ModelConfig& m = run.model;
+  m.vocab_size = config.get_int("model.vocab_size");
+  m.n_layer = config.get_int("model.n_layer");
+  m.n_head = config.get_int("model.n_head");
+  m.d_model = config.get_int("model.d_model");
+  m.max_seq = config.get_int("model.max_seq");
+  model::validate(m);
+
+  TrainConfig& t = run.train;
+  t.batch_size = int_at_least(config, "train.batch_size", 1);
+  t.seq_len = int_at_least(config, "train.seq_len", 1);
+  check(t.seq_len <= m.max_seq, "train.seq_len ({}) exceeds model.max_seq ({})", t.seq_len,
+        m.max_seq);
+  t.steps = int_at_least(config, "train.steps", 1);
+  t.grad_accum = int_at_least(config, "train.grad_accum", 1);
+  t.lr = config.get_float("train.lr");
+  check(t.lr > 0, "train.lr must be > 0, got {}", t.lr);
+  t.min_lr = config.get_float("train.min_lr");
+  check(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr ({}) must be in [0, train.lr ({})]",
+        t.min_lr, t.lr);
+  t.warmup_steps = int_at_least(config, "train.warmup_steps", 0);
+  t.weight_decay = config.get_float("train.weight_decay");
+  check(t.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", t.weight_decay);
+  t.beta1 = config.get_float("train.beta1");
+  check(t.beta1 >= 0 && t.beta1 < 1, "train.beta1 must be in [0, 1), got {}", t.beta1);
+  t.beta2 = config.get_float("train.beta2");
+  check(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1), got {}", t.beta2);
+  t.eps = config.get_float("train.eps");
+  check(t.eps > 0, "train.eps must be > 0, got {}", t.eps);
+  t.grad_clip = config.get_float("train.grad_clip");
+  check(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
+  t.seed = config.get_int("train.seed");
+  t.threads = int_at_least(config, "train.threads", 0);
+  t.eval_every = int_at_least(config, "train.eval_every", 0);
+  t.eval_batches = int_at_least(config, "train.eval_batches", 1);
+  t.log_every = int_at_least(config, "train.log_every", 1);
+
+  run.data.path = config.get_string("data.path");
+  run.data.val_fraction = config.get_float("data.val_fraction");
+  check(run.data.val_fraction > 0 && run.data.val_fraction < 1,
+        "data.val_fraction must be in (0, 1), got {}", run.data.val_fraction);
+
+  run.checkpoint.every = int_at_least(config, "checkpoint.every", 0);
+  run.checkpoint.keep_last = int_at_least(config, "checkpoint.keep_last", 1);
+  return run;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,56 @@
+// The schema of every run setting and the typed, validated structs the trainer reads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/core/config.h"
+#include "tessera/model/model_config.h"
+
+namespace tessera::train {
+
+struct TrainConfig {
+  int64_t batch_size = 16;
+  int64_t seq_len = 256;
+  int64_t steps = 600;
+  int64_t grad_accum = 1;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  int64_t seed = 1337;
+  int64_t threads = 0;  // 0 = all cores
+  int64_t eval_every = 100;
+  int64_t eval_batches = 8;
+  int64_t log_every = 10;
+};
+
+struct DataConfig {
+  std::string path;
+  double val_fraction = 0.1;
+};
+
+struct CheckpointConfig {
+  int64_t every = 200;  // 0 = only at the end
+  int64_t keep_last = 2;
+};
+
+struct RunConfig {
+  model::ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+};
+
+// Every key a run understands; the defaults are the built-in tiny byte-level model.
+std::vector<ConfigKey> run_config_schema();
+
+// Reads and validates every value; throws tessera::Error naming the key at fault.
+RunConfig run_config_from(const Config& config);
+
+}  // namespace tessera::train

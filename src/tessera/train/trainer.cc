@@ -1,0 +1,181 @@
+#include "tessera/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <optional>
+
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/core/threading.h"
+#include "tessera/data/byte_tokenizer.h"
+#include "tessera/data/text_corpus.h"
+#include "tessera/data/token_dataset.h"
+#include "tessera/model/gpt2.h"
+#include "tessera/obs/metrics_log.h"
+#include "tessera/train/lr_schedule.h"
+#include "tessera/train/optimizer.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+data::Split load_tokens(const RunConfig& rc) {
+  check(!rc.data.path.empty(), "no training data: pass --data PATH (a text file or a folder)");
+  data::ByteTokenizer tokenizer;
+  check(rc.model.vocab_size >= data::ByteTokenizer::kVocabSize,
+        "model.vocab_size ({}) is smaller than the byte tokenizer's {} symbols",
+        rc.model.vocab_size, data::ByteTokenizer::kVocabSize);
+  std::vector<int32_t> tokens = tokenizer.encode(data::read_corpus(rc.data.path));
+  return data::split_tokens(std::move(tokens), rc.data.val_fraction, rc.train.seq_len);
+}
+
+std::string format_duration(double seconds) {
+  int64_t s = std::llround(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Everything a checkpoint holds: parameters under their own names, then the AdamW moments.
+std::vector<ckpt::NamedTensor> state_tensors(model::Gpt2& model, AdamW& optimizer) {
+  std::vector<ckpt::NamedTensor> tensors;
+  for (const auto& [name, t] : model::named_views(model.layout(), model.params().data())) {
+    tensors.push_back({name, t});
+  }
+  for (ckpt::NamedTensor& t : optimizer.state_tensors()) tensors.push_back(std::move(t));
+  return tensors;
+}
+
+class Evaluator {
+ public:
+  Evaluator(std::span<const int32_t> val, const TrainConfig& c)
+      : val_(val), config_(c), inputs_(c.batch_size * c.seq_len), targets_(inputs_.size()) {}
+
+  double mean_loss(model::Gpt2& model) {
+    double sum = 0;
+    for (int64_t i = 0; i < config_.eval_batches; ++i) {
+      data::fill_eval_batch(val_, config_.batch_size, config_.seq_len, i, config_.eval_batches,
+                            inputs_.data(), targets_.data());
+      sum += model.forward(inputs_.data(), targets_.data(), config_.batch_size, config_.seq_len);
+    }
+    return sum / double(config_.eval_batches);
+  }
+
+ private:
+  std::span<const int32_t> val_;
+  TrainConfig config_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace
+
+TrainSummary train(const Config& config, const fs::path& out_dir) {
+  const RunConfig rc = run_config_from(config);
+  const TrainConfig& tc = rc.train;
+  if (tc.threads > 0) set_num_threads(int(tc.threads));
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  check(!ec, "{}: cannot create the output directory: {}", out_dir.string(), ec.message());
+  {
+    std::ofstream resolved(out_dir / "config.toml");
+    resolved << config.to_toml();
+    check(resolved.good(), "{}: cannot write config.toml", out_dir.string());
+  }
+
+  const data::Split split = load_tokens(rc);
+  const double unigram = data::unigram_entropy(split.train, rc.model.vocab_size);
+  spdlog::info("data: {} ({} training tokens, {} held out)", rc.data.path, split.train.size(),
+               split.val.size());
+  spdlog::info(
+      "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
+      std::log(double(rc.model.vocab_size)), unigram);
+
+  model::Gpt2 model(rc.model, tc.batch_size, tc.seq_len, /*training=*/true);
+  model.init_weights(uint64_t(tc.seed));
+  AdamW optimizer(model.layout(), tc);
+  spdlog::info("model: GPT-2, {} layers, {} heads, d_model {}, {:.2f}M parameters, {} threads",
+               rc.model.n_layer, rc.model.n_head, rc.model.d_model, model.num_parameters() / 1e6,
+               num_threads());
+
+  const fs::path ckpt_dir = out_dir / "checkpoints";
+  int64_t start_step = 0;
+  if (std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir)) {
+    ckpt::load(*latest, state_tensors(model, optimizer));
+    start_step = ckpt::read_manifest(*latest).step;
+    optimizer.set_steps_taken(start_step);
+    spdlog::info("resuming from {} at step {}", latest->string(), start_step);
+  }
+
+  data::BatchSampler sampler(split.train, tc.batch_size, tc.seq_len, uint64_t(tc.seed));
+  Evaluator evaluator(split.val, tc);
+  obs::JsonlWriter metrics(out_dir / "metrics.jsonl");
+  std::vector<int32_t> inputs(tc.batch_size * tc.seq_len), targets(inputs.size());
+  const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
+
+  auto save = [&](int64_t step) {
+    nlohmann::json meta = {{"config", config.to_json()},
+                           {"model", "gpt2"},
+                           {"tokenizer", "byte"},
+                           {"samples_consumed", step * tc.grad_accum * tc.batch_size}};
+    return ckpt::save(ckpt_dir, step, state_tensors(model, optimizer), meta,
+                      int(rc.checkpoint.keep_last));
+  };
+  auto evaluate = [&](int64_t step) {
+    double val = evaluator.mean_loss(model);
+    spdlog::info("step {:>6} | held-out loss {:.4f}", step, val);
+    metrics.write({{"step", step}, {"val_loss", val}});
+    return val;
+  };
+
+  TrainSummary summary;
+  summary.first_val_loss = evaluate(start_step);
+  summary.final_val_loss = summary.first_val_loss;
+  const auto run_start = Clock::now();
+  for (int64_t step = start_step; step < tc.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = learning_rate(step, tc);
+    model.zero_grad();
+    double loss = 0;
+    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+      sampler.fill((step * tc.grad_accum + micro) * tc.batch_size, inputs.data(), targets.data());
+      loss += model.forward_backward(inputs.data(), targets.data(), tc.batch_size, tc.seq_len,
+                                     float(1.0 / tc.grad_accum)) /
+              double(tc.grad_accum);
+    }
+    const double grad_norm = clip_grad_norm(model.grads(), tc.grad_clip);
+    optimizer.step(model.params(), model.grads(), lr);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+    const int64_t done = step + 1;
+    metrics.write({{"step", done},
+                   {"loss", loss},
+                   {"lr", lr},
+                   {"grad_norm", grad_norm},
+                   {"tokens_per_s", tokens_per_step / dt},
+                   {"step_s", dt}});
+    if (done % tc.log_every == 0 || done == tc.steps) {
+      double eta = elapsed / double(done - start_step) * double(tc.steps - done);
+      spdlog::info(
+          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}",
+          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, format_duration(eta));
+    }
+    if (tc.eval_every > 0 && done % tc.eval_every == 0 && done != tc.steps) evaluate(done);
+    if (rc.checkpoint.every > 0 && done % rc.checkpoint.every == 0 && done != tc.steps) save(done);
+  }
+  if (start_step < tc.steps) summary.final_val_loss = evaluate(tc.steps);
+  summary.steps = tc.steps;
+  summary.checkpoint = start_step < tc.steps ? save(tc.steps) : ckpt::resolve(ckpt_dir);
+  spdlog::info("held-out loss {:.4f} -> {:.4f} nats (ln(vocab) {:.4f}, unigram entropy {:.4f})",
+               summary.first_val_loss, summary.final_val_loss,
+               std::log(double(rc.model.vocab_size)), unigram);
+  spdlog::info("checkpoint: {}", summary.checkpoint.string());
+  return summary;
+}
+
+}  // namespace tessera::train

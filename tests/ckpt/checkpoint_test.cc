@@ -1,0 +1,328 @@
+#include "tessera/ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "tessera/core/arena.h"
+#include "tessera/core/checksum.h"
+
+namespace tessera::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The message of the tessera::Error that `f` throws, or a note that it threw none.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no tessera::Error thrown>";
+}
+
+#define EXPECT_ERROR_MENTIONS(message, ...)                                       \
+  do {                                                                            \
+    const std::string m = (message);                                              \
+    for (const char* part : {__VA_ARGS__}) {                                      \
+      EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' in: " << m; \
+    }                                                                             \
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;          \
+  } while (0)
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    run_ = fs::temp_directory_path() /
+           fmt::format("tessera-ckpt-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
+    fs::remove_all(run_);
+  }
+  void TearDown() override { fs::remove_all(run_); }
+
+  // Three tensors of every dtype, filled with values that depend on `seed`.
+  std::vector<NamedTensor> make_tensors(Arena& arena, int seed) {
+    Tensor w = arena.allocate({3, 5}, DType::f32);
+    Tensor ids = arena.allocate({7}, DType::i32);
+    Tensor h = arena.allocate({2, 2, 3}, DType::bf16);
+    for (int i = 0; i < w.numel(); ++i) w.as<float>()[i] = 0.25f * i + seed;
+    for (int i = 0; i < ids.numel(); ++i) ids.as<int32_t>()[i] = -3 * i + seed;
+    for (int i = 0; i < h.numel(); ++i) h.as<uint16_t>()[i] = f32_to_bf16(1.5f * i - seed);
+    return {{"blocks.0.fc.weight", w}, {"tokens", ids}, {"blocks.0.ln.h", h}};
+  }
+
+  // Views of the same shapes and dtypes, zeroed.
+  static std::vector<NamedTensor> like(Arena& arena, const std::vector<NamedTensor>& src) {
+    std::vector<NamedTensor> out;
+    for (const NamedTensor& t : src) {
+      out.push_back({t.name, arena.allocate(t.tensor.shape, t.tensor.dtype)});
+    }
+    return out;
+  }
+
+  static void expect_same_bytes(const std::vector<NamedTensor>& a,
+                                const std::vector<NamedTensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].tensor.nbytes(), b[i].tensor.nbytes());
+      EXPECT_EQ(std::memcmp(a[i].tensor.data, b[i].tensor.data, a[i].tensor.nbytes()), 0)
+          << a[i].name;
+    }
+  }
+
+  fs::path save_step(int64_t step, int keep_last = 0) {
+    Arena arena(1 << 16);
+    return save(run_, step, make_tensors(arena, static_cast<int>(step)), json{{"step", step}},
+                keep_last);
+  }
+
+  bool has_hidden_entries() const {
+    for (const auto& e : fs::directory_iterator(run_)) {
+      if (e.path().filename().string().starts_with(".")) return true;
+    }
+    return false;
+  }
+
+  fs::path run_;
+};
+
+TEST_F(CheckpointTest, RoundTripsTensorsAndMetadata) {
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> saved = make_tensors(arena, 7);
+  json metadata = {{"config", {{"lr", 3e-4}, {"model", "gpt2"}}}, {"loader", {1, 2, 3}}};
+  fs::path dir = save(run_, 42, saved, metadata, 3);
+
+  EXPECT_EQ(dir, run_ / "step-000042");
+  EXPECT_TRUE(fs::is_regular_file(dir / "COMMIT"));
+  EXPECT_TRUE(fs::is_regular_file(dir / "rank-00000.bin"));
+  EXPECT_FALSE(has_hidden_entries());
+
+  Manifest m = read_manifest(dir);
+  EXPECT_EQ(m.step, 42);
+  EXPECT_EQ(m.metadata, metadata);
+  ASSERT_EQ(m.tensors.size(), 3u);
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    EXPECT_EQ(m.tensors[i].name, saved[i].name);
+    EXPECT_EQ(m.tensors[i].shape, saved[i].tensor.shape);
+    EXPECT_EQ(m.tensors[i].dtype, saved[i].tensor.dtype);
+    EXPECT_EQ(m.tensors[i].file, "rank-00000.bin");
+    EXPECT_EQ(m.tensors[i].offset % 64, 0u);
+    EXPECT_EQ(m.tensors[i].nbytes, saved[i].tensor.nbytes());
+    EXPECT_EQ(m.tensors[i].crc32, crc32(saved[i].tensor.data, saved[i].tensor.nbytes()));
+  }
+  json raw = json::parse(read_text(dir / "manifest.json"));
+  EXPECT_EQ(raw["format"], "tessera-checkpoint");
+  EXPECT_EQ(raw["version"], 1);
+  EXPECT_EQ(raw["world_size"], 1);
+
+  // Load in a different order from the save: matching is by name.
+  std::vector<NamedTensor> loaded = like(arena, saved);
+  std::reverse(loaded.begin(), loaded.end());
+  load(dir, loaded);
+  std::reverse(loaded.begin(), loaded.end());
+  expect_same_bytes(saved, loaded);
+}
+
+TEST_F(CheckpointTest, RoundTripsATensorLargerThanOneIoChunk) {
+  Arena arena(size_t{81} << 20);
+  Tensor big = arena.allocate({5, 1 << 20, 2}, DType::f32);  // 40 MiB
+  for (int64_t i = 0; i < big.numel(); ++i) big.as<float>()[i] = static_cast<float>(i % 9973);
+  Tensor tiny = arena.allocate({3}, DType::bf16);
+  std::vector<NamedTensor> saved = {{"tiny", tiny}, {"big", big}};
+  fs::path dir = save(run_, 1, saved, json::object(), 1);
+  std::vector<NamedTensor> loaded = like(arena, saved);
+  load(dir, loaded);
+  expect_same_bytes(saved, loaded);
+}
+
+TEST_F(CheckpointTest, LatestPointsToTheNewestSave) {
+  save_step(1);
+  save_step(2);
+  fs::path third = save_step(3);
+  EXPECT_EQ(read_text(run_ / "latest"), "step-000003\n");
+  EXPECT_EQ(resolve(run_), third);
+  EXPECT_FALSE(fs::exists(run_ / "latest.tmp"));
+}
+
+TEST_F(CheckpointTest, KeepLastPrunesTheOldestSteps) {
+  for (int step = 1; step <= 5; ++step) save_step(step * 100, 2);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(run_)) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step-000400", "step-000500"}));
+}
+
+TEST_F(CheckpointTest, KeepLastNeverDeletesTheStepJustWritten) {
+  save_step(10);
+  save_step(20);
+  fs::path rewound = save_step(5, 2);  // e.g. a run restarted from an earlier step
+  EXPECT_TRUE(fs::exists(rewound));
+  EXPECT_FALSE(fs::exists(run_ / "step-000010"));
+  EXPECT_TRUE(fs::exists(run_ / "step-000020"));
+  EXPECT_EQ(resolve(run_), rewound);
+}
+
+TEST_F(CheckpointTest, SavingAnExistingStepReplacesIt) {
+  Arena arena(1 << 16);
+  save(run_, 9, make_tensors(arena, 1), json{{"try", 1}}, 0);
+  std::vector<NamedTensor> second = make_tensors(arena, 2);
+  fs::path dir = save(run_, 9, second, json{{"try", 2}}, 0);
+  EXPECT_EQ(read_manifest(dir).metadata, (json{{"try", 2}}));
+  std::vector<NamedTensor> loaded = like(arena, second);
+  load(dir, loaded);
+  expect_same_bytes(second, loaded);
+  EXPECT_FALSE(has_hidden_entries());
+}
+
+TEST_F(CheckpointTest, ResolvesARunDirectoryWithoutLatest) {
+  save_step(1);
+  fs::path newest = save_step(12);
+  save_step(3);  // written last, but not the highest step
+  fs::remove(run_ / "latest");
+  EXPECT_EQ(resolve(run_), newest);
+  EXPECT_EQ(resolve(newest), newest);
+}
+
+TEST_F(CheckpointTest, FindLatestIsEmptyForAFreshRun) {
+  EXPECT_EQ(find_latest(run_), std::nullopt);
+  fs::create_directories(run_ / "step-000001");  // never committed
+  EXPECT_EQ(find_latest(run_), std::nullopt);
+  fs::path dir = save_step(2);
+  EXPECT_EQ(find_latest(run_), dir);
+}
+
+TEST_F(CheckpointTest, ResolveIgnoresAnUncommittedNewerStep) {
+  save_step(1);
+  fs::path good = save_step(2);
+  fs::path partial = run_ / "step-000003";
+  fs::copy(good, partial);
+  fs::remove(partial / "COMMIT");
+  write_text(run_ / "latest", "step-000003\n");
+  EXPECT_EQ(resolve(run_), good);
+}
+
+TEST_F(CheckpointTest, NamingAnUncommittedStepIsAnError) {
+  fs::path dir = save_step(4);
+  fs::remove(dir / "COMMIT");
+  EXPECT_ERROR_MENTIONS(error_of([&] { resolve(dir); }), "step-000004",
+                        "checkpoint is incomplete (no COMMIT marker)");
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> dst = like(arena, make_tensors(arena, 0));
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, dst); }), "step-000004", "no COMMIT marker");
+  EXPECT_ERROR_MENTIONS(error_of([&] { resolve(run_); }), "no committed checkpoint");
+}
+
+TEST_F(CheckpointTest, AFlippedByteFailsTheChecksum) {
+  fs::path dir = save_step(1);
+  Manifest m = read_manifest(dir);
+  const Manifest::Entry& victim = m.tensors[1];
+  {
+    std::fstream f(dir / "rank-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(victim.offset + 3));
+    char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(victim.offset + 3));
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> dst = like(arena, make_tensors(arena, 0));
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, dst); }), "rank-00000.bin", "checksum mismatch",
+                        "'tokens'", "corrupted");
+  // Tensors whose bytes are intact still load.
+  EXPECT_NO_THROW(load(dir, {dst[0], dst[2]}));
+}
+
+TEST_F(CheckpointTest, ATruncatedDataFileIsAnError) {
+  fs::path dir = save_step(1);
+  fs::resize_file(dir / "rank-00000.bin", read_manifest(dir).tensors.back().offset + 2);
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> dst = like(arena, make_tensors(arena, 0));
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, dst); }), "rank-00000.bin", "truncated",
+                        "'blocks.0.ln.h'");
+}
+
+TEST_F(CheckpointTest, AMissingDataFileIsAnError) {
+  fs::path dir = save_step(1);
+  fs::remove(dir / "rank-00000.bin");
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> dst = like(arena, make_tensors(arena, 0));
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, dst); }), "rank-00000.bin", "cannot open");
+}
+
+TEST_F(CheckpointTest, AMissingTensorNameIsAnError) {
+  fs::path dir = save_step(1);
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> dst = {{"blocks.9.attn.qkv", arena.allocate({2}, DType::f32)}};
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, dst); }), "manifest.json", "'blocks.9.attn.qkv'");
+}
+
+TEST_F(CheckpointTest, AShapeOrDtypeMismatchIsAnError) {
+  fs::path dir = save_step(1);
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> wrong_shape = {
+      {"blocks.0.fc.weight", arena.allocate({5, 3}, DType::f32)}};
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, wrong_shape); }), "manifest.json",
+                        "'blocks.0.fc.weight'", "[3, 5]", "[5, 3]");
+  std::vector<NamedTensor> wrong_dtype = {{"tokens", arena.allocate({7}, DType::f32)}};
+  EXPECT_ERROR_MENTIONS(error_of([&] { load(dir, wrong_dtype); }), "'tokens'", "i32", "f32");
+}
+
+TEST_F(CheckpointTest, ALeftoverTmpDirFromACrashIsIgnoredAndCleanedUp) {
+  fs::path good = save_step(1);
+  // A save of step 2 that died after writing COMMIT but before the rename.
+  fs::path crashed = run_ / ".step-000002.tmp";
+  fs::copy(good, crashed);
+  write_text(run_ / "latest.tmp", "step-000002\n");
+  EXPECT_EQ(resolve(run_), good);
+  fs::remove(run_ / "latest");
+  EXPECT_EQ(resolve(run_), good);
+
+  save_step(3);
+  EXPECT_FALSE(fs::exists(crashed));
+  EXPECT_FALSE(fs::exists(run_ / "latest.tmp"));
+  EXPECT_FALSE(has_hidden_entries());
+}
+
+TEST_F(CheckpointTest, RejectsInvalidSaves) {
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> t = make_tensors(arena, 0);
+  t[2].name = t[0].name;
+  EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, 1, t, json{}, 0); }), "two tensors",
+                        "'blocks.0.fc.weight'");
+  EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, -1, {}, json{}, 0); }), "negative step");
+}
+
+TEST(Checksum, MatchesTheStandardCrc32AndContinuesAcrossPieces) {
+  const char* text = "123456789";
+  EXPECT_EQ(crc32(text, 9), 0xCBF43926u);
+  EXPECT_EQ(crc32(text + 4, 5, crc32(text, 4)), 0xCBF43926u);
+  EXPECT_EQ(crc32(text, 0), 0u);
+
+  // Large buffers are checksummed in parallel pieces; the result must not depend on that.
+  std::vector<uint8_t> big((size_t{20} << 20) + 13);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  uint32_t piecewise = 7;
+  for (size_t at = 0; at < big.size(); at += 100000) {
+    piecewise = crc32(big.data() + at, std::min<size_t>(100000, big.size() - at), piecewise);
+  }
+  EXPECT_EQ(crc32(big.data(), big.size(), 7), piecewise);
+}
+
+}  // namespace
+}  // namespace tessera::ckpt

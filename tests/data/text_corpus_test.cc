@@ -1,0 +1,104 @@
+#include "tessera/data/text_corpus.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "tessera/core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::data {
+namespace {
+
+class TextCorpusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            (std::string("tessera_corpus_") + info->name() + "_" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(root_ / "locked.txt", fs::perms::owner_all, ec);
+    fs::remove_all(root_, ec);
+  }
+  void write(const fs::path& relative, const std::string& text) {
+    fs::path path = root_ / relative;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  std::string error_of(const fs::path& path) {
+    try {
+      read_corpus(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path root_;
+};
+
+TEST_F(TextCorpusTest, ReadsAFileWhole) {
+  const std::string text("line one\nline two\n\0binary\xff", 26);
+  write("corpus.txt", text);
+  EXPECT_EQ(read_corpus(root_ / "corpus.txt"), text);
+}
+
+TEST_F(TextCorpusTest, WalksAFolderInSortedOrderSkippingHidden) {
+  write("b.txt", "B");
+  write("a/y.txt", "AY");
+  write("a/x/deep.txt", "AXD");
+  write("c.txt", "C");
+  write(".hidden.txt", "HIDDEN");
+  write(".git/config", "GIT");
+  write("a/.secret/s.txt", "SECRET");
+  write("empty.txt", "");
+  EXPECT_EQ(read_corpus(root_), "AXD\nAY\nB\nC");
+}
+
+TEST_F(TextCorpusTest, MissingPathIsAnError) {
+  const fs::path missing = root_ / "nope";
+  EXPECT_EQ(error_of(missing), "--data " + missing.string() + ": no such file or directory");
+}
+
+TEST_F(TextCorpusTest, EmptyFileIsAnError) {
+  write("empty.txt", "");
+  const fs::path path = root_ / "empty.txt";
+  EXPECT_EQ(error_of(path), "--data " + path.string() + ": the corpus is empty");
+}
+
+TEST_F(TextCorpusTest, FolderOfEmptyFilesIsAnError) {
+  write("a.txt", "");
+  write("sub/b.txt", "");
+  write(".hidden", "not counted");
+  EXPECT_EQ(error_of(root_), "--data " + root_.string() + ": the corpus is empty");
+  fs::create_directories(root_ / "bare");
+  EXPECT_EQ(error_of(root_ / "bare"),
+            "--data " + (root_ / "bare").string() + ": the corpus is empty");
+}
+
+TEST_F(TextCorpusTest, UnreadableFileIsAnError) {
+  write("locked.txt", "secret");
+  const fs::path path = root_ / "locked.txt";
+  fs::permissions(path, fs::perms::none);
+  if (std::ifstream(path).good()) GTEST_SKIP() << "running with permission to read anything";
+  const std::string message = error_of(path);
+  EXPECT_NE(message.find("--data " + path.string() + ": cannot read"), std::string::npos)
+      << message;
+}
+
+TEST_F(TextCorpusTest, ReadErrorIsAnError) {
+  // Reading /proc/self/mem at offset 0 fails with EIO even for root.
+  const fs::path path = "/proc/self/mem";
+  if (!fs::exists(path)) GTEST_SKIP() << "no /proc";
+  const std::string message = error_of(path);
+  EXPECT_NE(message.find("--data /proc/self/mem: cannot read"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace tessera::data

@@ -1,0 +1,72 @@
+// Runs the tessera binary as a user would and captures what it prints.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tessera::testing {
+
+struct CliResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+inline CliResult run_cli(const std::string& args) {
+  std::string command = std::string(TESSERA_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// A fresh directory under the system temp dir, removed when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string operator/(const std::string& leaf) const { return (path_ / leaf).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A small corpus with enough structure for a model to learn something in a few steps.
+inline std::string small_corpus() {
+  std::string text;
+  for (int i = 0; i < 400; ++i) {
+    text += "In the beginning the word was " + std::to_string(i % 7) + ", and it was good.\n";
+  }
+  return text;
+}
+
+// The training losses of metrics.jsonl, in step order.
+inline std::vector<double> training_losses(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    auto record = nlohmann::json::parse(line);
+    if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+  }
+  return losses;
+}
+
+}  // namespace tessera::testing
