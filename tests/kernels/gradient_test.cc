@@ -95,8 +95,7 @@ TYPED_TEST(KernelGradient, CausalAttention) {
     return weighted_sum(out, r);
   };
   loss();
-  attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, C,
-                        H);
+  attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, C, H);
   EXPECT_GRADIENT(qkv, loss, dqkv);
 }
 
