@@ -35,8 +35,8 @@ TEST(RunConfig, DefaultsAreTheTinyModel) {
   EXPECT_EQ(run.train.seq_len, 256);
   EXPECT_EQ(run.train.steps, 600);
   EXPECT_EQ(run.train.grad_accum, 1);
-  EXPECT_DOUBLE_EQ(run.train.lr, 1e-3);
-  EXPECT_DOUBLE_EQ(run.train.min_lr, 1e-4);
+  EXPECT_DOUBLE_EQ(run.train.lr, 2e-3);
+  EXPECT_DOUBLE_EQ(run.train.min_lr, 2e-4);
   EXPECT_EQ(run.train.warmup_steps, 50);
   EXPECT_DOUBLE_EQ(run.train.weight_decay, 0.1);
   EXPECT_DOUBLE_EQ(run.train.beta1, 0.9);
@@ -121,7 +121,7 @@ TEST(RunConfig, BoundaryValuesAreAccepted) {
     config.set_override(a);
   }
   EXPECT_NO_THROW(run_config_from(config));
-  config.set_override("train.min_lr=1e-3");  // equal to lr
+  config.set_override("train.min_lr=2e-3");  // equal to lr
   EXPECT_NO_THROW(run_config_from(config));
 }
 

@@ -15,8 +15,8 @@ struct TrainConfig {
   int64_t seq_len = 256;
   int64_t steps = 600;
   int64_t grad_accum = 1;
-  double lr = 1e-3;
-  double min_lr = 1e-4;
+  double lr = 2e-3;
+  double min_lr = 2e-4;
   int64_t warmup_steps = 50;
   double weight_decay = 0.1;
   double beta1 = 0.9;

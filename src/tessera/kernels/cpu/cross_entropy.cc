@@ -14,15 +14,24 @@ void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t
     T max = row[0];
 #pragma omp simd reduction(max : max)
     for (int64_t v = 0; v < V; ++v) max = std::max(max, row[v]);
+    const T target_logit = row[targets[m]];
     T sum = 0;
+    if (grad_scale == T(0)) {
 #pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; ++v) sum += exp_fast(row[v] - max);
-    T log_sum = std::log(sum);
-    losses[m] = log_sum + max - row[targets[m]];
-    if (grad_scale == T(0)) continue;
-    T shift = max + log_sum;
+      for (int64_t v = 0; v < V; ++v) sum += exp_fast(row[v] - max);
+      losses[m] = std::log(sum) + max - target_logit;
+      continue;
+    }
+    // Keep the exponentials in place so the gradient pass needs no second exp.
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < V; ++v) {
+      row[v] = exp_fast(row[v] - max);
+      sum += row[v];
+    }
+    losses[m] = std::log(sum) + max - target_logit;
+    const T factor = grad_scale / sum;
 #pragma omp simd
-    for (int64_t v = 0; v < V; ++v) row[v] = grad_scale * exp_fast(row[v] - shift);
+    for (int64_t v = 0; v < V; ++v) row[v] *= factor;
     row[targets[m]] -= grad_scale;
   }
 }
