@@ -36,18 +36,20 @@ void Gpt2::build_layout() {
   wpe_offset_ = layout_.add("wpe.weight", {config_.max_seq, C}, true);
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     std::string p = fmt::format("blocks.{}.", l);
-    layer_offsets_.push_back(layout_.add(p + "ln1.weight", {C}, false));
-    layout_.add(p + "ln1.bias", {C}, false);
-    layout_.add(p + "attn.qkv.weight", {3 * C, C}, true);
-    layout_.add(p + "attn.qkv.bias", {3 * C}, false);
-    layout_.add(p + "attn.proj.weight", {C, C}, true);
-    layout_.add(p + "attn.proj.bias", {C}, false);
-    layout_.add(p + "ln2.weight", {C}, false);
-    layout_.add(p + "ln2.bias", {C}, false);
-    layout_.add(p + "fc.weight", {4 * C, C}, true);
-    layout_.add(p + "fc.bias", {4 * C}, false);
-    layout_.add(p + "fcproj.weight", {C, 4 * C}, true);
-    layout_.add(p + "fcproj.bias", {C}, false);
+    LayerOffsets o;
+    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false);
+    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false);
+    o.qkv_w = layout_.add(p + "attn.qkv.weight", {3 * C, C}, true);
+    o.qkv_b = layout_.add(p + "attn.qkv.bias", {3 * C}, false);
+    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true);
+    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false);
+    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false);
+    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false);
+    o.fc_w = layout_.add(p + "fc.weight", {4 * C, C}, true);
+    o.fc_b = layout_.add(p + "fc.bias", {4 * C}, false);
+    o.fcproj_w = layout_.add(p + "fcproj.weight", {C, 4 * C}, true);
+    o.fcproj_b = layout_.add(p + "fcproj.bias", {C}, false);
+    layers_.push_back(o);
   }
   lnf_w_offset_ = layout_.add("lnf.weight", {C}, false);
   lnf_b_offset_ = layout_.add("lnf.bias", {C}, false);
@@ -100,30 +102,6 @@ int64_t Gpt2::num_parameters() const {
   return n;
 }
 
-Gpt2::Layer Gpt2::layer_params(float* base, int64_t l) const {
-  const int64_t C = config_.d_model;
-  float* p = base + layer_offsets_[l];
-  auto take = [&](int64_t n) {
-    float* q = p;
-    p += (n + 15) / 16 * 16;  // the layout's alignment padding
-    return q;
-  };
-  Layer L;
-  L.ln1_w = take(C);
-  L.ln1_b = take(C);
-  L.qkv_w = take(3 * C * C);
-  L.qkv_b = take(3 * C);
-  L.proj_w = take(C * C);
-  L.proj_b = take(C);
-  L.ln2_w = take(C);
-  L.ln2_b = take(C);
-  L.fc_w = take(4 * C * C);
-  L.fc_b = take(4 * C);
-  L.fcproj_w = take(4 * C * C);
-  L.fcproj_b = take(C);
-  return L;
-}
-
 void Gpt2::init_weights(uint64_t seed) {
   const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
   const auto& entries = layout_.entries();
@@ -165,17 +143,18 @@ void Gpt2::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   k::embedding_forward(inputs, params_, params_ + wpe_offset_, embedded_, B, T, C);
   const float* x = embedded_;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    const Layer p = layer_params(params_, l);
+    const LayerOffsets& o = layers_[l];
+    const float* P = params_;
     const LayerActivations& a = acts_[training_ ? l : 0];
-    k::layernorm_forward(x, p.ln1_w, p.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
-    k::linear_forward(a.ln1, p.qkv_w, p.qkv_b, a.qkv, BT, C, 3 * C);
+    k::layernorm_forward(x, P + o.ln1_w, P + o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
+    k::linear_forward(a.ln1, P + o.qkv_w, P + o.qkv_b, a.qkv, BT, C, 3 * C);
     k::attention_forward(a.qkv, a.atty, a.lse, attention_scratch_, B, T, C, H);
-    k::linear_forward(a.atty, p.proj_w, p.proj_b, a.res_mid, BT, C, C);
+    k::linear_forward(a.atty, P + o.proj_w, P + o.proj_b, a.res_mid, BT, C, C);
     k::add(x, a.res_mid, a.res_mid, BT * C);
-    k::layernorm_forward(a.res_mid, p.ln2_w, p.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
-    k::linear_forward(a.ln2, p.fc_w, p.fc_b, a.fch, BT, C, 4 * C);
+    k::layernorm_forward(a.res_mid, P + o.ln2_w, P + o.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
+    k::linear_forward(a.ln2, P + o.fc_w, P + o.fc_b, a.fch, BT, C, 4 * C);
     k::gelu_forward(a.fch, a.fch_gelu, BT * 4 * C);
-    k::linear_forward(a.fch_gelu, p.fcproj_w, p.fcproj_b, a.res_out, BT, 4 * C, C);
+    k::linear_forward(a.fch_gelu, P + o.fcproj_w, P + o.fcproj_b, a.res_out, BT, 4 * C, C);
     k::add(a.res_mid, a.res_out, a.res_out, BT * C);
     x = a.res_out;
   }
@@ -230,21 +209,23 @@ void Gpt2::backward(const int32_t* inputs, int64_t B, int64_t T) {
                         d_res_, grads_ + lnf_w_offset_, grads_ + lnf_b_offset_, BT, C);
 
   for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
-    const Layer p = layer_params(params_, l);
-    const Layer g = layer_params(grads_, l);
+    const LayerOffsets& o = layers_[l];
+    const float* P = params_;
+    float* G = grads_;
     const LayerActivations& a = acts_[l];
     const float* x = l == 0 ? embedded_ : acts_[l - 1].res_out;
     // d_res_ holds d(loss)/d(res_out); the residual connection passes it through unchanged.
-    k::linear_backward(d_res_, a.fch_gelu, p.fcproj_w, d_4c_, g.fcproj_w, g.fcproj_b, BT, 4 * C, C);
+    k::linear_backward(d_res_, a.fch_gelu, P + o.fcproj_w, d_4c_, G + o.fcproj_w, G + o.fcproj_b,
+                       BT, 4 * C, C);
     k::gelu_backward(d_4c_, a.fch, d_4c_, BT * 4 * C);
-    k::linear_backward(d_4c_, a.ln2, p.fc_w, d_c_, g.fc_w, g.fc_b, BT, C, 4 * C);
-    k::layernorm_backward(d_c_, a.res_mid, p.ln2_w, a.ln2_mean, a.ln2_rstd, d_res_, g.ln2_w,
-                          g.ln2_b, BT, C);
-    k::linear_backward(d_res_, a.atty, p.proj_w, d_c_, g.proj_w, g.proj_b, BT, C, C);
+    k::linear_backward(d_4c_, a.ln2, P + o.fc_w, d_c_, G + o.fc_w, G + o.fc_b, BT, C, 4 * C);
+    k::layernorm_backward(d_c_, a.res_mid, P + o.ln2_w, a.ln2_mean, a.ln2_rstd, d_res_, G + o.ln2_w,
+                          G + o.ln2_b, BT, C);
+    k::linear_backward(d_res_, a.atty, P + o.proj_w, d_c_, G + o.proj_w, G + o.proj_b, BT, C, C);
     k::attention_backward(d_c_, a.qkv, a.lse, d_3c_, attention_scratch_, B, T, C, H);
-    k::linear_backward(d_3c_, a.ln1, p.qkv_w, d_c_, g.qkv_w, g.qkv_b, BT, C, 3 * C);
-    k::layernorm_backward(d_c_, x, p.ln1_w, a.ln1_mean, a.ln1_rstd, d_res_, g.ln1_w, g.ln1_b, BT,
-                          C);
+    k::linear_backward(d_3c_, a.ln1, P + o.qkv_w, d_c_, G + o.qkv_w, G + o.qkv_b, BT, C, 3 * C);
+    k::layernorm_backward(d_c_, x, P + o.ln1_w, a.ln1_mean, a.ln1_rstd, d_res_, G + o.ln1_w,
+                          G + o.ln1_b, BT, C);
   }
   k::embedding_backward(d_res_, inputs, grads_, grads_ + wpe_offset_, B, T, C);
 }

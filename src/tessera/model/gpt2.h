@@ -42,9 +42,10 @@ class Gpt2 {
   const float* next_token_logits(const int32_t* tokens, int64_t T);
 
  private:
-  struct Layer {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w,
-        *fcproj_b;
+  // Offsets of one block's parameters in the flat buffer; the same offsets index the gradients.
+  struct LayerOffsets {
+    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
+        fcproj_b;
   };
   struct LayerActivations {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fch,
@@ -52,7 +53,6 @@ class Gpt2 {
   };
   void build_layout();
   void allocate(Arena& arena);
-  Layer layer_params(float* base, int64_t l) const;
   void check_tokens(const int32_t* tokens, int64_t n) const;
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
   float loss_over_logits(const int32_t* targets, int64_t BT, float grad_scale);
@@ -62,7 +62,7 @@ class Gpt2 {
   int64_t max_batch_, max_seq_;
   bool training_;
   ParameterLayout layout_;
-  std::vector<int64_t> layer_offsets_;
+  std::vector<LayerOffsets> layers_;
   Arena arena_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
