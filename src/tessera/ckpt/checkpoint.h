@@ -1,3 +1,5 @@
+// The checkpoint layer: durable, checksummed step directories and their manifests. It moves bytes
+// between named tensors and disk; it never knows what a model or an optimizer is.
 #pragma once
 
 #include <cstdint>
