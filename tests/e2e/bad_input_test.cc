@@ -7,14 +7,6 @@
 namespace tessera::testing {
 namespace {
 
-// Each bad input must end in one line "error: ..." naming the problem and a non-zero exit.
-void expect_one_line_error(const CliResult& r, const std::string& mentions) {
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find(mentions), std::string::npos) << r.output;
-}
-
 class BadInput : public ::testing::Test {
  protected:
   TempDir dir{"tessera-bad-input"};

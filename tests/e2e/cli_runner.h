@@ -1,8 +1,10 @@
 // Runs the tessera binary as a user would and captures what it prints.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,12 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
+// Flags for a model small enough to train in a second or two on two cores.
+inline const std::string kSmallModel =
+    " --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.max_seq=32"
+    " --set train.batch_size=4 --set train.seq_len=32 --set train.warmup_steps=2"
+    " --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=1";
+
 inline CliResult run_cli(const std::string& args) {
   std::string command = std::string(TESSERA_BINARY) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
@@ -27,6 +35,14 @@ inline CliResult run_cli(const std::string& args) {
   while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Each bad input must end in one line "error: ..." naming the problem and a non-zero exit.
+inline void expect_one_line_error(const CliResult& r, const std::string& mentions) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(mentions), std::string::npos) << r.output;
 }
 
 // A fresh directory under the system temp dir, removed when the object goes.

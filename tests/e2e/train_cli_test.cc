@@ -7,11 +7,6 @@
 namespace tessera::testing {
 namespace {
 
-// Small enough to train in a second or two on two cores.
-const std::string kSmallModel =
-    " --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.max_seq=32"
-    " --set train.batch_size=4 --set train.seq_len=32 --set train.warmup_steps=2"
-    " --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=1";
 
 class TrainCli : public ::testing::Test {
  protected:

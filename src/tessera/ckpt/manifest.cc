@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "tessera/core/error.h"
+#include "tessera/core/json_reader.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -29,48 +30,7 @@ Shape shape_from_dims(const std::vector<int64_t>& d) {
   fail("shape of rank {} exceeds the maximum rank {}", d.size(), Shape::kMaxRank);
 }
 
-class Reader {
- public:
-  explicit Reader(const std::string& source) : source_(source) {}
-
-  const json& field(const json& object, const std::string& key, const std::string& path) const {
-    auto it = object.find(key);
-    if (it == object.end()) fail("{}: missing field '{}'", source_, path);
-    return *it;
-  }
-
-  std::string string(const json& v, const std::string& path) const {
-    if (!v.is_string()) wrong_type(v, path, "a string");
-    return v.get<std::string>();
-  }
-
-  int64_t int64(const json& v, const std::string& path) const {
-    if (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t{INT64_MAX}) return v.get<int64_t>();
-    if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
-    wrong_type(v, path, "a 64-bit integer");
-  }
-
-  uint64_t uint64(const json& v, const std::string& path) const {
-    if (v.is_number_unsigned()) return v.get<uint64_t>();
-    if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<uint64_t>();
-    wrong_type(v, path, "a non-negative integer");
-  }
-
-  [[noreturn]] void wrong_type(const json& v, const std::string& path, const char* want) const {
-    std::string got = v.dump();
-    if (got.size() > 40) got = got.substr(0, 37) + "...";
-    fail("{}: field '{}' must be {}, got {}", source_, path, want, got);
-  }
-
-  [[noreturn]] void bad(const std::string& path, const std::string& why) const {
-    fail("{}: field '{}' {}", source_, path, why);
-  }
-
- private:
-  const std::string& source_;
-};
-
-Manifest::Entry parse_entry(const Reader& r, const json& t, const std::string& at) {
+Manifest::Entry parse_entry(const JsonReader& r, const json& t, const std::string& at) {
   if (!t.is_object()) r.wrong_type(t, at, "an object");
   Manifest::Entry e;
   e.name = r.string(r.field(t, "name", at + ".name"), at + ".name");
@@ -141,7 +101,7 @@ json manifest_to_json(const Manifest& manifest) {
 }
 
 Manifest parse_manifest(const json& j, const std::string& source) {
-  Reader r(source);
+  JsonReader r(source);
   if (!j.is_object()) r.wrong_type(j, "(top level)", "an object");
   std::string format = r.string(r.field(j, "format", "format"), "format");
   if (format != kFormatName) {

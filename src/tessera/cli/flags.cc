@@ -6,10 +6,17 @@
 
 namespace tessera::cli {
 
-Flags::Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv)
-    : command_(std::move(command)), specs_(std::move(specs)) {
+Flags::Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv,
+             std::string operands_name)
+    : command_(std::move(command)),
+      specs_(std::move(specs)),
+      operands_name_(std::move(operands_name)) {
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
+    if (!operands_name_.empty() && arg.rfind("--", 0) != 0) {
+      operands_.push_back(arg);
+      continue;
+    }
     check(arg.rfind("--", 0) == 0 && arg.size() > 2,
           "tessera {}: unexpected argument '{}' (flags start with --; see --help)", command_, arg);
     std::string name = arg.substr(2), value;
@@ -74,7 +81,8 @@ double Flags::get_double(const std::string& name, double fallback) const {
 }
 
 std::string Flags::help(const std::string& summary) const {
-  std::string out = fmt::format("usage: tessera {} [flags]\n\n{}\n\nflags:\n", command_, summary);
+  std::string out = fmt::format("usage: tessera {} [flags]{}\n\n{}\n\nflags:\n", command_,
+                                operands_name_.empty() ? "" : " " + operands_name_, summary);
   for (const FlagSpec& s : specs_) {
     std::string left = "--" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
     out += fmt::format("  {:<28} {}\n", left, s.help);

@@ -16,10 +16,12 @@ struct FlagSpec {
 };
 
 // Parsed flags of one subcommand. Unknown flags, missing values and repeats of a
-// non-repeatable flag are errors that name the flag and the command.
+// non-repeatable flag are errors that name the flag and the command. A command that takes
+// operands (arguments that are not flags) names them in `operands_name`, e.g. "FILE...".
 class Flags {
  public:
-  Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv);
+  Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv,
+        std::string operands_name = "");
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::optional<std::string> get(const std::string& name) const;
@@ -28,14 +30,19 @@ class Flags {
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
   std::string help(const std::string& summary) const;
+  const std::vector<std::string>& operands() const { return operands_; }
 
  private:
   std::string command_;
   std::vector<FlagSpec> specs_;
+  std::string operands_name_;
+  std::vector<std::string> operands_;
   std::map<std::string, std::vector<std::string>> values_;
 };
 
+int prepare_command(int argc, char** argv);
 int train_command(int argc, char** argv);
 int generate_command(int argc, char** argv);
+int tokenizer_command(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -13,8 +13,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: tessera <command> [flags]\n\n"
     "commands:\n"
-    "  train      train a GPT-2 model on a text corpus\n"
-    "  generate   continue a prompt with a trained checkpoint\n\n"
+    "  prepare    tokenise text into a dataset of token shards\n"
+    "  train      train a GPT-2 model on a text corpus or a prepared dataset\n"
+    "  generate   continue a prompt with a trained checkpoint\n"
+    "  tokenizer  train a BPE vocabulary; encode or decode text\n\n"
     "Run 'tessera <command> --help' for the flags of one command.\n";
 
 }  // namespace
@@ -27,8 +29,10 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   try {
+    if (command == "prepare") return tessera::cli::prepare_command(argc - 2, argv + 2);
     if (command == "train") return tessera::cli::train_command(argc - 2, argv + 2);
     if (command == "generate") return tessera::cli::generate_command(argc - 2, argv + 2);
+    if (command == "tokenizer") return tessera::cli::tokenizer_command(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const tessera::Error& e) {

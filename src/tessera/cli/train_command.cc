@@ -10,7 +10,8 @@ int train_command(int argc, char** argv) {
   Flags flags(
       "train",
       {{"config", "FILE", "TOML config (default: the built-in tiny model, configs/tiny.toml)"},
-       {"data", "PATH", "training text: a file or a folder of files (sets data.path)"},
+       {"data", "PATH", "a prepared dataset, or text: a file or a folder (sets data.path)"},
+       {"tokenizer", "DIR", "\"byte\" or a tokenizer folder for text (sets data.tokenizer)"},
        {"out", "DIR", "output directory for config, metrics and checkpoints (default runs/train)"},
        {"set", "KEY=VALUE", "override any config key, e.g. --set train.steps=60", true},
        {"help", "", "show this help"}},
@@ -26,6 +27,7 @@ int train_command(int argc, char** argv) {
   Config config(train::run_config_schema());
   if (auto path = flags.get("config")) config.load_file(*path);
   if (auto data = flags.get("data")) config.set_override("data.path=" + *data);
+  if (auto tokenizer = flags.get("tokenizer")) config.set_override("data.tokenizer=" + *tokenizer);
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
   train::train(config, flags.get_or("out", "runs/train"));
   return 0;

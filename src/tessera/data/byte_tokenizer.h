@@ -9,16 +9,21 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/data/tokenizer.h"
+
 namespace tessera::data {
 
 // Each byte is its own token, so any input (binary, invalid UTF-8, NUL) round-trips exactly.
-class ByteTokenizer {
+class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr int kVocabSize = 256;
 
-  std::vector<int32_t> encode(std::string_view text) const;
+  std::vector<int32_t> encode(std::string_view text) const override;
   // Throws an Error naming the first id outside [0, kVocabSize).
-  std::string decode(std::span<const int32_t> ids) const;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int64_t vocab_size() const override { return kVocabSize; }
+  std::optional<int32_t> end_of_text() const override { return std::nullopt; }
+  std::string kind() const override { return "byte"; }
 };
 
 }  // namespace tessera::data

@@ -20,24 +20,12 @@ bool is_hidden(const fs::path& path) {
   return !name.empty() && name[0] == '.';
 }
 
-void append_file(const fs::path& path, std::string& out) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (!file) fail("--data {}: cannot read the file ({})", path.string(), std::strerror(errno));
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) out.append(buffer, got);
-  if (std::ferror(file.get())) {
-    fail("--data {}: cannot read the file ({})", path.string(), std::strerror(errno));
-  }
-}
-
 std::vector<fs::path> list_files(const fs::path& root) {
   std::vector<fs::path> files;
   std::error_code ec;
   fs::recursive_directory_iterator it(root, ec), end;
   while (true) {
-    if (ec) fail("--data {}: cannot list the folder ({})", root.string(), ec.message());
+    if (ec) fail("{}: cannot list the folder ({})", root.string(), ec.message());
     if (it == end) break;
     const fs::path& path = it->path();
     std::error_code entry_ec;  // a broken link is skipped, not fatal
@@ -55,31 +43,30 @@ std::vector<fs::path> list_files(const fs::path& root) {
 
 }  // namespace
 
-std::string read_corpus(const fs::path& path) {
+std::vector<fs::path> corpus_files(const fs::path& path) {
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
   if (status.type() == fs::file_type::not_found) {
-    fail("--data {}: no such file or directory", path.string());
+    fail("{}: no such file or directory", path.string());
   }
-  if (ec) fail("--data {}: {}", path.string(), ec.message());
+  if (ec) fail("{}: {}", path.string(), ec.message());
+  if (fs::is_directory(status)) return list_files(path);
+  if (!fs::is_regular_file(status)) fail("{}: not a regular file or folder", path.string());
+  return {path};
+}
 
-  std::string corpus;
-  if (fs::is_directory(status)) {
-    std::string text;
-    for (const fs::path& file : list_files(path)) {
-      text.clear();
-      append_file(file, text);
-      if (text.empty()) continue;  // an empty file would only add a stray separator
-      if (!corpus.empty()) corpus += '\n';
-      corpus += text;
-    }
-  } else if (fs::is_regular_file(status)) {
-    append_file(path, corpus);
-  } else {
-    fail("--data {}: not a regular file or folder", path.string());
+std::string read_text_file(const fs::path& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (!file) fail("{}: cannot read the file ({})", path.string(), std::strerror(errno));
+  std::string text;
+  char buffer[1 << 16];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, got);
+  if (std::ferror(file.get())) {
+    fail("{}: cannot read the file ({})", path.string(), std::strerror(errno));
   }
-  check(!corpus.empty(), "--data {}: the corpus is empty", path.string());
-  return corpus;
+  return text;
 }
 
 }  // namespace tessera::data

@@ -15,6 +15,21 @@ fs::path locate_step_dir(const fs::path& checkpoint) {
   return ckpt::resolve(checkpoint);
 }
 
+// The tokenizer the run trained with: "byte", or its copy in the run folder (found next to the
+// checkpoints first, so a moved run folder still works, then where the run wrote it).
+std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const fs::path& step_dir,
+                                                      const nlohmann::json& metadata) {
+  const nlohmann::json t = metadata.value("tokenizer", nlohmann::json("byte"));
+  if (t.is_string()) return data::load_tokenizer(t.get<std::string>());
+  check(t.is_object() && t.contains("dir") && t["dir"].is_string(),
+        "{}: manifest.json names its tokenizer as {}, not \"byte\" or {{\"kind\", \"dir\"}}",
+        step_dir.string(), t.dump());
+  const fs::path beside_run = step_dir.parent_path().parent_path() / "tokenizer";
+  std::error_code ec;
+  if (fs::is_directory(beside_run, ec)) return data::load_tokenizer(beside_run.string());
+  return data::load_tokenizer(t["dir"].get<std::string>());
+}
+
 }  // namespace
 
 TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step_dir(checkpoint)) {
@@ -30,6 +45,10 @@ TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step
     views.push_back({name, t});
   }
   ckpt::load(step_dir_, views);
+  tokenizer_ = checkpoint_tokenizer(step_dir_, manifest.metadata);
+  check(tokenizer_->vocab_size() <= mc.vocab_size,
+        "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
+        step_dir_.string(), tokenizer_->vocab_size(), mc.vocab_size);
 }
 
 void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
@@ -37,19 +56,20 @@ void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
                              const std::function<void(std::string_view)>& on_text) {
   const int64_t context = model_->config().max_seq;
   check(max_tokens >= 0, "--max-tokens must be at least 0, got {}", max_tokens);
-  std::vector<int32_t> tokens = tokenizer_.encode(prompt);
+  std::vector<int32_t> tokens = tokenizer_->encode(prompt);
   check(!tokens.empty(), "--prompt is empty: give at least one character to continue");
   check(int64_t(tokens.size()) <= context,
         "--prompt is {} tokens long but the model's context holds {} (model.max_seq)",
         tokens.size(), context);
-  Sampler sampler(model_->config().vocab_size, params);
+  // Ids the model has but the tokenizer lacks were never trained on and cannot be decoded.
+  Sampler sampler(tokenizer_->vocab_size(), params);
   tokens.reserve(tokens.size() + max_tokens);
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int64_t n = std::min<int64_t>(tokens.size(), context);
     const float* logits = model_->next_token_logits(tokens.data() + tokens.size() - n, n);
     const int32_t next = sampler.sample(logits, int64_t(tokens.size()));
     tokens.push_back(next);
-    on_text(tokenizer_.decode(std::span<const int32_t>(&tokens.back(), 1)));
+    on_text(tokenizer_->decode(std::span<const int32_t>(&tokens.back(), 1)));
   }
 }
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "tessera/data/byte_tokenizer.h"
+#include "tessera/data/tokenizer.h"
 #include "tessera/model/gpt2.h"
 #include "tessera/serve/sampler.h"
 
@@ -29,7 +29,7 @@ class TextGenerator {
  private:
   std::filesystem::path step_dir_;
   std::unique_ptr<model::Gpt2> model_;
-  data::ByteTokenizer tokenizer_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
 };
 
 }  // namespace tessera::serve

@@ -30,8 +30,11 @@ std::vector<ConfigKey> run_config_schema() {
       {"train.eval_batches", T::kInt, "8", false, "batches per validation run"},
       {"train.log_every", T::kInt, "10", false, "steps between log lines"},
       {"data.path", T::kString, "", false,
-       "training corpus: a text file or a folder of text files"},
-      {"data.val_fraction", T::kFloat, "0.1", false, "fraction of the data held out for eval"},
+       "training data: a prepared dataset folder, or a text file or folder of text files"},
+      {"data.tokenizer", T::kString, "", false,
+       "for text: \"byte\" (the default) or a tokenizer folder; a dataset brings its own"},
+      {"data.val_fraction", T::kFloat, "0.1", false, "fraction of text held out for eval"},
+      {"data.prefetch", T::kInt, "2", false, "batches prepared ahead by a background thread"},
       {"checkpoint.every", T::kInt, "200", false, "steps between checkpoints; 0 = only at end"},
       {"checkpoint.keep_last", T::kInt, "2", false, "checkpoints kept on disk"},
   };
@@ -90,6 +93,8 @@ RunConfig run_config_from(const Config& config) {
   run.data.val_fraction = config.get_float("data.val_fraction");
   check(run.data.val_fraction > 0 && run.data.val_fraction < 1,
         "data.val_fraction must be in (0, 1), got {}", run.data.val_fraction);
+  run.data.tokenizer = config.get_string("data.tokenizer");
+  run.data.prefetch = int_at_least(config, "data.prefetch", 0);
 
   run.checkpoint.every = int_at_least(config, "checkpoint.every", 0);
   run.checkpoint.keep_last = int_at_least(config, "checkpoint.keep_last", 1);

@@ -31,8 +31,10 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path;
+  std::string path;       // a prepared dataset folder, or text prepared into the run folder
+  std::string tokenizer;  // for text: "" (= "byte") or a tokenizer folder
   double val_fraction = 0.1;
+  int64_t prefetch = 2;
 };
 
 struct CheckpointConfig {

@@ -6,16 +6,16 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <tuple>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
-#include "tessera/data/byte_tokenizer.h"
-#include "tessera/data/text_corpus.h"
-#include "tessera/data/token_dataset.h"
+#include "tessera/data/loader.h"
 #include "tessera/model/gpt2.h"
 #include "tessera/obs/metrics_log.h"
 #include "tessera/train/lr_schedule.h"
 #include "tessera/train/optimizer.h"
+#include "tessera/train/training_data.h"
 
 namespace tessera::train {
 
@@ -23,16 +23,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-data::Split load_tokens(const RunConfig& rc) {
-  check(!rc.data.path.empty(), "no training data: pass --data PATH (a text file or a folder)");
-  data::ByteTokenizer tokenizer;
-  check(rc.model.vocab_size >= data::ByteTokenizer::kVocabSize,
-        "model.vocab_size ({}) is smaller than the byte tokenizer's {} symbols",
-        rc.model.vocab_size, data::ByteTokenizer::kVocabSize);
-  std::vector<int32_t> tokens = tokenizer.encode(data::read_corpus(rc.data.path));
-  return data::split_tokens(std::move(tokens), rc.data.val_fraction, rc.train.seq_len);
-}
 
 std::string format_duration(double seconds) {
   int64_t s = std::llround(seconds);
@@ -53,7 +43,7 @@ std::vector<ckpt::NamedTensor> state_tensors(model::Gpt2& model, AdamW& optimize
 
 class Evaluator {
  public:
-  Evaluator(std::span<const int32_t> val, const TrainConfig& c)
+  Evaluator(const data::TokenStream& val, const TrainConfig& c)
       : val_(val), config_(c), inputs_(c.batch_size * c.seq_len), targets_(inputs_.size()) {}
 
   double mean_loss(model::Gpt2& model) {
@@ -67,7 +57,7 @@ class Evaluator {
   }
 
  private:
-  std::span<const int32_t> val_;
+  const data::TokenStream& val_;
   TrainConfig config_;
   std::vector<int32_t> inputs_, targets_;
 };
@@ -88,10 +78,13 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     check(resolved.good(), "{}: cannot write config.toml", out_dir.string());
   }
 
-  const data::Split split = load_tokens(rc);
-  const double unigram = data::unigram_entropy(split.train, rc.model.vocab_size);
-  spdlog::info("data: {} ({} training tokens, {} held out)", rc.data.path, split.train.size(),
-               split.val.size());
+  const data::Dataset dataset = open_training_data(rc, out_dir);
+  const data::DatasetSplit& train_split = dataset.manifest.train;
+  const data::DatasetSplit& val_split = dataset.manifest.val;
+  const double unigram = data::unigram_entropy(dataset.train, rc.model.vocab_size);
+  spdlog::info("data: {} ({} tokenizer, {} training tokens, {} held out, {:.3f} bytes/token)",
+               dataset.dir.string(), dataset.manifest.tokenizer_kind, dataset.train.size(),
+               dataset.val.size(), double(train_split.bytes) / double(train_split.tokens));
   spdlog::info(
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc.model.vocab_size)), unigram);
@@ -104,47 +97,61 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                num_threads());
 
   const fs::path ckpt_dir = out_dir / "checkpoints";
-  int64_t start_step = 0;
+  int64_t start_step = 0, samples_consumed = 0;
   if (std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir)) {
     ckpt::load(*latest, state_tensors(model, optimizer));
-    start_step = ckpt::read_manifest(*latest).step;
+    const ckpt::Manifest manifest = ckpt::read_manifest(*latest);
+    start_step = manifest.step;
+    samples_consumed = manifest.metadata.value("samples_consumed", int64_t{-1});
+    check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
+          latest->string());
     optimizer.set_steps_taken(start_step);
-    spdlog::info("resuming from {} at step {}", latest->string(), start_step);
+    spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), start_step,
+                 samples_consumed);
   }
 
-  data::BatchSampler sampler(split.train, tc.batch_size, tc.seq_len, uint64_t(tc.seed));
-  Evaluator evaluator(split.val, tc);
+  data::Loader loader(dataset.train,
+                      {.batch_size = tc.batch_size,
+                       .seq_len = tc.seq_len,
+                       .seed = uint64_t(tc.seed),
+                       .prefetch = rc.data.prefetch},
+                      samples_consumed);
+  Evaluator evaluator(dataset.val, tc);
   obs::JsonlWriter metrics(out_dir / "metrics.jsonl");
-  std::vector<int32_t> inputs(tc.batch_size * tc.seq_len), targets(inputs.size());
   const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
+  const nlohmann::json tokenizer = tokenizer_metadata(dataset, out_dir);
 
   auto save = [&](int64_t step) {
     nlohmann::json meta = {{"config", config.to_json()},
                            {"model", "gpt2"},
-                           {"tokenizer", "byte"},
-                           {"samples_consumed", step * tc.grad_accum * tc.batch_size}};
+                           {"tokenizer", tokenizer},
+                           {"samples_consumed", loader.position()}};
     return ckpt::save(ckpt_dir, step, state_tensors(model, optimizer), meta,
                       int(rc.checkpoint.keep_last));
   };
+  // Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
+  const double tokens_per_byte = double(val_split.tokens) / double(val_split.bytes);
   auto evaluate = [&](int64_t step) {
-    double val = evaluator.mean_loss(model);
-    spdlog::info("step {:>6} | held-out loss {:.4f}", step, val);
-    metrics.write({{"step", step}, {"val_loss", val}});
-    return val;
+    const double val = evaluator.mean_loss(model);
+    const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
+    spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
+    metrics.write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
+    return std::pair{val, bits_per_byte};
   };
 
   TrainSummary summary;
-  summary.first_val_loss = evaluate(start_step);
+  std::tie(summary.first_val_loss, summary.final_val_bits_per_byte) = evaluate(start_step);
   summary.final_val_loss = summary.first_val_loss;
   const auto run_start = Clock::now();
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step, tc);
     model.zero_grad();
-    double loss = 0;
+    double loss = 0, data_wait = 0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      sampler.fill((step * tc.grad_accum + micro) * tc.batch_size, inputs.data(), targets.data());
-      loss += model.forward_backward(inputs.data(), targets.data(), tc.batch_size, tc.seq_len,
+      const data::Batch& batch = loader.next();
+      data_wait += loader.last_wait_seconds();
+      loss += model.forward_backward(batch.inputs, batch.targets, tc.batch_size, tc.seq_len,
                                      float(1.0 / tc.grad_accum)) /
               double(tc.grad_accum);
     }
@@ -158,22 +165,29 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                    {"lr", lr},
                    {"grad_norm", grad_norm},
                    {"tokens_per_s", tokens_per_step / dt},
-                   {"step_s", dt}});
+                   {"step_s", dt},
+                   {"data_wait_s", data_wait}});
     if (done % tc.log_every == 0 || done == tc.steps) {
       double eta = elapsed / double(done - start_step) * double(tc.steps - done);
       spdlog::info(
-          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}",
-          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, format_duration(eta));
+          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | data wait "
+          "{:.1f} ms | ETA {}",
+          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, 1e3 * data_wait,
+          format_duration(eta));
     }
     if (tc.eval_every > 0 && done % tc.eval_every == 0 && done != tc.steps) evaluate(done);
     if (rc.checkpoint.every > 0 && done % rc.checkpoint.every == 0 && done != tc.steps) save(done);
   }
-  if (start_step < tc.steps) summary.final_val_loss = evaluate(tc.steps);
+  if (start_step < tc.steps) {
+    std::tie(summary.final_val_loss, summary.final_val_bits_per_byte) = evaluate(tc.steps);
+  }
   summary.steps = tc.steps;
   summary.checkpoint = start_step < tc.steps ? save(tc.steps) : ckpt::resolve(ckpt_dir);
-  spdlog::info("held-out loss {:.4f} -> {:.4f} nats (ln(vocab) {:.4f}, unigram entropy {:.4f})",
-               summary.first_val_loss, summary.final_val_loss,
-               std::log(double(rc.model.vocab_size)), unigram);
+  spdlog::info(
+      "held-out loss {:.4f} -> {:.4f} nats, {:.4f} bits/byte (ln(vocab) {:.4f}, unigram entropy "
+      "{:.4f})",
+      summary.first_val_loss, summary.final_val_loss, summary.final_val_bits_per_byte,
+      std::log(double(rc.model.vocab_size)), unigram);
   spdlog::info("checkpoint: {}", summary.checkpoint.string());
   return summary;
 }

@@ -12,6 +12,7 @@ struct TrainSummary {
   int64_t steps = 0;
   double first_val_loss = 0;  // before the first update (or at the resumed step)
   double final_val_loss = 0;
+  double final_val_bits_per_byte = 0;  // final_val_loss per byte of held-out text, in bits
   std::filesystem::path checkpoint;
 };
 

@@ -1,0 +1,54 @@
+// Vocabulary files are outside input: any bytes given to the encoder.json + vocab.bpe, .tiktoken
+// or tokenizer.json readers must parse or fail with a tessera::Error, and a vocabulary that
+// parses must build a tokenizer (or fail the same way) whose decode undoes its encode.
+// The first byte picks the reader; for GPT-2's two files a NUL byte separates them.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "tessera/core/error.h"
+#include "tessera/data/bpe_tokenizer.h"
+#include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/tessera_tokenizer_files.h"
+#include "tessera/data/tiktoken_ranks.h"
+
+using namespace tessera::data;
+
+namespace {
+
+void check_round_trip(BpeVocab vocab, std::string_view text) {
+  const BpeTokenizer tokenizer(std::move(vocab), "fuzz", "fuzz");
+  const std::string sample = std::string(text.substr(0, 4096)) + " Hello, world! It's 2024.";
+  if (tokenizer.decode(tokenizer.encode(sample)) != sample) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    switch (data[0] % 3) {
+      case 0: {
+        const size_t split = std::min(input.find('\0'), input.size());
+        const std::string_view bpe = split < input.size() ? input.substr(split + 1) : "";
+        check_round_trip(parse_gpt2_vocab(input.substr(0, split), "encoder.json", bpe, "vocab.bpe"),
+                         input);
+        break;
+      }
+      case 1: {
+        BpeVocab vocab;
+        vocab.tokens = parse_tiktoken_ranks(input, "fuzz.tiktoken");
+        vocab.merges = merges_from_ranks(vocab.tokens);
+        check_round_trip(std::move(vocab), input);
+        break;
+      }
+      default:
+        parse_tessera_config(input, "tokenizer.json");
+        break;
+    }
+  } catch (const tessera::Error&) {
+  }
+  return 0;
+}

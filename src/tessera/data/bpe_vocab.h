@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+// Two adjacent tokens that merge into `result`. Lower ranks merge first; merges may share a
+// rank (a rank file lets several splits of one token merge into it at the same priority).
+struct BpeMerge {
+  int32_t left;
+  int32_t right;
+  int32_t result;
+  int32_t rank;
+};
+
+// A byte-level BPE vocabulary as its files describe it, in one shape for every format.
+struct BpeVocab {
+  std::vector<std::string> tokens;  // id -> bytes; an empty string marks an unused id
+  std::vector<BpeMerge> merges;
+  std::vector<std::pair<std::string, int32_t>> special_tokens;  // text -> id, never merged into
+};
+
+inline constexpr char kEndOfText[] = "<|endoftext|>";
+// Far above any real vocabulary, low enough that a corrupt file cannot demand gigabytes.
+inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
+// The merges a rank file implies. tiktoken merges two adjacent parts whenever their
+// concatenation is a token, at that token's rank, so every split of a token into two tokens
+// is a merge.
+std::vector<BpeMerge> merges_from_ranks(const std::vector<std::string>& tokens);
+
+}  // namespace tessera::data

@@ -1,0 +1,231 @@
+#include "tessera/data/prepare.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <span>
+
+#include "tessera/core/error.h"
+#include "tessera/core/progress_bar.h"
+#include "tessera/core/threading.h"
+#include "tessera/data/shard.h"
+#include "tessera/data/text_corpus.h"
+
+namespace tessera::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kChunkBytes = size_t{1} << 20;
+constexpr size_t kWaveBytes = size_t{32} << 20;
+constexpr size_t kLineSearchBytes = 4096;
+
+struct Chunk {
+  std::string text;
+  size_t file;  // index into the file list, for errors
+  bool val;
+  bool separator_before;
+};
+
+bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xc0) == 0x80; }
+
+// Where the chunk starting at begin ends: after its last line break when it must be cut, else at
+// a character boundary, so that no token would have spanned the cut.
+size_t chunk_end(const std::string& text, size_t begin) {
+  if (text.size() - begin <= kChunkBytes) return text.size();
+  size_t end = begin + kChunkBytes;
+  const size_t newline = text.rfind('\n', end - 1);
+  if (newline != std::string::npos && newline >= begin) return newline + 1;
+  while (end > begin + 1 && is_utf8_continuation(text[end])) --end;
+  return end;
+}
+
+// The first line start at or after `at` within a short search, else the next character start:
+// the held-out text begins on a fresh line when it can.
+size_t line_start_at_or_after(const std::string& text, size_t at) {
+  if (at == 0) return 0;
+  const size_t limit = std::min(text.size(), at + kLineSearchBytes);
+  for (size_t i = at; i < limit; ++i) {
+    if (text[i - 1] == '\n') return i;
+  }
+  while (at < text.size() && is_utf8_continuation(text[at])) ++at;
+  return at;
+}
+
+// Appends tokens to numbered shard files of at most shard_tokens tokens each.
+class SplitWriter {
+ public:
+  SplitWriter(fs::path dir, std::string name, int64_t vocab_size, int64_t shard_tokens)
+      : dir_(std::move(dir)),
+        name_(std::move(name)),
+        vocab_size_(vocab_size),
+        shard_tokens_(shard_tokens) {}
+
+  void append(std::span<const int32_t> tokens, int64_t bytes) {
+    split_.bytes += bytes;
+    split_.tokens += int64_t(tokens.size());
+    while (!tokens.empty()) {
+      const size_t n = std::min(tokens.size(), size_t(shard_tokens_) - buffer_.size());
+      buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + n);
+      tokens = tokens.subspan(n);
+      if (int64_t(buffer_.size()) == shard_tokens_) flush();
+    }
+  }
+
+  DatasetSplit finish() {
+    if (!buffer_.empty()) flush();
+    return split_;
+  }
+
+ private:
+  void flush() {
+    split_.shards.push_back(fmt::format("{}-{:06}.bin", name_, split_.shards.size()));
+    write_shard(dir_ / split_.shards.back(), buffer_, vocab_size_);
+    buffer_.clear();
+  }
+
+  fs::path dir_;
+  std::string name_;
+  int64_t vocab_size_, shard_tokens_;
+  std::vector<int32_t> buffer_;
+  DatasetSplit split_;
+};
+
+void create_empty_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    check(fs::is_directory(dir, ec) && fs::is_empty(dir, ec),
+          "{}: already exists and is not an empty folder; prepare into a new one", dir.string());
+  }
+  fs::create_directories(dir, ec);
+  check(!ec, "{}: cannot create the dataset folder ({})", dir.string(), ec.message());
+}
+
+}  // namespace
+
+DatasetManifest prepare_dataset(const Tokenizer& tokenizer, const std::string& tokenizer_source,
+                                const PrepareOptions& o) {
+  check(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got {}",
+        o.val_fraction);
+  check(o.shard_tokens >= 1, "--shard-tokens must be at least 1, got {}", o.shard_tokens);
+  check(!o.inputs.empty(), "prepare: no input files given");
+  std::vector<fs::path> files;
+  int64_t total = 0;
+  for (const fs::path& input : o.inputs) {
+    for (const fs::path& file : corpus_files(input)) {
+      std::error_code ec;
+      const auto size = fs::file_size(file, ec);
+      check(!ec, "{}: cannot read the file size ({})", file.string(), ec.message());
+      files.push_back(fs::absolute(file));
+      total += int64_t(size);
+    }
+  }
+  check(total > 0, "{}: the corpus is empty", o.inputs.front().string());
+  create_empty_dir(o.out_dir);
+
+  DatasetManifest m;
+  m.tokenizer_kind = tokenizer.kind();
+  m.tokenizer_source = tokenizer_source;
+  m.vocab_size = tokenizer.vocab_size();
+  m.end_of_text = tokenizer.end_of_text();
+  for (const fs::path& f : files) m.inputs.push_back(f.string());
+  std::error_code ec;
+  if (tokenizer_source != "byte" && fs::is_directory(tokenizer_source, ec)) {
+    m.tokenizer_source = fs::absolute(tokenizer_source).string();
+    m.tokenizer_copy = "tokenizer";
+    fs::copy(tokenizer_source, o.out_dir / m.tokenizer_copy, fs::copy_options::recursive, ec);
+    check(!ec, "{}: cannot copy the tokenizer into {} ({})", tokenizer_source, o.out_dir.string(),
+          ec.message());
+  }
+
+  const std::vector<int32_t> separator =
+      m.end_of_text ? std::vector<int32_t>{*m.end_of_text} : tokenizer.encode("\n");
+  const int64_t separator_bytes = m.end_of_text ? 0 : 1;
+  const int threads = o.threads > 0 ? o.threads : num_threads();
+  const int64_t val_begin = total - std::llround(double(total) * o.val_fraction);
+  SplitWriter train(o.out_dir, "train", m.vocab_size, o.shard_tokens);
+  SplitWriter val(o.out_dir, "val", m.vocab_size, o.shard_tokens);
+  ProgressBar bar("prepare", total);
+
+  std::vector<Chunk> wave;
+  size_t wave_bytes = 0;
+  int64_t done = 0;
+  auto encode_wave = [&] {
+    const auto n = int64_t(wave.size());
+    std::vector<std::vector<int32_t>> encoded(n);
+    std::vector<std::exception_ptr> errors(n);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        encoded[i] = tokenizer.encode(wave[i].text);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (!errors[i]) continue;
+      try {
+        std::rethrow_exception(errors[i]);
+      } catch (const Error& e) {
+        fail("{}: {}", files[wave[i].file].string(), e.what());
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      SplitWriter& out = wave[i].val ? val : train;
+      if (wave[i].separator_before) out.append(separator, separator_bytes);
+      out.append(encoded[i], int64_t(wave[i].text.size()));
+      done += int64_t(wave[i].text.size());
+      bar.update(done);
+    }
+    wave.clear();
+    wave_bytes = 0;
+  };
+
+  int64_t offset = 0;      // of the current file in the concatenated text
+  int64_t val_start = -1;  // where the held-out text begins, once found
+  bool in_val = false, first_document = true;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const std::string text = read_text_file(files[f]);
+    bool document_start = true;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = chunk_end(text, pos);
+      if (!in_val && val_start < 0 && offset + int64_t(end) > val_begin) {
+        const auto at = size_t(std::max<int64_t>(int64_t(pos), val_begin - offset));
+        val_start = offset + int64_t(line_start_at_or_after(text, at));
+      }
+      if (!in_val && val_start >= 0) {
+        if (val_start <= offset + int64_t(pos)) {
+          in_val = true;
+        } else if (val_start < offset + int64_t(end)) {
+          end = size_t(val_start - offset);
+        }
+      }
+      wave.push_back({text.substr(pos, end - pos), f, in_val, document_start && !first_document});
+      wave_bytes += end - pos;
+      document_start = first_document = false;
+      pos = end;
+      if (wave_bytes >= kWaveBytes || wave.size() >= size_t(4 * threads)) encode_wave();
+    }
+    offset += int64_t(text.size());
+  }
+  encode_wave();
+  bar.finish();
+  m.train = train.finish();
+  m.val = val.finish();
+  check(m.train.tokens > 0, "{}: the training split is empty; lower --val-fraction ({})",
+        o.inputs.front().string(), o.val_fraction);
+  check(m.val.tokens > 0, "{}: the held-out split is empty; raise --val-fraction ({})",
+        o.inputs.front().string(), o.val_fraction);
+  write_dataset_manifest(o.out_dir, m);
+  spdlog::info(
+      "prepared {}: {} training tokens ({:.3f} bytes/token) in {} shards, {} held-out tokens, "
+      "{} tokenizer with {} tokens",
+      o.out_dir.string(), m.train.tokens, double(m.train.bytes) / double(m.train.tokens),
+      m.train.shards.size(), m.val.tokens, m.tokenizer_kind, m.vocab_size);
+  return m;
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,64 @@
+#include "tessera/data/tiktoken_ranks.h"
+
+#include <charconv>
+#include <unordered_map>
+
+#include "tessera/core/error.h"
+#include "tessera/data/base64.h"
+#include "tessera/data/bpe_vocab.h"
+#include "tessera/data/utf8.h"
+
+namespace tessera::data {
+std::vector<std::string> parse_tiktoken_ranks(std::string_view text, const std::string& source) {
+  std::vector<std::string> tokens;
+  std::unordered_map<std::string, int64_t> ranks;
+  size_t line_number = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos || space == 0) {
+      fail("{}:{}: expected \"<base64 token> <rank>\", got \"{}\"", source, line_number,
+           printable(line.substr(0, 80)));
+    }
+    const std::string_view encoded = line.substr(0, space), rank_text = line.substr(space + 1);
+    std::optional<std::string> bytes = base64_decode(encoded);
+    if (!bytes || bytes->empty()) {
+      fail("{}:{}: \"{}\" is not base64 of a token", source, line_number,
+           printable(encoded.substr(0, 80)));
+    }
+    int64_t rank = -1;
+    auto [ptr, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+    if (!(ec == std::errc() && ptr == rank_text.data() + rank_text.size() && rank >= 0 &&
+          rank <= kMaxTokenId)) {
+      fail("{}:{}: rank \"{}\" is not an integer in [0, {}]", source, line_number,
+           printable(rank_text.substr(0, 80)), kMaxTokenId);
+    }
+    if (size_t(rank) >= tokens.size()) tokens.resize(size_t(rank) + 1);
+    if (!tokens[rank].empty()) {
+      fail("{}:{}: rank {} was already given to \"{}\"", source, line_number, rank,
+           printable(tokens[rank]));
+    }
+    auto [it, fresh] = ranks.emplace(*bytes, rank);
+    if (!fresh) {
+      fail("{}:{}: token \"{}\" already has rank {}", source, line_number, printable(*bytes),
+           it->second);
+    }
+    tokens[rank] = std::move(*bytes);
+  }
+  check(!tokens.empty(), "{}: no tokens in the rank file", source);
+  return tokens;
+}
+
+std::string format_tiktoken_ranks(const std::vector<std::string>& tokens) {
+  std::string out;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (!tokens[id].empty()) out += base64_encode(tokens[id]) + " " + std::to_string(id) + "\n";
+  }
+  return out;
+}
+
+}  // namespace tessera::data

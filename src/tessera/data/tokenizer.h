@@ -1,0 +1,32 @@
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::data {
+
+// What the data pipeline and the sampler need from any tokenizer.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Throws an Error naming the first id outside [0, vocab_size()).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // The document separator (<|endoftext|>), where the vocabulary has one.
+  virtual std::optional<int32_t> end_of_text() const = 0;
+  // "byte", "gpt2-bpe", "tessera-bpe": recorded in datasets and checkpoints.
+  virtual std::string kind() const = 0;
+};
+
+// "byte" gives the byte-level tokenizer; otherwise a tokenizer directory in any supported
+// format (GPT-2 encoder.json + vocab.bpe, a .tiktoken rank file, or Tessera's own).
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
+
+}  // namespace tessera::data

@@ -1,0 +1,98 @@
+#include "tessera/train/training_data.h"
+
+#include "tessera/core/error.h"
+#include "tessera/data/prepare.h"
+#include "tessera/data/text_corpus.h"
+#include "tessera/data/tokenizer.h"
+
+namespace tessera::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kDatasetDir = "dataset";
+constexpr const char* kTokenizerDir = "tokenizer";
+
+std::string tokenizer_source(const std::string& name) {
+  if (name.empty() || name == "byte") return "byte";
+  return fs::absolute(name).string();
+}
+
+void check_vocab_fits(const RunConfig& rc, const std::string& kind, int64_t vocab_size,
+                      const std::string& where) {
+  check(rc.model.vocab_size >= vocab_size,
+        "model.vocab_size ({}) is smaller than the vocabulary of the {} tokenizer of {} ({})",
+        rc.model.vocab_size, kind, where, vocab_size);
+}
+
+// Prepares text into out_dir/dataset unless a complete earlier preparation of the same text with
+// the same tokenizer is there.
+fs::path prepared_text(const RunConfig& rc, const fs::path& out_dir) {
+  const fs::path dir = out_dir / kDatasetDir;
+  const std::string source = tokenizer_source(rc.data.tokenizer);
+  std::vector<std::string> inputs;
+  for (const fs::path& f : data::corpus_files(rc.data.path)) {
+    inputs.push_back(fs::absolute(f).string());
+  }
+  if (data::is_dataset_dir(dir)) {
+    const data::DatasetManifest m = data::read_dataset_manifest(dir);
+    check(m.inputs == inputs && m.tokenizer_source == source,
+          "{} was prepared from other files or another tokenizer than data.path = {} and "
+          "data.tokenizer = {}; train into a new --out folder",
+          dir.string(), rc.data.path, source);
+    return dir;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // an interrupted preparation: start it again
+  check(!ec, "{}: cannot remove the incomplete dataset ({})", dir.string(), ec.message());
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(source);
+  check_vocab_fits(rc, tokenizer->kind(), tokenizer->vocab_size(), source);
+  data::PrepareOptions options;
+  options.inputs = {rc.data.path};
+  options.out_dir = dir;
+  options.val_fraction = rc.data.val_fraction;
+  options.threads = int(rc.train.threads);
+  data::prepare_dataset(*tokenizer, source, options);
+  return dir;
+}
+
+}  // namespace
+
+data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
+  check(!rc.data.path.empty(),
+        "no training data: pass --data PATH (a prepared dataset, a text file or a folder)");
+  fs::path dir;
+  if (data::is_dataset_dir(rc.data.path)) {
+    check(rc.data.tokenizer.empty(),
+          "data.tokenizer = {} is set, but data.path = {} is a prepared dataset that brings its "
+          "own tokenizer; unset data.tokenizer",
+          rc.data.tokenizer, rc.data.path);
+    dir = rc.data.path;
+  } else {
+    dir = prepared_text(rc, out_dir);
+  }
+  data::Dataset dataset = data::open_dataset(dir);
+  const data::DatasetManifest& m = dataset.manifest;
+  check_vocab_fits(rc, m.tokenizer_kind, m.vocab_size, dir.string());
+  const int64_t window = rc.train.seq_len + 1;
+  check(dataset.train.size() >= window && dataset.val.size() >= window,
+        "{}: the training and held-out splits hold {} and {} tokens, but one sequence of "
+        "train.seq_len + 1 needs {}",
+        dir.string(), dataset.train.size(), dataset.val.size(), window);
+  if (!m.tokenizer_copy.empty()) {
+    std::error_code ec;
+    fs::remove_all(out_dir / kTokenizerDir, ec);
+    fs::copy(dir / m.tokenizer_copy, out_dir / kTokenizerDir, fs::copy_options::recursive, ec);
+    check(!ec, "{}: cannot copy the tokenizer into {} ({})", (dir / m.tokenizer_copy).string(),
+          out_dir.string(), ec.message());
+  }
+  return dataset;
+}
+
+nlohmann::json tokenizer_metadata(const data::Dataset& dataset, const fs::path& out_dir) {
+  if (dataset.manifest.tokenizer_copy.empty()) return dataset.manifest.tokenizer_kind;
+  return {{"kind", dataset.manifest.tokenizer_kind},
+          {"dir", fs::absolute(out_dir / kTokenizerDir).string()}};
+}
+
+}  // namespace tessera::train

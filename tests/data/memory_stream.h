@@ -1,0 +1,35 @@
+// Token streams held in memory, for tests that need no files.
+#pragma once
+
+#include <numeric>
+#include <vector>
+
+#include "tessera/data/dataset.h"
+#include "tessera/data/shard.h"
+
+namespace tessera::testing {
+
+// The tokens 0, 1, ..., n - 1 (so a token's value is its position) cut into shards of the given
+// sizes, which must sum to n.
+class MemoryStream {
+ public:
+  explicit MemoryStream(const std::vector<int64_t>& shard_sizes) {
+    int32_t next = 0;
+    for (int64_t size : shard_sizes) {
+      std::vector<int32_t> tokens(size);
+      std::iota(tokens.begin(), tokens.end(), next);
+      next += int32_t(size);
+      files_.push_back(data::encode_shard(tokens, 1 << 20));
+    }
+    std::vector<data::ShardView> views;
+    for (const auto& bytes : files_) views.push_back(data::parse_shard(bytes, "memory"));
+    stream_ = std::make_unique<data::TokenStream>(std::move(views));
+  }
+  const data::TokenStream& stream() const { return *stream_; }
+
+ private:
+  std::vector<std::vector<uint8_t>> files_;
+  std::unique_ptr<data::TokenStream> stream_;
+};
+
+}  // namespace tessera::testing
