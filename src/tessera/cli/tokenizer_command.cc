@@ -92,7 +92,10 @@ int encode(int argc, char** argv) {
   if (flags.has("json")) {
     line = nlohmann::json(ids).dump();
   } else {
-    for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) line += ' ';
+      line += std::to_string(ids[i]);
+    }
   }
   line += '\n';
   std::fwrite(line.data(), 1, line.size(), stdout);
