@@ -15,10 +15,7 @@
 namespace tessera::ckpt {
 
 // A view to save from or load into; the checkpoint never owns tensor memory.
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;
-};
+using tessera::NamedTensor;
 
 // Writes <run_dir>/step-<step, 6 digits>/ so that a crash at any moment leaves either the old
 // state or the complete new step, never a half-written step that could be chosen: everything is

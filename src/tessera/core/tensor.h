@@ -53,4 +53,10 @@ struct Tensor {
   }
 };
 
+// A tensor view with the name it is saved and loaded under.
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
 }  // namespace tessera

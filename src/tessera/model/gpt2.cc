@@ -170,10 +170,14 @@ float Gpt2::loss_over_logits(const int32_t* targets, int64_t BT, float grad_scal
   return float(sum / BT);
 }
 
-float Gpt2::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+void Gpt2::compute_logits(const int32_t* inputs, int64_t B, int64_t T) {
   run_blocks(inputs, B, T);
   k::linear_forward<float>(lnf_, params_, nullptr, logits_, B * T, config_.d_model,
                            config_.vocab_size);
+}
+
+float Gpt2::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  compute_logits(inputs, B, T);
   return targets == nullptr ? 0.0f : loss_over_logits(targets, B * T, 0.0f);
 }
 
@@ -192,9 +196,7 @@ void Gpt2::zero_grad() {
 float Gpt2::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                              float loss_scale) {
   check(training_, "forward_backward on a model built for inference");
-  run_blocks(inputs, B, T);
-  k::linear_forward<float>(lnf_, params_, nullptr, logits_, B * T, config_.d_model,
-                           config_.vocab_size);
+  compute_logits(inputs, B, T);
   float loss = loss_over_logits(targets, B * T, loss_scale / float(B * T));
   backward(inputs, B, T);
   return loss;

@@ -55,6 +55,8 @@ class Gpt2 {
   void allocate(Arena& arena);
   void check_tokens(const int32_t* tokens, int64_t n) const;
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // run_blocks, then the tied output projection of every position into logits_.
+  void compute_logits(const int32_t* inputs, int64_t B, int64_t T);
   float loss_over_logits(const int32_t* targets, int64_t BT, float grad_scale);
   void backward(const int32_t* inputs, int64_t B, int64_t T);
 

@@ -21,11 +21,11 @@ const ParamInfo& ParameterLayout::find(std::string_view name) const {
   fail("no parameter named '{}'", name);
 }
 
-std::vector<std::pair<std::string, Tensor>> named_views(const ParameterLayout& layout,
-                                                        float* flat) {
-  std::vector<std::pair<std::string, Tensor>> views;
+std::vector<NamedTensor> named_views(const ParameterLayout& layout, float* flat,
+                                     std::string_view prefix) {
+  std::vector<NamedTensor> views;
   for (const ParamInfo& p : layout.entries()) {
-    views.emplace_back(p.name, Tensor{flat + p.offset, p.shape, DType::f32});
+    views.push_back({std::string(prefix) + p.name, Tensor{flat + p.offset, p.shape, DType::f32}});
   }
   return views;
 }

@@ -29,7 +29,8 @@ class ParameterLayout {
   int64_t total_ = 0;
 };
 
-// Views of each named parameter over a flat buffer of the layout's size.
-std::vector<std::pair<std::string, Tensor>> named_views(const ParameterLayout& layout, float* flat);
+// Views of each named parameter over a flat buffer of the layout's size, each name prefixed.
+std::vector<NamedTensor> named_views(const ParameterLayout& layout, float* flat,
+                                     std::string_view prefix = "");
 
 }  // namespace tessera::model

@@ -40,11 +40,7 @@ TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step
   config.load_json(manifest.metadata["config"]);
   const model::ModelConfig mc = train::run_config_from(config).model;
   model_ = std::make_unique<model::Gpt2>(mc, 1, mc.max_seq, /*training=*/false);
-  std::vector<ckpt::NamedTensor> views;
-  for (const auto& [name, t] : model::named_views(model_->layout(), model_->params().data())) {
-    views.push_back({name, t});
-  }
-  ckpt::load(step_dir_, views);
+  ckpt::load(step_dir_, model::named_views(model_->layout(), model_->params().data()));
   tokenizer_ = checkpoint_tokenizer(step_dir_, manifest.metadata);
   check(tokenizer_->vocab_size() <= mc.vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",

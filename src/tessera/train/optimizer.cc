@@ -26,12 +26,9 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
   }
 }
 
-std::vector<ckpt::NamedTensor> AdamW::state_tensors() {
-  std::vector<ckpt::NamedTensor> out;
-  for (const auto& [name, t] : model::named_views(layout_, m_))
-    out.push_back({"adamw.m." + name, t});
-  for (const auto& [name, t] : model::named_views(layout_, v_))
-    out.push_back({"adamw.v." + name, t});
+std::vector<NamedTensor> AdamW::state_tensors() {
+  std::vector<NamedTensor> out = model::named_views(layout_, m_, "adamw.m.");
+  for (NamedTensor& t : model::named_views(layout_, v_, "adamw.v.")) out.push_back(std::move(t));
   return out;
 }
 

@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/arena.h"
 #include "tessera/model/parameters.h"
 #include "tessera/train/run_config.h"
@@ -21,7 +20,7 @@ class AdamW {
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t n) { steps_taken_ = n; }
   // The moments under checkpoint names "adamw.m.<param>" and "adamw.v.<param>".
-  std::vector<ckpt::NamedTensor> state_tensors();
+  std::vector<NamedTensor> state_tensors();
 
  private:
   const model::ParameterLayout& layout_;

@@ -32,12 +32,9 @@ std::string format_duration(double seconds) {
 }
 
 // Everything a checkpoint holds: parameters under their own names, then the AdamW moments.
-std::vector<ckpt::NamedTensor> state_tensors(model::Gpt2& model, AdamW& optimizer) {
-  std::vector<ckpt::NamedTensor> tensors;
-  for (const auto& [name, t] : model::named_views(model.layout(), model.params().data())) {
-    tensors.push_back({name, t});
-  }
-  for (ckpt::NamedTensor& t : optimizer.state_tensors()) tensors.push_back(std::move(t));
+std::vector<NamedTensor> state_tensors(model::Gpt2& model, AdamW& optimizer) {
+  std::vector<NamedTensor> tensors = model::named_views(model.layout(), model.params().data());
+  for (NamedTensor& t : optimizer.state_tensors()) tensors.push_back(std::move(t));
   return tensors;
 }
 
