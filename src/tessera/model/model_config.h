@@ -1,17 +1,52 @@
-// The model layer: GPT-2 with explicit forward and backward passes over one arena. It uses the
-// kernels and never knows about training loops, data or checkpoints on disk.
+// The model layer: GPT-2, Llama and Mixture-of-Experts transformers with explicit forward and
+// backward passes over one arena. It uses the kernels and never knows about training loops, data
+// or checkpoints on disk.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace tessera::model {
 
+// GPT-2: LayerNorm with bias, learned positions, GELU MLP, tied embeddings, biases everywhere.
+// Llama: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases.
+enum class Architecture { kGpt2, kLlama };
+
+std::string_view architecture_name(Architecture arch);
+Architecture architecture_from_name(std::string_view name);  // throws naming model.arch
+
+struct MoeConfig {
+  int64_t n_experts = 0;  // 0: every block has a dense MLP
+  int64_t top_k = 2;
+  // Shared experts every token passes through; they are merged into one SwiGLU MLP of
+  // n_shared * ffn_hidden channels, as DeepSeek-MoE does.
+  int64_t n_shared = 0;
+  // 0 is dropless. Otherwise each expert takes at most ceil(capacity_factor * tokens * top_k /
+  // n_experts) tokens, first come first served in token order; the rest are dropped for it.
+  double capacity_factor = 0.0;
+  double aux_loss_coef = 0.01;  // Switch Transformer load-balancing loss weight
+};
+
 struct ModelConfig {
+  Architecture arch = Architecture::kGpt2;
   int64_t vocab_size = 256;
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t d_model = 256;
-  int64_t max_seq = 256;  // learned position table size: the longest context
+  int64_t max_seq = 256;     // the longest context (GPT-2: the position table's size)
+  int64_t n_kv_head = 0;     // 0: n_head (multi-head attention)
+  int64_t ffn_hidden = 0;    // 0: 4 * d_model for GPT-2, Llama's rounded 8/3 * d_model
+  double rope_theta = 1e4;   // Llama only
+  double norm_eps = 1e-5;
+  bool tie_embeddings = true;  // the output projection reuses the token embedding
+  MoeConfig moe;
+
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  // Width of the fused q, k, v projection: query heads, then key heads, then value heads.
+  int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  int64_t ffn() const;
+  bool is_moe() const { return moe.n_experts > 0; }
 };
 
 // Throws tessera::Error naming the offending model.* key.
