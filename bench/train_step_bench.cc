@@ -8,16 +8,32 @@
 
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/model/gpt2.h"
+#include "tessera/model/transformer.h"
 #include "tessera/train/optimizer.h"
 
 using namespace tessera;
 
 int main(int argc, char** argv) {
-  model::ModelConfig mc{50257, 4, 4, 256, 1024};
+  model::ModelConfig mc;
+  mc.vocab_size = 50257;
+  mc.max_seq = 1024;
+  model::ModelOptions options;
   int64_t B = 8, T = 256, warmup = 3, steps = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
+    if (k == "--precision") {
+      options.precision = model::precision_from_name(argv[i + 1]);
+      continue;
+    }
+    if (k == "--recompute") {
+      options.recompute = model::recompute_from_name(argv[i + 1]);
+      continue;
+    }
+    if (k == "--arch") {
+      mc.arch = model::architecture_from_name(argv[i + 1]);
+      mc.tie_embeddings = mc.arch == model::Architecture::kGpt2;
+      continue;
+    }
     int64_t v = std::stoll(argv[i + 1]);
     if (k == "--n-layer")
       mc.n_layer = v;
@@ -42,7 +58,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  model::Gpt2 model(mc, B, T, true);
+  model::Transformer model(mc, B, T, true, options);
   model.init_weights(1337);
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
@@ -78,6 +94,8 @@ int main(int argc, char** argv) {
                       {"d_model", mc.d_model},
                       {"vocab", mc.vocab_size},
                       {"params", model.num_parameters()},
+                      {"precision", model::precision_name(options.precision)},
+                      {"recompute", model::recompute_name(options.recompute)},
                       {"threads", num_threads()},
                       {"step_ms_mean", 1e3 * mean},
                       {"optimizer_ms_mean", 1e3 * optimizer_total / steps},

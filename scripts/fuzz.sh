@@ -16,6 +16,7 @@ targets=(
   "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/data/utf8.cc|-lfmt"
   "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
+  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/data/mapped_file.cc src/tessera/data/utf8.cc|-lfmt"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -43,6 +44,32 @@ PY
  "tensors": [{"name": "wte", "shape": [4, 2], "dtype": "f32", "file": "rank-0.bin",
               "offset": 0, "nbytes": 32, "crc32": 12345}]}
 JSON
+      ;;
+    safetensors_fuzz)
+      python3 - "$dir" <<'PY'
+import json, struct, sys
+def safetensors(tensors, metadata=None):
+    header, data = {}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+files = {
+    "f32": safetensors([("wte.weight", "F32", [2, 3], struct.pack("<6f", 1, -2, 3.5, 0, 1e-3, 7)),
+                        ("ln.bias", "F32", [3], struct.pack("<3f", 0.5, 0.25, -1))],
+                       {"format": "pt"}),
+    "halves": safetensors([("b", "BF16", [2], struct.pack("<2H", 0x3F80, 0xC040)),
+                           ("h", "F16", [3], struct.pack("<3H", 0x3C00, 0x0001, 0x7C00)),
+                           ("ids", "I64", [1], struct.pack("<q", 5)),
+                           ("empty", "F32", [0, 4], b"")]),
+}
+for name, content in files.items():
+    open(f"{sys.argv[1]}/{name}.safetensors", "wb").write(content)
+PY
       ;;
   esac
 }

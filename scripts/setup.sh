@@ -4,8 +4,9 @@
 # tokenisers with their GPT-2 vocabulary files for the tokenizer tests).
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config libdnnl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-          libtomlplusplus-dev zlib1g-dev libgtest-dev bible-kjv bible-kjv-text)
+# oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
+packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libfmt-dev
+          nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3 python3-torch nodejs)
   packages+=(clang libclang-rt-14-dev)  # libFuzzer, ASan and UBSan for scripts/fuzz.sh

@@ -8,6 +8,8 @@
 // differences, with the loss accumulated in f64; the bound is 2e-3.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -63,4 +65,11 @@ double relative_gradient_error(std::vector<T>& x, const std::function<double()>&
   return std::sqrt(diff2) / std::max(std::sqrt(std::max(a2, n2)), 1e-300);
 }
 
+// Typed suites run every check in both precisions, each against its own tolerance.
+using GradientPrecisions = ::testing::Types<double, float>;
+
 }  // namespace tessera::testing
+
+#define EXPECT_GRADIENT(x, loss, grad)                                       \
+  EXPECT_LT(::tessera::testing::relative_gradient_error<TypeParam>(x, loss, grad), \
+            ::tessera::testing::Tolerance<TypeParam>::kMaxRelError)

@@ -8,17 +8,11 @@ namespace tessera::kernels {
 namespace {
 
 using testing::random_vector;
-using testing::relative_gradient_error;
-using testing::Tolerance;
 using testing::weighted_sum;
 
 template <typename T>
 class KernelGradient : public ::testing::Test {};
-using Precisions = ::testing::Types<double, float>;
-TYPED_TEST_SUITE(KernelGradient, Precisions);
-
-#define EXPECT_GRADIENT(x, loss, grad) \
-  EXPECT_LT(relative_gradient_error<TypeParam>(x, loss, grad), Tolerance<TypeParam>::kMaxRelError)
+TYPED_TEST_SUITE(KernelGradient, testing::GradientPrecisions);
 
 TYPED_TEST(KernelGradient, Linear) {
   using T = TypeParam;
@@ -91,11 +85,12 @@ TYPED_TEST(KernelGradient, CausalAttention) {
   std::vector<T> out(B * Tn * C), lse(B * H * Tn), dqkv(qkv.size());
   std::vector<T> scratch(attention_scratch_size(Tn) * omp_get_max_threads());
   auto loss = [&] {
-    attention_forward<T>(qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, C, H);
+    attention_forward<T>(qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, H, H, C / H);
     return weighted_sum(out, r);
   };
   loss();
-  attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, C, H);
+  attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, H, H,
+                        C / H);
   EXPECT_GRADIENT(qkv, loss, dqkv);
 }
 

@@ -20,165 +20,25 @@
 #include <string>
 #include <vector>
 
-#include "tessera/model/gpt2.h"
 #include "tessera/model/parameters.h"
+#include "tessera/model/transformer.h"
+#include "tests/model/reference_fixture.h"
 
 namespace tessera::model {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace reference;
 
-struct FixtureTensor {
-  std::vector<int64_t> shape;
-  std::string dtype;
-  std::vector<float> f32;
-  std::vector<int32_t> i32;
-};
-
-struct Fixture {
-  ModelConfig config;
-  int64_t B = 0, T = 0;
-  float loss = 0;
-  std::map<std::string, FixtureTensor> tensors;
-
-  const FixtureTensor& at(const std::string& name) const {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) throw std::runtime_error("fixture has no tensor " + name);
-    return it->second;
-  }
-};
-
-// Runs the generator into a fresh temporary directory and returns it, or fails the test.
-std::string generate_fixture() {
-  std::string tmpl = (fs::temp_directory_path() / "tessera_gpt2_ref_XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    return {};
-  }
-  const std::string script = std::string(TESSERA_SOURCE_DIR) + "/tests/reference/gpt2_reference.py";
-  const std::string command = "/usr/bin/python3 '" + script + "' --out '" + tmpl + "'";
-  const int rc = std::system(command.c_str());
-  if (rc != 0) {
-    ADD_FAILURE() << "fixture generator failed (exit status " << rc << "): " << command
-                  << "\nIt needs Debian's PyTorch: install python3-torch (apt-get install "
-                     "python3-torch), or point TESSERA_REFERENCE_FIXTURE at a directory the "
-                     "script wrote.";
-    return {};
-  }
-  return tmpl;
-}
-
-// Loads the fixture once per process; a generated one is deleted when the process exits.
-const Fixture* fixture() {
-  static const Fixture* loaded = []() -> const Fixture* {
-    static fs::path generated;
-    struct Cleanup {
-      ~Cleanup() {
-        std::error_code ec;
-        if (!generated.empty()) fs::remove_all(generated, ec);
-      }
-    };
-    static Cleanup cleanup;
-    std::string dir;
-    if (const char* env = std::getenv("TESSERA_REFERENCE_FIXTURE"); env != nullptr && *env) {
-      dir = env;
-    } else {
-      dir = generate_fixture();
-      if (dir.empty()) return nullptr;
-      generated = dir;
-    }
-    std::ifstream json_file(fs::path(dir) / "fixture.json");
-    std::ifstream bin_file(fs::path(dir) / "fixture.bin", std::ios::binary);
-    if (!json_file || !bin_file) {
-      ADD_FAILURE() << "cannot open fixture.json / fixture.bin in " << dir;
-      return nullptr;
-    }
-    const std::vector<char> bin{std::istreambuf_iterator<char>(bin_file), {}};
-    const nlohmann::json j = nlohmann::json::parse(json_file);
-    auto* f = new Fixture;
-    const auto& c = j.at("config");
-    f->config.vocab_size = c.at("vocab_size").get<int64_t>();
-    f->config.n_layer = c.at("n_layer").get<int64_t>();
-    f->config.n_head = c.at("n_head").get<int64_t>();
-    f->config.d_model = c.at("d_model").get<int64_t>();
-    f->config.max_seq = c.at("max_seq").get<int64_t>();
-    f->B = j.at("B").get<int64_t>();
-    f->T = j.at("T").get<int64_t>();
-    f->loss = j.at("loss").get<float>();
-    for (const auto& t : j.at("tensors")) {
-      FixtureTensor ft;
-      ft.shape = t.at("shape").get<std::vector<int64_t>>();
-      ft.dtype = t.at("dtype").get<std::string>();
-      const auto offset = t.at("offset").get<size_t>();
-      const auto nbytes = t.at("nbytes").get<size_t>();
-      int64_t numel = 1;
-      for (int64_t d : ft.shape) numel *= d;
-      const auto name = t.at("name").get<std::string>();
-      if (offset + nbytes > bin.size() || nbytes != size_t(numel) * 4 ||
-          (ft.dtype != "f32" && ft.dtype != "i32")) {
-        ADD_FAILURE() << "fixture tensor " << name << " is malformed";
-        delete f;
-        return nullptr;
-      }
-      // The file is little-endian; so is every host Tessera supports.
-      if (ft.dtype == "f32") {
-        ft.f32.resize(numel);
-        std::memcpy(ft.f32.data(), bin.data() + offset, nbytes);
-      } else {
-        ft.i32.resize(numel);
-        std::memcpy(ft.i32.data(), bin.data() + offset, nbytes);
-      }
-      f->tensors.emplace(name, std::move(ft));
-    }
-    return f;
-  }();
-  return loaded;
-}
-
-// Copies every fixture parameter into the model by name, checking names and shapes.
-void load_parameters(const Fixture& f, Gpt2& model) {
-  for (const auto& [name, view] : named_views(model.layout(), model.params().data())) {
-    SCOPED_TRACE(name);
-    const FixtureTensor& t = f.at(name);
-    ASSERT_EQ(t.dtype, "f32");
-    ASSERT_EQ(int(t.shape.size()), view.shape.rank());
-    for (int i = 0; i < view.shape.rank(); ++i) ASSERT_EQ(t.shape[i], view.shape[i]);
-    std::memcpy(view.data, t.f32.data(), view.nbytes());
-  }
-}
-
-double norm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
-  return std::sqrt(s);
-}
-
-// For every parameter, ||g - g_ref|| / ||g_ref|| < tol; reports the worst tensor.
-void expect_grads_match(const Fixture& f, Gpt2& model, double tol) {
-  std::string worst_name;
-  double worst = -1;
-  for (const auto& [name, view] : named_views(model.layout(), model.grads().data())) {
-    const FixtureTensor& ref = f.at("grad/" + name);
-    const float* g = view.as<float>();
-    std::vector<float> diff(ref.f32.size());
-    for (size_t i = 0; i < diff.size(); ++i) diff[i] = g[i] - ref.f32[i];
-    const double ref_norm = norm(ref.f32.data(), int64_t(ref.f32.size()));
-    ASSERT_GT(ref_norm, 0) << name << " has an all-zero reference gradient";
-    const double err = norm(diff.data(), int64_t(diff.size())) / ref_norm;
-    EXPECT_LT(err, tol) << "gradient of " << name << " disagrees with PyTorch";
-    if (err > worst) worst = err, worst_name = name;
-  }
-  std::printf("worst gradient relative error: %s %.3g\n", worst_name.c_str(), worst);
-}
+const Fixture* gpt2_fixture() { return fixture("gpt2_reference.py"); }
 
 TEST(Gpt2Reference, MatchesPyTorchLossAndGradients) {
-  const Fixture* f = fixture();
+  const Fixture* f = gpt2_fixture();
   ASSERT_NE(f, nullptr);
   ASSERT_LT(f->T, f->config.max_seq) << "the fixture should leave some positions unused";
-  Gpt2 model(f->config, f->B, f->T, /*training=*/true);
+  Transformer model(f->config, f->B, f->T, /*training=*/true);
   load_parameters(*f, model);
-  const int32_t* inputs = f->at("inputs").i32.data();
-  const int32_t* targets = f->at("targets").i32.data();
+  const int32_t* inputs = f->inputs();
+  const int32_t* targets = f->targets();
 
   model.zero_grad();
   const float loss = model.forward_backward(inputs, targets, f->B, f->T, 1.0f);
@@ -192,12 +52,12 @@ TEST(Gpt2Reference, MatchesPyTorchLossAndGradients) {
 }
 
 TEST(Gpt2Reference, TwoHalfScaledMicroStepsAccumulateToReference) {
-  const Fixture* f = fixture();
+  const Fixture* f = gpt2_fixture();
   ASSERT_NE(f, nullptr);
-  Gpt2 model(f->config, f->B, f->T, /*training=*/true);
+  Transformer model(f->config, f->B, f->T, /*training=*/true);
   load_parameters(*f, model);
-  const int32_t* inputs = f->at("inputs").i32.data();
-  const int32_t* targets = f->at("targets").i32.data();
+  const int32_t* inputs = f->inputs();
+  const int32_t* targets = f->targets();
 
   model.zero_grad();
   for (int step = 0; step < 2; ++step) {
@@ -224,7 +84,7 @@ TEST(Gpt2FiniteDifference, SpotCheckMatchesBackward) {
   config.d_model = 16;
   config.max_seq = 8;
   const int64_t B = 2, T = 5;
-  Gpt2 model(config, B, T, /*training=*/true);
+  Transformer model(config, B, T, /*training=*/true);
 
   // Random non-trivial weights, like the PyTorch fixture (LayerNorm gains around 1, nonzero
   // biases, Linear weights ~ 1/sqrt(fan_in)) but unit-scale embeddings, see above.

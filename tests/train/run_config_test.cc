@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "tessera/core/error.h"
@@ -54,11 +55,40 @@ TEST(RunConfig, DefaultsAreTheTinyModel) {
   EXPECT_EQ(run.checkpoint.keep_last, 2);
 }
 
-TEST(RunConfig, EveryKeyHasHelpAndModelKeysAreRequired) {
+// A config file must state the model's shape; architecture options default to GPT-2's.
+TEST(RunConfig, EveryKeyHasHelpAndTheModelShapeIsRequired) {
+  const std::set<std::string> shape = {"model.vocab_size", "model.n_layer", "model.n_head",
+                                       "model.d_model", "model.max_seq"};
   for (const ConfigKey& key : run_config_schema()) {
     EXPECT_FALSE(key.help.empty()) << key.name;
-    EXPECT_EQ(key.required_in_file, key.name.rfind("model.", 0) == 0) << key.name;
+    EXPECT_EQ(key.required_in_file, shape.contains(key.name)) << key.name;
   }
+}
+
+TEST(RunConfig, LlamaAndMixtureKeysReachTheModelConfig) {
+  Config config(run_config_schema());
+  for (const char* set :
+       {"model.arch=llama", "model.n_kv_head=2", "model.ffn_hidden=96", "model.rope_theta=5e5",
+        "model.norm_eps=1e-6", "model.tie_embeddings=false", "model.moe_experts=8",
+        "model.moe_top_k=1", "model.moe_shared_experts=2", "model.moe_capacity_factor=1.5",
+        "model.moe_aux_loss_coef=0.02", "train.precision=bf16", "train.recompute=selective"}) {
+    config.set_override(set);
+  }
+  const RunConfig run = run_config_from(config);
+  const model::ModelConfig& m = run.model;
+  EXPECT_EQ(m.arch, model::Architecture::kLlama);
+  EXPECT_EQ(m.kv_heads(), 2);
+  EXPECT_EQ(m.ffn(), 96);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 5e5);
+  EXPECT_DOUBLE_EQ(m.norm_eps, 1e-6);
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_EQ(m.moe.n_experts, 8);
+  EXPECT_EQ(m.moe.top_k, 1);
+  EXPECT_EQ(m.moe.n_shared, 2);
+  EXPECT_DOUBLE_EQ(m.moe.capacity_factor, 1.5);
+  EXPECT_DOUBLE_EQ(m.moe.aux_loss_coef, 0.02);
+  EXPECT_EQ(run.train.precision, model::Precision::kBf16);
+  EXPECT_EQ(run.train.recompute, model::Recompute::kSelective);
 }
 
 TEST(RunConfig, OverridesReachTheStructs) {

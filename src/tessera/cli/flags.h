@@ -44,5 +44,6 @@ int prepare_command(int argc, char** argv);
 int train_command(int argc, char** argv);
 int generate_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
+int convert_command(int argc, char** argv);
 
 }  // namespace tessera::cli

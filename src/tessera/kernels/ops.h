@@ -36,17 +36,35 @@ template <typename T>
 void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
                         T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C);
 
+// Row-wise RMSNorm over C channels, y = x * rstd * gamma with rstd = 1/sqrt(mean(x^2) + eps),
+// as Llama uses; saves rstd[M] for backward.
+template <typename T>
+void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64_t C, T eps);
+// dx accumulates (+=) like layernorm_backward: the residual stream's gradient flows through it.
+template <typename T>
+void rmsnorm_backward(const T* dy, const T* x, const T* gamma, const T* rstd, T* dx, T* dgamma,
+                      int64_t M, int64_t C);
+
 // GELU with the tanh approximation, as GPT-2 uses.
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n);
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n);
 
+// gate_up[M, 2F] holds gate (first F columns) then up (last F columns) per row; out[M,F] =
+// silu(gate) * up.
+template <typename T>
+void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F);
+// dgate_up is written.
+template <typename T>
+void swiglu_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t M, int64_t F);
+
 // out = a + b (out may alias a or b).
 template <typename T>
 void add(const T* a, const T* b, T* out, int64_t n);
 
-// x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Token ids must already be checked against the vocab.
+// x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null for models without learned
+// positions. Token ids must already be checked against the vocab.
 template <typename T>
 void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
                        int64_t T_, int64_t C);
@@ -54,17 +72,34 @@ template <typename T>
 void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
                         int64_t C);
 
-// Causal multi-head self-attention over qkv[B,T,3C] (q, k, v side by side, heads of C/H
-// channels) into out[B,T,C]. Only the log-sum-exp of each score row, lse[B,H,T], is kept for
-// backward, which recomputes the probabilities: no T x T matrix outlives a head's work.
-// scratch: attention_scratch_size(T) elements for each of omp_get_max_threads() threads.
+// Rotary position embeddings in the Hugging Face Llama "rotate_half" layout: within a head of hd
+// channels, channel i < hd/2 pairs with channel i + hd/2 and turns by pos * theta^(-2i/hd).
+// qkv[B, T, (H + 2*KVH) * hd]: H query heads, then KVH key heads, then KVH value heads. Rotates q
+// and k heads in place for positions pos0 .. pos0+T-1; v is untouched. hd is even and at most
+// kRopeMaxHeadDim.
+constexpr int64_t kRopeMaxHeadDim = 512;
+template <typename T>
+void rope_forward(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
+                  double theta);
+// The inverse rotation, in place on dqkv (gradient of the rotated q and k becomes gradient of the
+// unrotated ones).
+template <typename T>
+void rope_backward(T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
+                   double theta);
+
+// Causal grouped-query self-attention over qkv[B, T, (H + 2*KVH) * hd] (the rope layout above)
+// into out[B, T, H*hd]; query head h reads key/value head h / (H/KVH). With KVH == H this is
+// GPT-2's multi-head layout, qkv = [q(C), k(C), v(C)]. Only the log-sum-exp of each score row,
+// lse[B,H,T], is kept for backward, which recomputes the probabilities: no T x T matrix outlives
+// a head's work. scratch: attention_scratch_size(T) elements for each of omp_get_max_threads()
+// threads.
 int64_t attention_scratch_size(int64_t T_);
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t C,
-                       int64_t H);
+void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t H,
+                       int64_t KVH, int64_t hd);
 template <typename T>
 void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch, int64_t B,
-                        int64_t T_, int64_t C, int64_t H);
+                        int64_t T_, int64_t H, int64_t KVH, int64_t hd);
 
 // Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
 // When grad_scale is non-zero the logits are overwritten by their gradient,

@@ -44,6 +44,10 @@ void validate(const ModelConfig& config) {
     check(config.kv_heads() == config.n_head,
           "model.n_kv_head applies to model.arch = \"llama\" only");
     check(moe.n_experts == 0, "model.moe_experts needs model.arch = \"llama\"");
+    check(config.norm_eps == 1e-5,
+          "model.norm_eps applies to model.arch = \"llama\" only (GPT-2's "
+          "LayerNorm uses 1e-5), got {}",
+          config.norm_eps);
     return;
   }
   check(config.head_dim() % 2 == 0, "rotary embeddings need an even head dimension, got {}",
@@ -52,13 +56,11 @@ void validate(const ModelConfig& config) {
   check(moe.n_experts >= 0, "model.moe_experts must be >= 0 (0 = dense), got {}", moe.n_experts);
   if (moe.n_experts == 0) return;
   check(moe.top_k >= 1 && moe.top_k <= moe.n_experts,
-        "model.moe_top_k must be in [1, model.moe_experts = {}], got {}", moe.n_experts,
-        moe.top_k);
+        "model.moe_top_k must be in [1, model.moe_experts = {}], got {}", moe.n_experts, moe.top_k);
   check(moe.n_shared >= 0, "model.moe_shared_experts must be >= 0, got {}", moe.n_shared);
   check(moe.capacity_factor >= 0, "model.moe_capacity_factor must be >= 0 (0 = dropless), got {}",
         moe.capacity_factor);
-  check(moe.aux_loss_coef >= 0, "model.moe_aux_loss_coef must be >= 0, got {}",
-        moe.aux_loss_coef);
+  check(moe.aux_loss_coef >= 0, "model.moe_aux_loss_coef must be >= 0, got {}", moe.aux_loss_coef);
 }
 
 }  // namespace tessera::model

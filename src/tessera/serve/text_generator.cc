@@ -39,7 +39,7 @@ TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step
   Config config(train::run_config_schema());
   config.load_json(manifest.metadata["config"]);
   const model::ModelConfig mc = train::run_config_from(config).model;
-  model_ = std::make_unique<model::Gpt2>(mc, 1, mc.max_seq, /*training=*/false);
+  model_ = std::make_unique<model::Transformer>(mc, 1, mc.max_seq, /*training=*/false);
   ckpt::load(step_dir_, model::named_views(model_->layout(), model_->params().data()));
   tokenizer_ = checkpoint_tokenizer(step_dir_, manifest.metadata);
   check(tokenizer_->vocab_size() <= mc.vocab_size,

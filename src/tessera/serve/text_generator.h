@@ -8,7 +8,7 @@
 #include <string>
 
 #include "tessera/data/tokenizer.h"
-#include "tessera/model/gpt2.h"
+#include "tessera/model/transformer.h"
 #include "tessera/serve/sampler.h"
 
 namespace tessera::serve {
@@ -28,7 +28,7 @@ class TextGenerator {
 
  private:
   std::filesystem::path step_dir_;
-  std::unique_ptr<model::Gpt2> model_;
+  std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
 };
 

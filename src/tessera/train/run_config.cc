@@ -7,11 +7,26 @@ namespace tessera::train {
 std::vector<ConfigKey> run_config_schema() {
   using T = ConfigType;
   return {
+      {"model.arch", T::kString, "gpt2", false,
+       "\"gpt2\" or \"llama\" (RMSNorm, RoPE, SwiGLU, GQA)"},
       {"model.vocab_size", T::kInt, "256", true, "token vocabulary size (256 = raw bytes)"},
       {"model.n_layer", T::kInt, "4", true, "number of transformer blocks"},
       {"model.n_head", T::kInt, "4", true, "attention heads per block; must divide d_model"},
       {"model.d_model", T::kInt, "256", true, "residual stream width"},
       {"model.max_seq", T::kInt, "256", true, "longest context (position table size)"},
+      {"model.n_kv_head", T::kInt, "0", false, "key/value heads (llama); 0 = n_head"},
+      {"model.ffn_hidden", T::kInt, "0", false,
+       "MLP (and expert) width; 0 = 4 d_model (gpt2), 8/3 d_model rounded to 256 (llama)"},
+      {"model.rope_theta", T::kFloat, "10000", false, "rotary embedding base (llama)"},
+      {"model.norm_eps", T::kFloat, "1e-5", false, "RMSNorm epsilon (llama; GPT-2 uses 1e-5)"},
+      {"model.tie_embeddings", T::kBool, "true", false,
+       "output projection shares the token embedding (always true for gpt2)"},
+      {"model.moe_experts", T::kInt, "0", false, "routed experts per block (llama); 0 = dense"},
+      {"model.moe_top_k", T::kInt, "2", false, "experts each token is routed to"},
+      {"model.moe_shared_experts", T::kInt, "0", false, "experts every token passes through"},
+      {"model.moe_capacity_factor", T::kFloat, "0", false,
+       "expert capacity as a multiple of the even share; 0 = dropless"},
+      {"model.moe_aux_loss_coef", T::kFloat, "0.01", false, "load-balancing loss weight"},
       {"train.batch_size", T::kInt, "16", false, "sequences per micro-batch"},
       {"train.seq_len", T::kInt, "256", false, "tokens per training sequence; <= model.max_seq"},
       {"train.steps", T::kInt, "600", false, "optimizer steps to run"},
@@ -24,6 +39,13 @@ std::vector<ConfigKey> run_config_schema() {
       {"train.beta2", T::kFloat, "0.95", false, "AdamW second-moment decay"},
       {"train.eps", T::kFloat, "1e-8", false, "AdamW denominator epsilon"},
       {"train.grad_clip", T::kFloat, "1.0", false, "max global gradient norm; 0 disables"},
+      {"train.precision", T::kString, "f32", false,
+       "\"f32\", \"bf16\" or \"f16\" (matmul operands; master weights stay f32)"},
+      {"train.recompute", T::kString, "none", false,
+       "activation recomputation: \"none\", \"selective\" or \"full\""},
+      {"train.loss_scale", T::kFloat, "65536", false, "f16: initial dynamic loss scale"},
+      {"train.loss_scale_growth_interval", T::kInt, "1000", false,
+       "f16: overflow-free steps before the loss scale doubles"},
       {"train.seed", T::kInt, "1337", false, "seed for initialization and data order"},
       {"train.threads", T::kInt, "0", false, "CPU threads; 0 uses all cores"},
       {"train.eval_every", T::kInt, "100", false, "steps between validation runs; 0 disables"},
@@ -53,11 +75,22 @@ int64_t int_at_least(const Config& config, const char* key, int64_t min) {
 RunConfig run_config_from(const Config& config) {
   RunConfig run;
   model::ModelConfig& m = run.model;
+  m.arch = model::architecture_from_name(config.get_string("model.arch"));
   m.vocab_size = config.get_int("model.vocab_size");
   m.n_layer = config.get_int("model.n_layer");
   m.n_head = config.get_int("model.n_head");
   m.d_model = config.get_int("model.d_model");
   m.max_seq = config.get_int("model.max_seq");
+  m.n_kv_head = config.get_int("model.n_kv_head");
+  m.ffn_hidden = config.get_int("model.ffn_hidden");
+  m.rope_theta = config.get_float("model.rope_theta");
+  m.norm_eps = config.get_float("model.norm_eps");
+  m.tie_embeddings = config.get_bool("model.tie_embeddings");
+  m.moe.n_experts = config.get_int("model.moe_experts");
+  m.moe.top_k = config.get_int("model.moe_top_k");
+  m.moe.n_shared = config.get_int("model.moe_shared_experts");
+  m.moe.capacity_factor = config.get_float("model.moe_capacity_factor");
+  m.moe.aux_loss_coef = config.get_float("model.moe_aux_loss_coef");
   model::validate(m);
 
   TrainConfig& t = run.train;
@@ -83,6 +116,11 @@ RunConfig run_config_from(const Config& config) {
   check(t.eps > 0, "train.eps must be > 0, got {}", t.eps);
   t.grad_clip = config.get_float("train.grad_clip");
   check(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
+  t.precision = model::precision_from_name(config.get_string("train.precision"));
+  t.recompute = model::recompute_from_name(config.get_string("train.recompute"));
+  t.loss_scale = config.get_float("train.loss_scale");
+  check(t.loss_scale >= 1, "train.loss_scale must be >= 1, got {}", t.loss_scale);
+  t.loss_scale_growth_interval = int_at_least(config, "train.loss_scale_growth_interval", 1);
   t.seed = config.get_int("train.seed");
   t.threads = int_at_least(config, "train.threads", 0);
   t.eval_every = int_at_least(config, "train.eval_every", 0);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/core/config.h"
+#include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::train {
@@ -23,6 +24,10 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
+  model::Precision precision = model::Precision::kF32;
+  model::Recompute recompute = model::Recompute::kNone;
+  double loss_scale = 65536;  // f16 only: the initial dynamic loss scale
+  int64_t loss_scale_growth_interval = 1000;
   int64_t seed = 1337;
   int64_t threads = 0;  // 0 = all cores
   int64_t eval_every = 100;

@@ -11,8 +11,11 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
 #include "tessera/data/loader.h"
-#include "tessera/model/gpt2.h"
+#include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/ops.h"
+#include "tessera/model/transformer.h"
 #include "tessera/obs/metrics_log.h"
+#include "tessera/train/loss_scaler.h"
 #include "tessera/train/lr_schedule.h"
 #include "tessera/train/optimizer.h"
 #include "tessera/train/training_data.h"
@@ -32,7 +35,7 @@ std::string format_duration(double seconds) {
 }
 
 // Everything a checkpoint holds: parameters under their own names, then the AdamW moments.
-std::vector<NamedTensor> state_tensors(model::Gpt2& model, AdamW& optimizer) {
+std::vector<NamedTensor> state_tensors(model::Transformer& model, AdamW& optimizer) {
   std::vector<NamedTensor> tensors = model::named_views(model.layout(), model.params().data());
   for (NamedTensor& t : optimizer.state_tensors()) tensors.push_back(std::move(t));
   return tensors;
@@ -43,7 +46,7 @@ class Evaluator {
   Evaluator(const data::TokenStream& val, const TrainConfig& c)
       : val_(val), config_(c), inputs_(c.batch_size * c.seq_len), targets_(inputs_.size()) {}
 
-  double mean_loss(model::Gpt2& model) {
+  double mean_loss(model::Transformer& model) {
     double sum = 0;
     for (int64_t i = 0; i < config_.eval_batches; ++i) {
       data::fill_eval_batch(val_, config_.batch_size, config_.seq_len, i, config_.eval_batches,
@@ -58,6 +61,34 @@ class Evaluator {
   TrainConfig config_;
   std::vector<int32_t> inputs_, targets_;
 };
+
+void log_model(const RunConfig& rc, const model::Transformer& model) {
+  const model::ModelConfig& m = rc.model;
+  const model::ParameterCount count = model::count_parameters(m);
+  std::string shape = fmt::format("{}, {} layers, {} heads ({} key/value), d_model {}, ffn {}",
+                                  model::architecture_name(m.arch), m.n_layer, m.n_head,
+                                  m.kv_heads(), m.d_model, m.ffn());
+  if (m.is_moe()) {
+    shape += fmt::format(", {} experts top-{} ({} shared), {:.2f}M active parameters",
+                         m.moe.n_experts, m.moe.top_k, m.moe.n_shared, count.active / 1e6);
+  }
+  spdlog::info("model: {}, {:.2f}M parameters, {} threads", shape, count.total / 1e6,
+               num_threads());
+  const TrainConfig& tc = rc.train;
+  std::string matmul = "f32 (oneDNN sgemm)";
+  if (tc.precision != model::Precision::kF32) {
+    const auto low = tc.precision == model::Precision::kF16 ? kernels::LowPrecision::kF16
+                                                            : kernels::LowPrecision::kBf16;
+    matmul = fmt::format("{} ({})", model::precision_name(tc.precision),
+                         kernels::low_precision_gemm_path(low));
+  }
+  const double mib = 1024.0 * 1024.0;
+  spdlog::info(
+      "precision: matmuls {}; master weights and AdamW f32 | recompute {}: {:.2f} MiB of "
+      "activations kept per layer, {:.2f} MiB working set",
+      matmul, model::recompute_name(tc.recompute), model.saved_activation_bytes_per_layer() / mib,
+      model.working_activation_bytes() / mib);
+}
 
 }  // namespace
 
@@ -86,15 +117,15 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc.model.vocab_size)), unigram);
 
-  model::Gpt2 model(rc.model, tc.batch_size, tc.seq_len, /*training=*/true);
+  model::Transformer model(rc.model, tc.batch_size, tc.seq_len, /*training=*/true,
+                           {.precision = tc.precision, .recompute = tc.recompute});
   model.init_weights(uint64_t(tc.seed));
   AdamW optimizer(model.layout(), tc);
-  spdlog::info("model: GPT-2, {} layers, {} heads, d_model {}, {:.2f}M parameters, {} threads",
-               rc.model.n_layer, rc.model.n_head, rc.model.d_model, model.num_parameters() / 1e6,
-               num_threads());
+  log_model(rc, model);
 
   const fs::path ckpt_dir = out_dir / "checkpoints";
   int64_t start_step = 0, samples_consumed = 0;
+  std::pair<double, int64_t> loss_scale_state{tc.loss_scale, 0};
   if (std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir)) {
     ckpt::load(*latest, state_tensors(model, optimizer));
     const ckpt::Manifest manifest = ckpt::read_manifest(*latest);
@@ -102,11 +133,16 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     samples_consumed = manifest.metadata.value("samples_consumed", int64_t{-1});
     check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
           latest->string());
-    optimizer.set_steps_taken(start_step);
+    optimizer.set_steps_taken(manifest.metadata.value("optimizer_steps", start_step));
+    loss_scale_state = {manifest.metadata.value("loss_scale", tc.loss_scale),
+                        manifest.metadata.value("skipped_steps", int64_t{0})};
     spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), start_step,
                  samples_consumed);
   }
 
+  DynamicLossScaler scaler(tc.loss_scale, tc.loss_scale_growth_interval);
+  scaler.restore(loss_scale_state.first, loss_scale_state.second);
+  const bool f16 = tc.precision == model::Precision::kF16;
   data::Loader loader(dataset.train,
                       {.batch_size = tc.batch_size,
                        .seq_len = tc.seq_len,
@@ -120,9 +156,12 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
 
   auto save = [&](int64_t step) {
     nlohmann::json meta = {{"config", config.to_json()},
-                           {"model", "gpt2"},
+                           {"model", model::architecture_name(rc.model.arch)},
                            {"tokenizer", tokenizer},
-                           {"samples_consumed", loader.position()}};
+                           {"samples_consumed", loader.position()},
+                           {"optimizer_steps", optimizer.steps_taken()},
+                           {"loss_scale", scaler.scale()},
+                           {"skipped_steps", scaler.skipped_steps()}};
     return ckpt::save(ckpt_dir, step, state_tensors(model, optimizer), meta,
                       int(rc.checkpoint.keep_last));
   };
@@ -144,32 +183,57 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step, tc);
     model.zero_grad();
-    double loss = 0, data_wait = 0;
+    double loss = 0, aux_loss = 0, data_wait = 0;
+    const double loss_scale = f16 ? scaler.scale() : 1.0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       const data::Batch& batch = loader.next();
       data_wait += loader.last_wait_seconds();
       loss += model.forward_backward(batch.inputs, batch.targets, tc.batch_size, tc.seq_len,
-                                     float(1.0 / tc.grad_accum)) /
+                                     float(loss_scale / tc.grad_accum)) /
               double(tc.grad_accum);
+      aux_loss += model.aux_loss() / double(tc.grad_accum);
     }
-    const double grad_norm = clip_grad_norm(model.grads(), tc.grad_clip);
-    optimizer.step(model.params(), model.grads(), lr);
+    double grad_norm = 0;
+    const std::span<float> grads = model.grads();
+    const bool stepped =
+        !f16 || scaler.update(kernels::all_finite(grads.data(), int64_t(grads.size())));
+    if (stepped) {
+      if (f16) kernels::scale(grads.data(), float(1.0 / loss_scale), int64_t(grads.size()));
+      grad_norm = clip_grad_norm(grads, tc.grad_clip);
+      optimizer.step(model.params(), grads, lr);
+    }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
     const int64_t done = step + 1;
-    metrics.write({{"step", done},
-                   {"loss", loss},
-                   {"lr", lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens_per_s", tokens_per_step / dt},
-                   {"step_s", dt},
-                   {"data_wait_s", data_wait}});
+    nlohmann::json record = {{"step", done},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_s", tokens_per_step / dt},
+                             {"step_s", dt},
+                             {"data_wait_s", data_wait}};
+    std::string extra;
+    if (f16) {
+      record["loss_scale"] = loss_scale;
+      record["skipped"] = !stepped;
+      extra +=
+          fmt::format(" | loss scale {:g}{}", loss_scale, stepped ? "" : " (overflow, skipped)");
+    }
+    if (rc.model.is_moe()) {
+      nlohmann::json counts = nlohmann::json::array();
+      for (int64_t l = 0; l < rc.model.n_layer; ++l) counts.push_back(model.expert_tokens(l));
+      record["aux_loss"] = aux_loss;
+      record["expert_tokens"] = counts;
+      record["dropped_assignments"] = model.dropped_assignments();
+      extra += fmt::format(" | aux {:.4f} | dropped {}", aux_loss, model.dropped_assignments());
+    }
+    metrics.write(record);
     if (done % tc.log_every == 0 || done == tc.steps) {
       double eta = elapsed / double(done - start_step) * double(tc.steps - done);
       spdlog::info(
           "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | data wait "
-          "{:.1f} ms | ETA {}",
-          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, 1e3 * data_wait,
+          "{:.1f} ms{} | ETA {}",
+          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, 1e3 * data_wait, extra,
           format_duration(eta));
     }
     if (tc.eval_every > 0 && done % tc.eval_every == 0 && done != tc.steps) evaluate(done);

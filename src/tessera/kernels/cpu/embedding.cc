@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/ops.h"
 
@@ -9,8 +11,12 @@ void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, 
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     const T* tok = wte + int64_t(tokens[bt]) * C;
-    const T* pos = wpe + (bt % T_) * C;
     T* out = x + bt * C;
+    if (wpe == nullptr) {
+      std::copy(tok, tok + C, out);
+      continue;
+    }
+    const T* pos = wpe + (bt % T_) * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) out[c] = tok[c] + pos[c];
   }
@@ -23,11 +29,10 @@ void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, in
     for (int64_t bt = 0; bt < B * T_; ++bt) {
       const T* d = dx + bt * C;
       T* tok = dwte + int64_t(tokens[bt]) * C;
+      for (int64_t c = c0; c < c1; ++c) tok[c] += d[c];
+      if (dwpe == nullptr) continue;
       T* pos = dwpe + (bt % T_) * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        tok[c] += d[c];
-        pos[c] += d[c];
-      }
+      for (int64_t c = c0; c < c1; ++c) pos[c] += d[c];
     }
   });
 }

@@ -1,0 +1,31 @@
+#include <algorithm>
+
+#include "tessera/kernels/cpu/low_precision_convert.h"
+#include "tessera/kernels/low_precision.h"
+
+namespace tessera::kernels {
+
+namespace {
+// Casts are memory-bound: below a few chunks, waking the thread team costs more than it saves.
+constexpr int64_t kChunk = 1 << 15;
+}  // namespace
+
+void cast_to_low(const float* x, uint16_t* y, int64_t n, LowPrecision p) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    to_low_serial(x + begin, y + begin, std::min(kChunk, n - begin), p);
+  }
+}
+
+void cast_from_low(const uint16_t* x, float* y, int64_t n, LowPrecision p) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    from_low_serial(x + begin, y + begin, std::min(kChunk, n - begin), p);
+  }
+}
+
+}  // namespace tessera::kernels

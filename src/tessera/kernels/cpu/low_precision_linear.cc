@@ -1,0 +1,33 @@
+#include "tessera/core/error.h"
+#include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/low_precision.h"
+
+namespace tessera::kernels {
+
+void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
+                        int64_t in, int64_t out, LowPrecision p) {
+  if (b != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t j = 0; j < out; ++j) y[m * out + j] = b[j];
+    }
+  }
+  gemm_low(false, true, M, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out, p);
+}
+
+void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
+                         const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
+                         int64_t out, LowPrecision p) {
+  gemm_low(false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
+  gemm_low(true, false, out, in, M, 1.0f, dy_low, out, x, in, 1.0f, dw, in, p);
+  if (db == nullptr) return;
+  check(dy != nullptr, "linear_backward_low: the bias gradient needs the f32 dy");
+  for_column_blocks(out, [&](int64_t j0, int64_t j1) {
+    for (int64_t m = 0; m < M; ++m) {
+      const float* row = dy + m * out;
+      for (int64_t j = j0; j < j1; ++j) db[j] += row[j];
+    }
+  });
+}
+
+}  // namespace tessera::kernels

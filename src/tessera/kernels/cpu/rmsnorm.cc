@@ -1,0 +1,63 @@
+#include <cmath>
+
+#include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64_t C, T eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* xr = x + m * C;
+    T sum_sq = 0;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int64_t c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
+    T rs = T(1) / std::sqrt(sum_sq / C + eps);
+    T* yr = y + m * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rs * gamma[c];
+    rstd[m] = rs;
+  }
+}
+
+// With xhat = x * rstd, dx = rstd * (dy * gamma - xhat * mean(dy * gamma * xhat)): layernorm's
+// formula without the mean terms.
+template <typename T>
+void rmsnorm_backward(const T* dy, const T* x, const T* gamma, const T* rstd, T* dx, T* dgamma,
+                      int64_t M, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* dyr = dy + m * C;
+    const T* xr = x + m * C;
+    T rs = rstd[m];
+    T mean_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : mean_dxhat_xhat)
+    for (int64_t c = 0; c < C; ++c) mean_dxhat_xhat += dyr[c] * gamma[c] * xr[c] * rs;
+    mean_dxhat_xhat /= C;
+    T* dxr = dx + m * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      dxr[c] += rs * (dyr[c] * gamma[c] - xr[c] * rs * mean_dxhat_xhat);
+    }
+  }
+  for_column_blocks(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t m = 0; m < M; ++m) {
+      const T* dyr = dy + m * C;
+      const T* xr = x + m * C;
+      T rs = rstd[m];
+      for (int64_t c = c0; c < c1; ++c) dgamma[c] += dyr[c] * xr[c] * rs;
+    }
+  });
+}
+
+template void rmsnorm_forward<float>(const float*, const float*, float*, float*, int64_t, int64_t,
+                                     float);
+template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t,
+                                      int64_t, double);
+template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
+                                      float*, float*, int64_t, int64_t);
+template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*,
+                                       double*, double*, int64_t, int64_t);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,45 @@
+#include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* gate = gate_up + m * 2 * F;
+    const T* up = gate + F;
+    T* o = out + m * F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) {
+      T g = gate[f];
+      o[f] = g / (T(1) + exp_fast(-g)) * up[f];
+    }
+  }
+}
+
+template <typename T>
+void swiglu_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t M, int64_t F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const T* gate = gate_up + m * 2 * F;
+    const T* up = gate + F;
+    const T* d = dout + m * F;
+    T* dgate = dgate_up + m * 2 * F;
+    T* dup = dgate + F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) {
+      T g = gate[f];
+      T sig = T(1) / (T(1) + exp_fast(-g));
+      dgate[f] = d[f] * up[f] * sig * (T(1) + g * (T(1) - sig));
+      dup[f] = d[f] * g * sig;
+    }
+  }
+}
+
+template void swiglu_forward<float>(const float*, float*, int64_t, int64_t);
+template void swiglu_forward<double>(const double*, double*, int64_t, int64_t);
+template void swiglu_backward<float>(const float*, const float*, float*, int64_t, int64_t);
+template void swiglu_backward<double>(const double*, const double*, double*, int64_t, int64_t);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,49 @@
+// Kernels for mixed-precision training: matmul operands stored as bf16 or f16 bit patterns
+// (uint16_t), products accumulated and written in f32. Everything else of the kernel layer's
+// contract holds here too: raw row-major buffers, no model knowledge, parameter gradients
+// accumulate.
+//
+// gemm_low runs oneDNN's bf16/f16 matmul when the CPU has the instructions for it and otherwise
+// widens the operands to f32 for sgemm, so results agree between machines to f32 rounding. The
+// matmul primitives are built once per shape and kept; calls are serialised (each already uses
+// every core), so gemm_low is safe but not concurrent across threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::kernels {
+
+enum class LowPrecision { kBf16, kF16 };
+
+// Round to nearest even; NaN stays NaN, f16 overflow gives inf, subnormals are kept (not
+// flushed), so the result is the same bit pattern on every build and at every array position.
+void cast_to_low(const float* x, uint16_t* y, int64_t n, LowPrecision p);
+// Exact: every bf16 and f16 value is an f32.
+void cast_from_low(const uint16_t* x, float* y, int64_t n, LowPrecision p);
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op transposes when the flag is set. A and
+// B are low precision, C is f32 and the sums are accumulated in f32. With beta 0, C is not read.
+void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+              int64_t ldc, LowPrecision p);
+
+// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null).
+void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
+                        int64_t in, int64_t out, LowPrecision p);
+// dy_low is dy rounded to p. dx = dy * w (written); dw += dy^T * x; db += column sums of the f32
+// dy, so the bias gradient does not lose precision (db may be null, and dy with it).
+void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
+                         const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
+                         int64_t out, LowPrecision p);
+
+// True when no element is inf or NaN: dynamic loss scaling skips the step otherwise.
+bool all_finite(const float* x, int64_t n);
+
+// The implementation gemm_low uses for p on this machine, for the run's log, e.g.
+// "oneDNN matmul (brg:avx512_core_bf16)" or "portable (f32 conversion + sgemm)".
+std::string low_precision_gemm_path(LowPrecision p);
+// Sends every gemm_low through the portable path, so tests can compare it with the fast one.
+void force_portable_low_precision_gemm(bool on);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/model/model_config.h"
+
+namespace tessera::model {
+
+// f32: everything in f32. bf16 / f16: matmul operands (weights and the activations that feed
+// matmuls) are stored in the low precision and multiplied with f32 accumulation; the residual
+// stream, norms, attention, losses and master weights stay f32.
+enum class Precision { kF32, kBf16, kF16 };
+// none: every block keeps what its backward needs. selective: norm outputs and MLP activation
+// outputs are recomputed in backward (cheap elementwise work, a large share of the memory).
+// full: only each block's input is kept; the block's forward runs again before its backward.
+enum class Recompute { kNone, kSelective, kFull };
+
+std::string_view precision_name(Precision p);
+Precision precision_from_name(std::string_view name);  // throws naming train.precision
+std::string_view recompute_name(Recompute r);
+Recompute recompute_from_name(std::string_view name);  // throws naming train.recompute
+
+// Bytes one block keeps between its forward and its backward over `tokens` tokens (batch x
+// sequence). The formula is documented in docs/memory.md; the model allocates exactly this, and
+// the planner uses the same function.
+int64_t saved_activation_bytes_per_layer(const ModelConfig& config, int64_t tokens, Precision p,
+                                         Recompute r);
+
+}  // namespace tessera::model

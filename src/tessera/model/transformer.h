@@ -1,0 +1,132 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tessera/core/arena.h"
+#include "tessera/model/execution.h"
+#include "tessera/model/model_config.h"
+#include "tessera/model/model_layout.h"
+#include "tessera/model/moe_layer.h"
+
+namespace tessera::model {
+
+struct ModelOptions {
+  Precision precision = Precision::kF32;
+  Recompute recompute = Recompute::kNone;
+};
+
+// A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts.
+// Parameters, gradients and every activation backward needs are allocated once, at
+// construction, for batches up to max_batch x max_seq; forward and backward never allocate.
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, int64_t max_batch, int64_t max_seq, bool training,
+              const ModelOptions& options = {});
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  const ParameterLayout& layout() const { return layout_.params; }
+  int64_t num_parameters() const;  // counts the tied embedding once, excludes padding
+  // Writable parameters; the low-precision copies are refreshed before the next forward.
+  std::span<float> params() {
+    low_params_stale_ = true;
+    return {params_, size_t(layout_.params.total())};
+  }
+  std::span<float> grads() { return {grads_, size_t(layout_.params.total())}; }
+
+  // N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2 n_layer), unit norm weights.
+  void init_weights(uint64_t seed);
+
+  // Runs the model over inputs[B,T]. With targets, returns the mean cross-entropy; without,
+  // returns 0 and leaves the logits readable.
+  float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // One training micro-step: returns the mean cross-entropy and accumulates
+  // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into grads(). The loss
+  // gradient is fused into the softmax: the [B*T, vocab] logits are overwritten by it.
+  float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                         float loss_scale);
+  void zero_grad();
+  const float* logits() const { return logits_; }
+  // Logits of the next token after tokens[0..T), for sampling.
+  const float* next_token_logits(const int32_t* tokens, int64_t T);
+
+  // MoE: the auxiliary load-balancing loss of the last forward (summed over blocks), and the
+  // tokens each expert of block l took.
+  double aux_loss() const { return aux_loss_; }
+  std::span<const int64_t> expert_tokens(int64_t layer) const;
+  int64_t dropped_assignments() const { return dropped_; }
+
+  // Activation bytes each block keeps for backward (measured from the buffers allocated), and
+  // the bytes shared by all blocks as working space.
+  int64_t saved_activation_bytes_per_layer() const { return saved_bytes_per_layer_; }
+  int64_t working_activation_bytes() const { return working_bytes_; }
+
+ private:
+  // A matmul input: f32, and in low precision also its stored low-precision copy. In
+  // low-precision mode the f32 buffer is transient working space.
+  struct MatmulInput {
+    float* f32 = nullptr;
+    uint16_t* low = nullptr;
+  };
+  struct LayerActivations {
+    MatmulInput ln1, atty, ln2, act;
+    float *ln1_mean, *ln1_rstd, *qkv, *lse, *res_mid, *ln2_mean, *ln2_rstd, *fch, *res_out;
+  };
+  class Allocator;
+
+  void allocate(Allocator& a);
+  void check_tokens(const int32_t* tokens, int64_t n) const;
+  void refresh_low_params();
+  void embed(const int32_t* inputs, int64_t B, int64_t T);
+  void block_forward(int64_t l, int64_t B, int64_t T);
+  void block_backward(int64_t l, int64_t B, int64_t T);
+  void recompute_selected(int64_t l, int64_t N);
+  void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  void compute_logits(const int32_t* inputs, int64_t B, int64_t T);
+  float loss_over_logits(const int32_t* targets, int64_t N, float grad_scale);
+  void backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale);
+
+  void norm_forward(const float* x, int64_t w, int64_t b, MatmulInput y, float* mean, float* rstd,
+                    int64_t N);
+  void norm_backward(const float* dy, const float* x, int64_t w, int64_t b, const float* mean,
+                     const float* rstd, int64_t N);
+  void finish_input(const MatmulInput& x, int64_t n);
+  void linear_forward(const MatmulInput& x, int64_t w, int64_t b, float* y, int64_t N, int64_t in,
+                      int64_t out);
+  // dy (f32) is read; dx is written; the weight's and bias's gradients accumulate.
+  void linear_backward(const float* dy, const MatmulInput& x, int64_t w, int64_t b, float* dx,
+                       int64_t N, int64_t in, int64_t out);
+  const float* input_of(int64_t l) const;
+  MoeWeights<float> moe_weights(int64_t l) const;
+  MoeLayer<float>& moe_for(int64_t l);
+
+  ModelConfig config_;
+  ModelOptions options_;
+  int64_t max_batch_, max_seq_;
+  bool training_;
+  bool low_;  // low-precision matmuls
+  ModelLayout layout_;
+  Arena arena_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  uint16_t* low_params_ = nullptr;
+  bool low_params_stale_ = true;
+  std::vector<LayerActivations> acts_;
+  std::vector<std::unique_ptr<MoeLayer<float>>> moe_;
+  std::vector<std::vector<int64_t>> expert_tokens_;
+  double aux_loss_ = 0;
+  int64_t dropped_ = 0;
+  float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
+  float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
+  MatmulInput lnf_;
+  float *d_res_, *d_c_, *d_qkv_, *d_hidden_;
+  uint16_t* dy_low_ = nullptr;
+  int scratch_threads_ = 0;
+  int64_t saved_bytes_per_layer_ = 0, working_bytes_ = 0;
+};
+
+}  // namespace tessera::model
