@@ -90,15 +90,15 @@ int main(int argc, char** argv) {
         kernels::gemm<float>(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(),
                              ldb, 0.0f, c.data(), s.N);
       };
-      auto low = [&] {
-        kernels::gemm_low(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a_low.data(), lda,
-                          b_low.data(), ldb, 0.0f, c.data(), s.N, p);
+      auto on = [&](kernels::LowPrecisionGemmPath path) {
+        return [&, path] {
+          kernels::set_low_precision_gemm_path(path);
+          kernels::gemm_low(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a_low.data(), lda,
+                            b_low.data(), ldb, 0.0f, c.data(), s.N, p);
+        };
       };
-      auto portable = [&] {
-        kernels::force_portable_low_precision_gemm(true);
-        low();
-        kernels::force_portable_low_precision_gemm(false);
-      };
+      const auto low = on(kernels::LowPrecisionGemmPath::kOneDnn);
+      const auto portable = on(kernels::LowPrecisionGemmPath::kPortable);
       f32();  // warm-up: page faults, JIT code, the primitive cache, the portable scratch
       low();
       portable();

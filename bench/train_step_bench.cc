@@ -1,19 +1,28 @@
 // Times full training steps (forward, backward, AdamW) of a GPT-2 shape on random tokens, the
 // same work torch_gpt.py --mode train does, and prints one 'RESULT {...}' JSON line.
+// Under mpirun each rank trains its own batch, and --comm chooses how gradients are averaged:
+// none (no communication, the baseline), overlap (buckets reduced while backward runs, as the
+// trainer does) or after (one pass of all-reduces once backward has finished).
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
+#include "tessera/dist/gradient_sync.h"
+#include "tessera/dist/launch.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/optimizer.h"
 
 using namespace tessera;
 
 int main(int argc, char** argv) {
+  dist::Communicator& world = dist::init_world(argc, argv);
+  std::string comm = "overlap";
+  double bucket_mb = 4;
   model::ModelConfig mc;
   mc.vocab_size = 50257;
   mc.max_seq = 1024;
@@ -27,6 +36,14 @@ int main(int argc, char** argv) {
     }
     if (k == "--recompute") {
       options.recompute = model::recompute_from_name(argv[i + 1]);
+      continue;
+    }
+    if (k == "--comm") {
+      comm = argv[i + 1];
+      continue;
+    }
+    if (k == "--bucket-mb") {
+      bucket_mb = std::stod(argv[i + 1]);
       continue;
     }
     if (k == "--arch") {
@@ -58,8 +75,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (comm != "none" && comm != "overlap" && comm != "after") {
+    std::fprintf(stderr, "--comm must be none, overlap or after, got %s\n", comm.c_str());
+    return 2;
+  }
   model::Transformer model(mc, B, T, true, options);
   model.init_weights(1337);
+  std::optional<dist::GradientSync> sync;
+  if (world.size() > 1 && comm != "none") {
+    sync.emplace(world, model.grads().data(), int64_t(model.grads().size()),
+                 int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
+    if (comm == "overlap") model.set_gradient_ready_hook([&](int64_t o) { sync->ready_from(o); });
+  }
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
   tc.beta2 = 0.999;
@@ -77,7 +104,8 @@ int main(int argc, char** argv) {
     }
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grad();
-    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f);
+    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(world.size()));
+    if (sync) sync->finish();
     auto t1 = std::chrono::steady_clock::now();
     optimizer.step(model.params(), model.grads(), 3e-4);
     auto t2 = std::chrono::steady_clock::now();
@@ -102,5 +130,8 @@ int main(int argc, char** argv) {
                       {"tokens_per_s", B * T / mean},
                       {"first_loss", first_loss},
                       {"last_loss", last_loss}};
-  std::printf("RESULT %s\n", r.dump().c_str());
+  r["ranks"] = world.size();
+  r["comm"] = comm;
+  r["bucket_mb"] = bucket_mb;
+  if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
 }

@@ -8,9 +8,12 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tests/expect_error.h"
 
 namespace tessera {
 namespace {
+
+using testing::expect_error;
 
 std::vector<ConfigKey> test_schema() {
   return {
@@ -21,23 +24,6 @@ std::vector<ConfigKey> test_schema() {
       {"train.fused", ConfigType::kBool, "false", false, "fuse kernels"},
       {"data.path", ConfigType::kString, "", false, "corpus"},
   };
-}
-
-// Runs `body`, expecting an Error whose message contains every one of `parts`.
-template <typename Body>
-void expect_error(Body body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message '" << message << "' lacks '" << part << "'";
-    }
-    return;
-  }
-  ADD_FAILURE() << "no tessera::Error thrown";
 }
 
 TEST(Config, DefaultsAreParsedByType) {

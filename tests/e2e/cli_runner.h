@@ -27,14 +27,26 @@ inline const std::string kSmallModel =
     " --set train.batch_size=4 --set train.seq_len=32 --set train.warmup_steps=2"
     " --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=1";
 
-inline CliResult run_cli(const std::string& args) {
-  std::string command = std::string(TESSERA_BINARY) + " " + args + " 2>&1";
+inline CliResult run_command(const std::string& command_line) {
+  std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;
   while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+inline CliResult run_cli(const std::string& args) {
+  return run_command(std::string(TESSERA_BINARY) + " " + args);
+}
+
+// The CLI as `ranks` processes under OpenMPI's mpirun (allowed to run as root, as CI does).
+inline CliResult run_mpi(int ranks, const std::string& args) {
+  return run_command(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+      "--oversubscribe -np " +
+      std::to_string(ranks) + " " + TESSERA_BINARY + " " + args);
 }
 
 // Each bad input must end in one line "error: ..." naming the problem and a non-zero exit.

@@ -152,6 +152,22 @@ TEST_F(ConvertCli, MixtralMatchesTheReference) {
       "MixtralForCausalLM");
 }
 
+TEST_F(ConvertCli, ImportedWeightsFineTuneWithFreshOptimizerState) {
+  ASSERT_NO_FATAL_FAILURE(train("run", ""));
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf")).exit_code,
+      0);
+  ASSERT_EQ(run_cli("convert import --hf " + (dir / "hf") + " --out " + (dir / "back")).exit_code,
+            0);
+  const CliResult r = run_cli("train --config " + (dir / "back/config.toml") + " --data " +
+                              (dir / "corpus.txt") + " --out " + (dir / "back") +
+                              " --set train.steps=2 --set train.batch_size=4 "
+                              "--set train.seq_len=32 --set train.eval_every=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fine-tuning the imported weights"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "back/checkpoints/step-000002/COMMIT"));
+}
+
 TEST_F(ConvertCli, Bf16ExportImportsRoundedWeights) {
   ASSERT_NO_FATAL_FAILURE(train("run", ""));
   const CliResult e = run_cli("convert export --checkpoint " + (dir / "run/checkpoints") +

@@ -48,11 +48,11 @@ std::vector<float> from_low(const std::vector<uint16_t>& x, LowPrecision p) {
   return y;
 }
 
-// Forces the portable gemm for one scope, so a failing assertion cannot leak the setting.
-class PortableScope {
+// Pins the gemm path for one scope, so a failing assertion cannot leak the setting.
+class PathScope {
  public:
-  PortableScope() { force_portable_low_precision_gemm(true); }
-  ~PortableScope() { force_portable_low_precision_gemm(false); }
+  explicit PathScope(LowPrecisionGemmPath path) { set_low_precision_gemm_path(path); }
+  ~PathScope() { set_low_precision_gemm_path(LowPrecisionGemmPath::kAuto); }
 };
 
 TEST(CastToLow, Bf16RoundsToNearestEven) {
@@ -185,9 +185,12 @@ void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
     }
   }
   std::vector<float> fast = c0, portable = c0;
-  gemm_low(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, fast.data(), ldc, p);
   {
-    PortableScope scope;
+    PathScope scope(LowPrecisionGemmPath::kOneDnn);
+    gemm_low(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, fast.data(), ldc, p);
+  }
+  {
+    PathScope scope(LowPrecisionGemmPath::kPortable);
     gemm_low(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, portable.data(), ldc, p);
   }
   const std::string where = fmt::format("{} ta={} tb={} M={} N={} K={} alpha={} beta={} padded={}",
@@ -248,12 +251,15 @@ TEST(GemmLow, RejectsLeadingDimensionsSmallerThanTheRows) {
 
 TEST(GemmLow, ReportsItsPath) {
   const std::string portable = "portable (f32 conversion + sgemm)";
-  // Where the CPU has AVX512_BF16, the oneDNN kernels are the ones being tested above.
-  if (__builtin_cpu_supports("avx512bf16")) {
-    EXPECT_EQ(low_precision_gemm_path(LowPrecision::kBf16).rfind("oneDNN matmul (", 0), 0u);
-  }
   EXPECT_FALSE(low_precision_gemm_path(LowPrecision::kF16).empty());
-  PortableScope scope;
+  {
+    // Where the CPU has AVX512_BF16, the oneDNN kernels are the ones compared above.
+    PathScope scope(LowPrecisionGemmPath::kOneDnn);
+    if (__builtin_cpu_supports("avx512bf16")) {
+      EXPECT_EQ(low_precision_gemm_path(LowPrecision::kBf16).rfind("oneDNN matmul (", 0), 0u);
+    }
+  }
+  PathScope scope(LowPrecisionGemmPath::kPortable);
   EXPECT_EQ(low_precision_gemm_path(LowPrecision::kBf16), portable);
   EXPECT_EQ(low_precision_gemm_path(LowPrecision::kF16), portable);
 }

@@ -7,6 +7,7 @@
 
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
+#include "tessera/dist/launch.h"
 
 namespace {
 
@@ -23,6 +24,9 @@ constexpr const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before anything reads argv: MPI may remove its own arguments.
+  const bool many_ranks = tessera::dist::init_world(argc, argv).size() > 1;
+  tessera::dist::install_stop_handler();
   spdlog::set_pattern("[%H:%M:%S] %v");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -38,8 +42,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const tessera::Error& e) {
+    // With several ranks, one that fails alone would leave the others waiting for it.
+    if (many_ranks) tessera::dist::abort_job(e.what());
     std::fprintf(stderr, "error: %s\n", e.what());
   } catch (const std::exception& e) {
+    if (many_ranks) tessera::dist::abort_job(std::string("internal failure: ") + e.what());
     std::fprintf(stderr, "error: internal failure: %s\n", e.what());
   }
   return 1;

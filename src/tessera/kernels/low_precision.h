@@ -40,10 +40,13 @@ void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t
 // True when no element is inf or NaN: dynamic loss scaling skips the step otherwise.
 bool all_finite(const float* x, int64_t n);
 
+// Which implementation gemm_low uses. kAuto takes oneDNN's matmul where the CPU's low-precision
+// dot products beat f32 FMAs (AMX, or AVX512_BF16 on AMD) and the portable path elsewhere; tests
+// and benchmarks pin one path to compare them.
+enum class LowPrecisionGemmPath { kAuto, kPortable, kOneDnn };
+void set_low_precision_gemm_path(LowPrecisionGemmPath path);
 // The implementation gemm_low uses for p on this machine, for the run's log, e.g.
 // "oneDNN matmul (brg:avx512_core_bf16)" or "portable (f32 conversion + sgemm)".
 std::string low_precision_gemm_path(LowPrecision p);
-// Sends every gemm_low through the portable path, so tests can compare it with the fast one.
-void force_portable_low_precision_gemm(bool on);
 
 }  // namespace tessera::kernels

@@ -425,9 +425,17 @@ void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float lo
   linear_backward(logits_, lnf_, layout_.lm_head, -1, d_c_, N, C, config_.vocab_size);
   std::memset(d_res_, 0, sizeof(float) * N * C);
   norm_backward(d_c_, acts_.back().res_out, layout_.lnf_w, layout_.lnf_b, lnf_mean_, lnf_rstd_, N);
-  for (int64_t l = config_.n_layer - 1; l >= 0; --l) block_backward(l, B, T);
+  auto ready_from = [&](int64_t offset) {
+    if (gradient_ready_) gradient_ready_(offset);
+  };
+  ready_from(layout_.lnf_w);
+  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+    block_backward(l, B, T);
+    ready_from(layout_.blocks[l].ln1_w);
+  }
   float* dwpe = layout_.wpe >= 0 ? grads_ + layout_.wpe : nullptr;
   k::embedding_backward(d_res_, inputs, grads_ + layout_.wte, dwpe, B, T, C);
+  ready_from(0);
 }
 
 }  // namespace tessera::model

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -51,6 +52,12 @@ class Transformer {
                          float loss_scale);
   void zero_grad();
   const float* logits() const { return logits_; }
+  // Called during backward with an offset: from then on every gradient at that offset or above
+  // is final for this micro-step (blocks finish from the last to the first; the parameters are
+  // laid out in block order). Data parallelism reduces those gradients while backward goes on.
+  void set_gradient_ready_hook(std::function<void(int64_t offset)> hook) {
+    gradient_ready_ = std::move(hook);
+  }
   // Logits of the next token after tokens[0..T), for sampling.
   const float* next_token_logits(const int32_t* tokens, int64_t T);
 
@@ -121,6 +128,7 @@ class Transformer {
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
+  std::function<void(int64_t)> gradient_ready_;
   float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
   MatmulInput lnf_;
   float *d_res_, *d_c_, *d_qkv_, *d_hidden_;

@@ -27,7 +27,8 @@ std::vector<ConfigKey> run_config_schema() {
       {"model.moe_capacity_factor", T::kFloat, "0", false,
        "expert capacity as a multiple of the even share; 0 = dropless"},
       {"model.moe_aux_loss_coef", T::kFloat, "0.01", false, "load-balancing loss weight"},
-      {"train.batch_size", T::kInt, "16", false, "sequences per micro-batch"},
+      {"train.batch_size", T::kInt, "16", false,
+       "sequences per micro-batch over all data-parallel ranks"},
       {"train.seq_len", T::kInt, "256", false, "tokens per training sequence; <= model.max_seq"},
       {"train.steps", T::kInt, "600", false, "optimizer steps to run"},
       {"train.grad_accum", T::kInt, "1", false, "micro-batches accumulated per step"},
@@ -57,6 +58,14 @@ std::vector<ConfigKey> run_config_schema() {
        "for text: \"byte\" (the default) or a tokenizer folder; a dataset brings its own"},
       {"data.val_fraction", T::kFloat, "0.1", false, "fraction of text held out for eval"},
       {"data.prefetch", T::kInt, "2", false, "batches prepared ahead by a background thread"},
+      {"mesh.dp", T::kInt, "1", false, "data-parallel ranks"},
+      {"mesh.tp", T::kInt, "1", false, "tensor-parallel ranks"},
+      {"mesh.pp", T::kInt, "1", false, "pipeline-parallel stages"},
+      {"mesh.ep", T::kInt, "1", false, "expert-parallel ranks"},
+      {"dist.timeout_s", T::kFloat, "300", false,
+       "seconds one collective may wait before the job is ended as failed"},
+      {"dist.bucket_mb", T::kFloat, "4", false,
+       "MiB of gradients per data-parallel all-reduce bucket"},
       {"checkpoint.every", T::kInt, "200", false, "steps between checkpoints; 0 = only at end"},
       {"checkpoint.keep_last", T::kInt, "2", false, "checkpoints kept on disk"},
   };
@@ -133,6 +142,23 @@ RunConfig run_config_from(const Config& config) {
         "data.val_fraction must be in (0, 1), got {}", run.data.val_fraction);
   run.data.tokenizer = config.get_string("data.tokenizer");
   run.data.prefetch = int_at_least(config, "data.prefetch", 0);
+
+  run.mesh.dp = int_at_least(config, "mesh.dp", 1);
+  run.mesh.tp = int_at_least(config, "mesh.tp", 1);
+  run.mesh.pp = int_at_least(config, "mesh.pp", 1);
+  run.mesh.ep = int_at_least(config, "mesh.ep", 1);
+  check(run.mesh.tp == 1 && run.mesh.pp == 1 && run.mesh.ep == 1,
+        "mesh.tp, mesh.pp and mesh.ep must be 1: tensor, pipeline and expert parallelism are not "
+        "available yet (got {})",
+        run.mesh.str());
+  check(t.batch_size % run.mesh.dp == 0,
+        "train.batch_size ({}) must be divisible by mesh.dp ({}): each data-parallel rank takes an "
+        "equal share of the global batch",
+        t.batch_size, run.mesh.dp);
+  run.dist.timeout_s = config.get_float("dist.timeout_s");
+  check(run.dist.timeout_s > 0, "dist.timeout_s must be > 0, got {}", run.dist.timeout_s);
+  run.dist.bucket_mb = config.get_float("dist.bucket_mb");
+  check(run.dist.bucket_mb > 0, "dist.bucket_mb must be > 0, got {}", run.dist.bucket_mb);
 
   run.checkpoint.every = int_at_least(config, "checkpoint.every", 0);
   run.checkpoint.keep_last = int_at_least(config, "checkpoint.keep_last", 1);

@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "tessera/core/config.h"
+#include "tessera/dist/mesh.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::train {
 
 struct TrainConfig {
-  int64_t batch_size = 16;
+  int64_t batch_size = 16;  // over all data-parallel ranks
   int64_t seq_len = 256;
   int64_t steps = 600;
   int64_t grad_accum = 1;
@@ -47,9 +48,16 @@ struct CheckpointConfig {
   int64_t keep_last = 2;
 };
 
+struct DistConfig {
+  double timeout_s = 300;
+  double bucket_mb = 4;
+};
+
 struct RunConfig {
   model::ModelConfig model;
   TrainConfig train;
+  dist::MeshShape mesh;
+  DistConfig dist;
   DataConfig data;
   CheckpointConfig checkpoint;
 };

@@ -11,6 +11,9 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
 #include "tessera/data/loader.h"
+#include "tessera/dist/gradient_sync.h"
+#include "tessera/dist/launch.h"
+#include "tessera/dist/mesh.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/transformer.h"
@@ -41,24 +44,34 @@ std::vector<NamedTensor> state_tensors(model::Transformer& model, AdamW& optimiz
   return tensors;
 }
 
+// Held-out loss over fixed batches of the global batch size; each data-parallel rank evaluates
+// its share of every batch.
 class Evaluator {
  public:
-  Evaluator(const data::TokenStream& val, const TrainConfig& c)
-      : val_(val), config_(c), inputs_(c.batch_size * c.seq_len), targets_(inputs_.size()) {}
+  Evaluator(const data::TokenStream& val, const TrainConfig& c, dist::Communicator& dp)
+      : val_(val),
+        config_(c),
+        dp_(dp),
+        inputs_(c.batch_size * c.seq_len),
+        targets_(inputs_.size()) {}
 
   double mean_loss(model::Transformer& model) {
+    const int64_t local = config_.batch_size / dp_.size(), first = dp_.rank() * local;
     double sum = 0;
     for (int64_t i = 0; i < config_.eval_batches; ++i) {
       data::fill_eval_batch(val_, config_.batch_size, config_.seq_len, i, config_.eval_batches,
                             inputs_.data(), targets_.data());
-      sum += model.forward(inputs_.data(), targets_.data(), config_.batch_size, config_.seq_len);
+      const int64_t at = first * config_.seq_len;
+      sum += model.forward(inputs_.data() + at, targets_.data() + at, local, config_.seq_len);
     }
-    return sum / double(config_.eval_batches);
+    dp_.all_reduce(&sum, 1);
+    return sum / double(config_.eval_batches * dp_.size());
   }
 
  private:
   const data::TokenStream& val_;
   TrainConfig config_;
+  dist::Communicator& dp_;
   std::vector<int32_t> inputs_, targets_;
 };
 
@@ -96,17 +109,30 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   const RunConfig rc = run_config_from(config);
   const TrainConfig& tc = rc.train;
   if (tc.threads > 0) set_num_threads(int(tc.threads));
+  dist::set_timeout_seconds(rc.dist.timeout_s);
+  dist::Communicator& world = dist::world();
+  const dist::Mesh mesh(world, rc.mesh);
+  dist::Communicator& dp = mesh.dp();
+  // Rank 0 alone writes logs, metrics, the resolved config and checkpoints.
+  const bool lead = world.rank() == 0;
+  if (!lead) spdlog::set_level(spdlog::level::warn);
+  const int64_t local_batch = tc.batch_size / dp.size();
 
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  check(!ec, "{}: cannot create the output directory: {}", out_dir.string(), ec.message());
-  {
+  if (lead) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    check(!ec, "{}: cannot create the output directory: {}", out_dir.string(), ec.message());
     std::ofstream resolved(out_dir / "config.toml");
     resolved << config.to_toml();
     check(resolved.good(), "{}: cannot write config.toml", out_dir.string());
   }
-
-  const data::Dataset dataset = open_training_data(rc, out_dir);
+  // Text is prepared by rank 0; the others open what it wrote.
+  const data::Dataset dataset = [&] {
+    if (!lead) world.barrier();
+    data::Dataset d = open_training_data(rc, out_dir);
+    if (lead) world.barrier();
+    return d;
+  }();
   const data::DatasetSplit& train_split = dataset.manifest.train;
   const data::DatasetSplit& val_split = dataset.manifest.val;
   const double unigram = data::unigram_entropy(dataset.train, rc.model.vocab_size);
@@ -117,16 +143,37 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc.model.vocab_size)), unigram);
 
-  model::Transformer model(rc.model, tc.batch_size, tc.seq_len, /*training=*/true,
+  model::Transformer model(rc.model, local_batch, tc.seq_len, /*training=*/true,
                            {.precision = tc.precision, .recompute = tc.recompute});
   model.init_weights(uint64_t(tc.seed));
   AdamW optimizer(model.layout(), tc);
   log_model(rc, model);
+  std::optional<dist::GradientSync> sync;
+  bool syncing = false;  // only the last micro-step of a step communicates
+  if (dp.size() > 1) {
+    const auto bucket = int64_t(rc.dist.bucket_mb * 1024 * 1024 / sizeof(float));
+    sync.emplace(dp, model.grads().data(), int64_t(model.grads().size()), bucket);
+    model.set_gradient_ready_hook([&](int64_t offset) {
+      if (syncing) sync->ready_from(offset);
+    });
+    spdlog::info(
+        "data parallel: {} ranks, {} sequences each per micro-batch, {} all-reduce "
+        "buckets of {:g} MiB overlapping backward",
+        dp.size(), local_batch, sync->bucket_count(), rc.dist.bucket_mb);
+  }
 
   const fs::path ckpt_dir = out_dir / "checkpoints";
   int64_t start_step = 0, samples_consumed = 0;
   std::pair<double, int64_t> loss_scale_state{tc.loss_scale, 0};
-  if (std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir)) {
+  std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir);
+  if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
+    // Weights from `tessera convert import` carry no optimizer state or data position: the run
+    // fine-tunes them from step 0 with fresh AdamW moments.
+    ckpt::load(*latest, model::named_views(model.layout(), model.params().data()));
+    spdlog::info("fine-tuning the imported weights of {}", latest->string());
+    latest.reset();
+  }
+  if (latest) {
     ckpt::load(*latest, state_tensors(model, optimizer));
     const ckpt::Manifest manifest = ckpt::read_manifest(*latest);
     start_step = manifest.step;
@@ -144,13 +191,16 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   scaler.restore(loss_scale_state.first, loss_scale_state.second);
   const bool f16 = tc.precision == model::Precision::kF16;
   data::Loader loader(dataset.train,
-                      {.batch_size = tc.batch_size,
+                      {.batch_size = local_batch,
                        .seq_len = tc.seq_len,
                        .seed = uint64_t(tc.seed),
+                       .rank = dp.rank(),
+                       .world = dp.size(),
                        .prefetch = rc.data.prefetch},
                       samples_consumed);
-  Evaluator evaluator(dataset.val, tc);
-  obs::JsonlWriter metrics(out_dir / "metrics.jsonl");
+  Evaluator evaluator(dataset.val, tc, dp);
+  std::optional<obs::JsonlWriter> metrics;
+  if (lead) metrics.emplace(out_dir / "metrics.jsonl");
   const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
   const nlohmann::json tokenizer = tokenizer_metadata(dataset, out_dir);
 
@@ -162,6 +212,7 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                            {"optimizer_steps", optimizer.steps_taken()},
                            {"loss_scale", scaler.scale()},
                            {"skipped_steps", scaler.skipped_steps()}};
+    if (!lead) return ckpt_dir / ckpt::step_dir_name(step);
     return ckpt::save(ckpt_dir, step, state_tensors(model, optimizer), meta,
                       int(rc.checkpoint.keep_last));
   };
@@ -171,7 +222,9 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     const double val = evaluator.mean_loss(model);
     const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
     spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
-    metrics.write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
+    if (metrics) {
+      metrics->write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
+    }
     return std::pair{val, bits_per_byte};
   };
 
@@ -183,16 +236,24 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step, tc);
     model.zero_grad();
-    double loss = 0, aux_loss = 0, data_wait = 0;
+    double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
+    double data_wait = 0, comm_wait = 0;
     const double loss_scale = f16 ? scaler.scale() : 1.0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       const data::Batch& batch = loader.next();
       data_wait += loader.last_wait_seconds();
-      loss += model.forward_backward(batch.inputs, batch.targets, tc.batch_size, tc.seq_len,
-                                     float(loss_scale / tc.grad_accum)) /
-              double(tc.grad_accum);
-      aux_loss += model.aux_loss() / double(tc.grad_accum);
+      syncing = sync && micro + 1 == tc.grad_accum;
+      // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
+      losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch, tc.seq_len,
+                                          float(loss_scale / double(tc.grad_accum * dp.size())));
+      losses[1] += model.aux_loss();
     }
+    if (sync) {
+      comm_wait = sync->finish();
+      dp.all_reduce(losses, 2);
+    }
+    const double loss = losses[0] / double(tc.grad_accum * dp.size());
+    const double aux_loss = losses[1] / double(tc.grad_accum * dp.size());
     double grad_norm = 0;
     const std::span<float> grads = model.grads();
     const bool stepped =
@@ -212,6 +273,7 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                              {"tokens_per_s", tokens_per_step / dt},
                              {"step_s", dt},
                              {"data_wait_s", data_wait}};
+    if (sync) record["comm_wait_s"] = comm_wait;
     std::string extra;
     if (f16) {
       record["loss_scale"] = loss_scale;
@@ -227,7 +289,7 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
       record["dropped_assignments"] = model.dropped_assignments();
       extra += fmt::format(" | aux {:.4f} | dropped {}", aux_loss, model.dropped_assignments());
     }
-    metrics.write(record);
+    if (metrics) metrics->write(record);
     if (done % tc.log_every == 0 || done == tc.steps) {
       double eta = elapsed / double(done - start_step) * double(tc.steps - done);
       spdlog::info(

@@ -21,7 +21,7 @@ namespace {
 
 constexpr std::string_view kPortablePath = "portable (f32 conversion + sgemm)";
 
-std::atomic<bool> force_portable{false};
+std::atomic<LowPrecisionGemmPath> path_choice{LowPrecisionGemmPath::kAuto};
 
 // Everything a matmul primitive is specialised on. alpha and beta are kept as bits so that the
 // key compares by identity even for NaN.
@@ -71,11 +71,19 @@ Backend& backend() {
   return instance;
 }
 
-bool cpu_has_instructions(LowPrecision p) {
-  // Without AVX512_BF16 oneDNN would emulate the bf16 dot products, while sgemm on widened
-  // operands runs at full f32 speed. oneDNN 2.6 has no f16 CPU matmul (not even with
-  // AVX512_FP16): primitive creation says so and the portable path takes over.
-  return p == LowPrecision::kF16 || __builtin_cpu_supports("avx512bf16");
+bool use_onednn(LowPrecision p) {
+  const LowPrecisionGemmPath choice = path_choice.load(std::memory_order_relaxed);
+  if (choice == LowPrecisionGemmPath::kPortable) return false;
+  // oneDNN 2.6 has no f16 CPU matmul (not even with AVX512_FP16): primitive creation says so
+  // and the portable path takes over.
+  if (p == LowPrecision::kF16) return true;
+  if (!__builtin_cpu_supports("avx512bf16")) return false;
+  if (choice == LowPrecisionGemmPath::kOneDnn) return true;
+  // bf16 pays off where a bf16 dot product does more work per cycle than an f32 FMA: AMX tiles,
+  // or AMD's AVX512_BF16 (Zen 4/5). On Intel cores without AMX VDPBF16PS issues at half the FMA
+  // rate, so its two products per lane only match f32, and oneDNN's bf16 kernels measured 0.55x
+  // of sgemm there, while sgemm on widened operands runs at full f32 speed.
+  return __builtin_cpu_supports("amx-bf16") || __builtin_cpu_is("amd");
 }
 
 std::optional<dnnl::matmul::primitive_desc> describe(const Key& k, const dnnl::engine& engine) {
@@ -170,7 +178,7 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
   Backend& be = backend();
   std::lock_guard lock(be.mutex);
   Matmul* m = nullptr;
-  if (!force_portable.load(std::memory_order_relaxed) && cpu_has_instructions(p)) {
+  if (use_onednn(p)) {
     const uint32_t alpha_bits = std::bit_cast<uint32_t>(alpha);
     const uint32_t beta_bits = std::bit_cast<uint32_t>(beta);
     const Key key{p, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha_bits, beta_bits};
@@ -190,7 +198,7 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 }
 
 std::string low_precision_gemm_path(LowPrecision p) {
-  if (force_portable.load() || !cpu_has_instructions(p)) return std::string(kPortablePath);
+  if (!use_onednn(p)) return std::string(kPortablePath);
   // A dense linear layer's forward stands for all the model's shapes. (Padded leading dimensions
   // can get oneDNN's gemm:jit kernels instead of brgemm.)
   const Key key{p, false, true, 256, 256, 256, 256, 256, 256, std::bit_cast<uint32_t>(1.0f), 0};
@@ -199,6 +207,6 @@ std::string low_precision_gemm_path(LowPrecision p) {
   return fmt::format("oneDNN matmul ({})", pd->impl_info_str());
 }
 
-void force_portable_low_precision_gemm(bool on) { force_portable.store(on); }
+void set_low_precision_gemm_path(LowPrecisionGemmPath path) { path_choice.store(path); }
 
 }  // namespace tessera::kernels

@@ -1,0 +1,198 @@
+#include "tessera/dist/communicator.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "tessera/core/error.h"
+
+namespace tessera::dist {
+namespace {
+
+// MPI counts and displacements are C ints.
+constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
+// The largest tag every MPI implementation must accept.
+constexpr int kMaxTag = 32767;
+
+void check_count(const char* op, int64_t count) {
+  check(count >= 0, "{}: the element count must be >= 0, got {}", op, count);
+  check(count <= kMaxCount,
+        "{} of {} elements: one call moves at most 2^31-1 elements; split the buffer", op, count);
+}
+
+void check_buffer(const char* op, const void* data, int64_t count) {
+  check_count(op, count);
+  check(data != nullptr || count == 0, "{}: null buffer for {} elements", op, count);
+}
+
+// Validates per-rank counts and returns their sum.
+int64_t checked_total(const char* op, std::span<const int64_t> counts, int size) {
+  check(counts.size() == static_cast<size_t>(size),
+        "{}: {} per-rank counts given for a communicator of {} ranks", op, counts.size(), size);
+  int64_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    check(counts[r] >= 0, "{}: the count for rank {} must be >= 0, got {}", op, r, counts[r]);
+    total += counts[r];
+    check_count(op, total);
+  }
+  return total;
+}
+
+void check_rank(const char* op, const char* role, int rank, int size) {
+  check(rank >= 0 && rank < size, "{}: {} rank {} is outside this communicator's 0..{}", op, role,
+        rank, size - 1);
+}
+
+void check_tag(const char* op, int tag) {
+  check(tag >= 0 && tag <= kMaxTag, "{}: tag {} is outside 0..{}", op, tag, kMaxTag);
+}
+
+bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+int64_t bytes(int64_t count, DType dtype) {
+  return count * static_cast<int64_t>(dtype_size(dtype));
+}
+
+}  // namespace
+
+void Communicator::all_reduce(void* data, int64_t count, DType dtype) {
+  Request request = start_all_reduce(data, count, dtype);
+  do_complete(request, true);
+}
+
+void Communicator::all_reduce(double* data, int64_t count) {
+  check_buffer("all_reduce", data, count);
+  do_all_reduce_f64(data, count);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv,
+                                  std::span<const int64_t> recv_counts, DType dtype) {
+  Request request = start_reduce_scatter(send, recv, recv_counts, dtype);
+  do_complete(request, true);
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::span<const int64_t> counts,
+                              DType dtype) {
+  Request request = start_all_gather(send, recv, counts, dtype);
+  do_complete(request, true);
+}
+
+void Communicator::broadcast(void* data, int64_t count, DType dtype, int root) {
+  check_buffer("broadcast", data, count);
+  check_rank("broadcast", "root", root, size());
+  Request request = do_start(Op::kBroadcast, nullptr, data, count, {}, dtype, root, 0);
+  do_complete(request, true);
+}
+
+void Communicator::all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+  check_count("all_to_all", count_per_rank);
+  check_buffer("all_to_all", send, count_per_rank * size());
+  check_buffer("all_to_all", recv, count_per_rank * size());
+  const int64_t n = bytes(count_per_rank * size(), dtype);
+  check(!overlap(send, n, recv, n), "all_to_all: the send and receive buffers overlap");
+  Request request =
+      do_start(Op::kAllToAll, send, recv, count_per_rank, {}, dtype, /*peer=*/-1, /*tag=*/0);
+  do_complete(request, true);
+}
+
+void Communicator::send(const void* data, int64_t count, DType dtype, int dest, int tag) {
+  Request request = start_send(data, count, dtype, dest, tag);
+  do_complete(request, true);
+}
+
+void Communicator::recv(void* data, int64_t count, DType dtype, int source, int tag) {
+  Request request = start_recv(data, count, dtype, source, tag);
+  do_complete(request, true);
+}
+
+void Communicator::barrier() {
+  Request request = do_start(Op::kBarrier, nullptr, nullptr, 0, {}, DType::f32, -1, 0);
+  do_complete(request, true);
+}
+
+Request Communicator::start_all_reduce(void* data, int64_t count, DType dtype) {
+  check_buffer("all_reduce", data, count);
+  return do_start(Op::kAllReduce, nullptr, data, count, {}, dtype, -1, 0);
+}
+
+Request Communicator::start_reduce_scatter(const void* send, void* recv,
+                                           std::span<const int64_t> recv_counts, DType dtype) {
+  const int64_t total = checked_total("reduce_scatter", recv_counts, size());
+  const int64_t mine = recv_counts[rank()];
+  check_buffer("reduce_scatter", send, total);
+  check_buffer("reduce_scatter", recv, mine);
+  check(!overlap(send, bytes(total, dtype), recv, bytes(mine, dtype)),
+        "reduce_scatter: the receive buffer overlaps the send buffer");
+  return do_start(Op::kReduceScatter, send, recv, total, recv_counts, dtype, -1, 0);
+}
+
+Request Communicator::start_all_gather(const void* send, void* recv,
+                                       std::span<const int64_t> counts, DType dtype) {
+  const int64_t total = checked_total("all_gather", counts, size());
+  int64_t offset = 0;
+  for (int r = 0; r < rank(); ++r) offset += counts[r];
+  const int64_t mine = counts[rank()];
+  check_buffer("all_gather", send, mine);
+  check_buffer("all_gather", recv, total);
+  const auto* own_part = static_cast<const char*>(recv) + bytes(offset, dtype);
+  check(send == own_part || !overlap(send, bytes(mine, dtype), recv, bytes(total, dtype)),
+        "all_gather: the send buffer overlaps the receive buffer but is not this rank's part of "
+        "it (rank {} starts at element {})",
+        rank(), offset);
+  return do_start(Op::kAllGather, send, recv, total, counts, dtype, -1, 0);
+}
+
+Request Communicator::start_send(const void* data, int64_t count, DType dtype, int dest, int tag) {
+  check_buffer("send", data, count);
+  check_rank("send", "destination", dest, size());
+  check_tag("send", tag);
+  return do_start(Op::kSend, data, nullptr, count, {}, dtype, dest, tag);
+}
+
+Request Communicator::start_recv(void* data, int64_t count, DType dtype, int source, int tag) {
+  check_buffer("recv", data, count);
+  check_rank("recv", "source", source, size());
+  check_tag("recv", tag);
+  return do_start(Op::kRecv, nullptr, data, count, {}, dtype, source, tag);
+}
+
+void Communicator::wait(Request& request) {
+  check(request.pending(), "wait on a request that is not pending (completed or never started)");
+  check(request.owner == this, "wait on a request started by another communicator");
+  do_complete(request, true);
+}
+
+bool Communicator::test(Request& request) {
+  check(request.pending(), "test on a request that is not pending (completed or never started)");
+  check(request.owner == this, "test on a request started by another communicator");
+  return do_complete(request, false);
+}
+
+std::string Communicator::describe(Op op, int64_t count, std::string_view type, int peer, int tag) {
+  switch (op) {
+    case Op::kAllReduce:
+      return fmt::format("all_reduce of {} {} elements", count, type);
+    case Op::kReduceScatter:
+      return fmt::format("reduce_scatter of {} {} elements", count, type);
+    case Op::kAllGather:
+      return fmt::format("all_gather of {} {} elements", count, type);
+    case Op::kBroadcast:
+      return fmt::format("broadcast of {} {} elements from rank {}", count, type, peer);
+    case Op::kAllToAll:
+      return fmt::format("all_to_all of {} {} elements per rank", count, type);
+    case Op::kSend:
+      return fmt::format("send of {} {} elements to rank {} (tag {})", count, type, peer, tag);
+    case Op::kRecv:
+      return fmt::format("recv of {} {} elements from rank {} (tag {})", count, type, peer, tag);
+    case Op::kBarrier:
+      return "barrier";
+  }
+  return "operation";
+}
+
+}  // namespace tessera::dist

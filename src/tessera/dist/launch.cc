@@ -1,0 +1,120 @@
+#include "tessera/dist/launch.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/mpi_communicator.h"
+#include "tessera/dist/single_communicator.h"
+
+namespace tessera::dist {
+namespace {
+
+std::unique_ptr<Communicator> g_world;
+bool g_mpi = false;
+int g_rank = 0;
+int g_size = 1;
+double g_timeout_s = 300;
+
+// Written by the SIGTERM handler, which may only make async-signal-safe calls.
+char g_stop_message[128];
+size_t g_stop_message_length = 0;
+
+bool has_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+bool started_by_launcher() {
+  return has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMIX_RANK") ||
+         (has_env("PMI_RANK") && has_env("PMI_SIZE")) ||
+         (has_env("SLURM_PROCID") && has_env("SLURM_NTASKS"));
+}
+
+void finalize() {
+  // Sub-communicators still alive would be freed after MPI is gone; the world goes first.
+  g_world.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void on_stop(int) {
+  [[maybe_unused]] ssize_t written = write(STDERR_FILENO, g_stop_message, g_stop_message_length);
+  _exit(1);
+}
+
+}  // namespace
+
+Communicator& init_world(int& argc, char**& argv) {
+  if (g_world) abort_job("init_world called twice");
+  if (!started_by_launcher()) {
+    g_world = std::make_unique<SingleCommunicator>();
+    return *g_world;
+  }
+  // MPI's default error handler at this point ends the process with its own message.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  g_mpi = true;
+  std::atexit(finalize);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  // Kernels run OpenMP threads while the main thread talks to MPI, which MPI_THREAD_SINGLE
+  // does not allow.
+  if (provided < MPI_THREAD_FUNNELED) {
+    abort_job("this MPI library offers only MPI_THREAD_SINGLE; Tessera needs MPI_THREAD_FUNNELED");
+  }
+  return *g_world;
+}
+
+Communicator& world() {
+  check(g_world != nullptr, "dist::world() called before dist::init_world()");
+  return *g_world;
+}
+
+void abort_job(const std::string& message) {
+  std::fflush(stdout);
+  if (!g_mpi) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::exit(1);
+  }
+  std::fprintf(stderr, "error: rank %d of %d: %s\n", g_rank, g_size, message.c_str());
+  std::fflush(stderr);
+  // The launcher stops every rank, this one included, and this rank must not claim that
+  // another one failed.
+  std::signal(SIGTERM, SIG_DFL);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so.
+}
+
+void set_timeout_seconds(double seconds) {
+  check(std::isfinite(seconds) && seconds > 0,
+        "the communication timeout (dist.timeout_s) must be > 0 seconds, got {}", seconds);
+  g_timeout_s = seconds;
+}
+
+double timeout_seconds() { return g_timeout_s; }
+
+void install_stop_handler() {
+  if (g_size <= 1) return;
+  const int n =
+      std::snprintf(g_stop_message, sizeof g_stop_message,
+                    "error: rank %d of %d: stopped by the launcher because another rank failed\n",
+                    g_rank, g_size);
+  g_stop_message_length = std::min(static_cast<size_t>(n), sizeof g_stop_message - 1);
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = on_stop;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,37 @@
+// Starting and ending the ranks of a job. A job is either one process started directly (no MPI
+// at all) or several started by an MPI launcher (mpirun, srun), one process per rank. Whatever
+// goes wrong on one rank must end every rank with a message naming it, never leave the others
+// waiting forever.
+#pragma once
+
+#include <string>
+
+#include "tessera/dist/communicator.h"
+
+namespace tessera::dist {
+
+// Sets up this process's world communicator. Under a launcher (it sets OMPI_COMM_WORLD_SIZE,
+// PMIX_RANK, PMI_RANK with PMI_SIZE, or SLURM_PROCID with SLURM_NTASKS) this initialises MPI with
+// MPI_THREAD_FUNNELED: only the thread that called init_world may communicate. Otherwise the
+// world is a single rank and MPI is never touched. MPI is finalised at exit. Call once, at the
+// start of main (MPI may remove its own arguments from argv); a failure ends the process.
+Communicator& init_world(int& argc, char**& argv);
+
+// The communicator of all ranks of the job; init_world must have run.
+Communicator& world();
+
+// Prints "error: rank R of N: message" on stderr and ends every rank of the job. A single rank
+// prints "error: message" and exits with status 1.
+[[noreturn]] void abort_job(const std::string& message);
+
+// How long one blocking operation, or one wait, may take before this rank concludes that another
+// has failed or stopped and ends the job (default 300 s).
+void set_timeout_seconds(double seconds);
+double timeout_seconds();
+
+// When the launcher stops this rank (SIGTERM) because another rank failed, print
+// "error: rank R of N: stopped by the launcher because another rank failed" rather than vanishing
+// silently. Does nothing in a single-rank job.
+void install_stop_handler();
+
+}  // namespace tessera::dist

@@ -1,0 +1,77 @@
+// The MPI communicator: one process per rank, started by mpirun or srun.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/dist/communicator.h"
+
+namespace tessera::dist {
+
+// Every operation runs as a non-blocking MPI call that is polled to completion, so that each wait
+// has a deadline (see set_timeout_seconds). MPI failures are returned, not fatal, and surface as
+// Errors naming the rank and the operation.
+//
+// Each operation in flight holds a slot: its MPI request, the f32 scratch of a bf16 reduction and
+// the int count arrays MPI wants. Slots are reused and their scratch only grows, so a warm
+// communicator allocates nothing per operation (what MPI allocates inside is its own affair).
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD) and sets its
+  // error handler to MPI_ERRORS_RETURN.
+  explicit MpiCommunicator(MPI_Comm comm);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Waits at a barrier with the usual deadline first, so a missing rank ends the job rather
+  // than leaving the others stuck inside MPI_Comm_split.
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  struct Slot {
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool busy = false;
+    uint32_t generation = 0;
+    // What the operation is, for error messages.
+    Op op = Op::kBarrier;
+    std::string_view type;
+    int64_t count = 0;
+    int peer = -1;
+    int tag = 0;
+    MPI_Datatype mpi_type = MPI_DATATYPE_NULL;
+    // A bf16 reduction runs on f32 scratch and is rounded into `round_to` on completion.
+    std::vector<float> wide_in;
+    std::vector<float> wide_out;
+    uint16_t* round_to = nullptr;
+    int64_t round_count = 0;
+    std::vector<int> counts;
+    std::vector<int> displs;
+  };
+
+  Request do_start(Op op, const void* send, void* recv, int64_t count,
+                   std::span<const int64_t> counts, DType dtype, int peer, int tag) override;
+  bool do_complete(Request& request, bool block) override;
+  void do_all_reduce_f64(double* data, int64_t count) override;
+
+  int32_t acquire(Op op, std::string_view type, int64_t count, int peer, int tag);
+  // Polls the slot's request until it completes or the deadline passes, which ends the job.
+  void poll(Slot& slot, MPI_Status& status);
+  void release(Slot& slot);
+  // Throws an Error for a failed MPI call on `slot`, after releasing it.
+  void fail_mpi(Slot& slot, int code);
+  std::string describe(const Slot& slot) const;
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 0;
+  int world_rank_ = 0;
+  // Owned through pointers so that a reference to a slot survives slots_ growing.
+  std::vector<std::unique_ptr<Slot>> slots_;
+};
+
+}  // namespace tessera::dist

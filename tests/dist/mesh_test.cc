@@ -1,0 +1,123 @@
+#include "tessera/dist/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tessera/dist/launch.h"
+#include "tests/dist/dist_testing.h"
+
+namespace tessera::dist {
+namespace {
+
+using testing::expect_error;
+
+// Every way to write the world size as dp x tp x pp x ep.
+std::vector<MeshShape> shapes_of(int64_t ranks) {
+  std::vector<MeshShape> shapes;
+  for (int64_t dp = 1; dp <= ranks; ++dp) {
+    for (int64_t tp = 1; tp <= ranks; ++tp) {
+      for (int64_t pp = 1; pp <= ranks; ++pp) {
+        for (int64_t ep = 1; ep <= ranks; ++ep) {
+          if (dp * tp * pp * ep == ranks) shapes.push_back({dp, tp, pp, ep});
+        }
+      }
+    }
+  }
+  return shapes;
+}
+
+// The world ranks of `group`'s members, in the group's rank order.
+std::vector<int32_t> members(Communicator& group) {
+  std::vector<int32_t> ranks(group.size());
+  const std::vector<int64_t> ones(group.size(), 1);
+  const int32_t me = world().rank();
+  group.all_gather(&me, ranks.data(), ones, DType::i32);
+  return ranks;
+}
+
+TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
+  Communicator& w = world();
+  for (const MeshShape& shape : shapes_of(w.size())) {
+    SCOPED_TRACE(shape.str());
+    Mesh mesh(w, shape);
+    for (int r = 0; r < w.size(); ++r) EXPECT_EQ(mesh.rank_of(mesh.coords_of(r)), r);
+    const MeshCoords me = mesh.coords();
+    EXPECT_EQ(me, mesh.coords_of(w.rank()));
+    EXPECT_EQ(&mesh.world(), &w);
+
+    struct Axis {
+      Communicator& group;
+      int64_t size;
+      int coord;
+      int MeshCoords::*field;
+    };
+    for (const Axis& axis : {Axis{mesh.dp(), shape.dp, me.dp, &MeshCoords::dp},
+                             Axis{mesh.tp(), shape.tp, me.tp, &MeshCoords::tp},
+                             Axis{mesh.pp(), shape.pp, me.pp, &MeshCoords::pp},
+                             Axis{mesh.ep(), shape.ep, me.ep, &MeshCoords::ep}}) {
+      ASSERT_EQ(axis.group.size(), axis.size);
+      EXPECT_EQ(axis.group.rank(), axis.coord);
+      // Member k shares every coordinate with this rank except its own, which is k.
+      const std::vector<int32_t> ranks = members(axis.group);
+      for (int k = 0; k < axis.size; ++k) {
+        MeshCoords c = me;
+        c.*axis.field = k;
+        EXPECT_EQ(ranks[k], mesh.rank_of(c));
+      }
+    }
+  }
+}
+
+TEST(Mesh, TensorParallelVariesFastestThenExpertThenDataThenPipeline) {
+  Communicator& w = world();
+  if (w.size() != 4) GTEST_SKIP() << "needs four ranks";
+  // Each pair of adjacent axes in the order: the first one's neighbour is rank 1.
+  Mesh tp_ep(w, {.tp = 2, .ep = 2});
+  EXPECT_EQ(tp_ep.coords_of(1), (MeshCoords{.tp = 1}));
+  EXPECT_EQ(tp_ep.coords_of(2), (MeshCoords{.ep = 1}));
+  Mesh ep_dp(w, {.dp = 2, .ep = 2});
+  EXPECT_EQ(ep_dp.coords_of(1), (MeshCoords{.ep = 1}));
+  EXPECT_EQ(ep_dp.coords_of(2), (MeshCoords{.dp = 1}));
+  Mesh dp_pp(w, {.dp = 2, .pp = 2});
+  EXPECT_EQ(dp_pp.coords_of(1), (MeshCoords{.dp = 1}));
+  EXPECT_EQ(dp_pp.coords_of(2), (MeshCoords{.pp = 1}));
+
+  // dp=2 x tp=2: tensor-parallel pairs {0,1} and {2,3}, data-parallel pairs {0,2} and {1,3}.
+  Mesh mesh(w, {.dp = 2, .tp = 2});
+  const int tp_base = w.rank() / 2 * 2;
+  EXPECT_EQ(members(mesh.tp()), (std::vector<int32_t>{tp_base, tp_base + 1}));
+  EXPECT_EQ(members(mesh.dp()), (std::vector<int32_t>{w.rank() % 2, w.rank() % 2 + 2}));
+  EXPECT_EQ(members(mesh.pp()), (std::vector<int32_t>{w.rank()}));
+  EXPECT_EQ(members(mesh.ep()), (std::vector<int32_t>{w.rank()}));
+}
+
+TEST(Mesh, ProductMustEqualTheWorldSize) {
+  Communicator& w = world();
+  const int64_t n = w.size();
+  const MeshShape wrong = n == 4 ? MeshShape{.dp = 2} : MeshShape{.dp = n + 1};
+  try {
+    Mesh mesh(w, wrong);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("mesh.dp x mesh.tp x mesh.pp x mesh.ep = {0} x 1 x 1 x 1 = {0} ranks, "
+                          "but the job has {1} (mpirun -np / srun -n): make the product equal "
+                          "the world size",
+                          wrong.dp, n));
+  }
+  expect_error([&] { Mesh mesh(w, {.tp = 0}); }, {"mesh.tp must be >= 1, got 0"});
+  expect_error([&] { Mesh mesh(w, {.dp = 1'000'000, .tp = 1'000'000, .pp = 1'000'000}); },
+               {"= 1e+18 ranks"});
+}
+
+TEST(Mesh, CoordinatesOutsideTheMeshAreErrors) {
+  Communicator& w = world();
+  Mesh mesh(w, {.dp = w.size()});
+  expect_error([&] { mesh.rank_of({.dp = w.size()}); }, {"outside the mesh dp="});
+  expect_error([&] { mesh.rank_of({.tp = -1}); }, {"tp=-1"});
+  expect_error([&] { mesh.coords_of(w.size()); }, {"rank " + std::to_string(w.size())});
+}
+
+}  // namespace
+}  // namespace tessera::dist
