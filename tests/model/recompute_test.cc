@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/core/rng.h"
+#include "tessera/model/activation_memory.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/transformer.h"
 

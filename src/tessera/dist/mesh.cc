@@ -6,10 +6,6 @@
 
 namespace tessera::dist {
 
-std::string MeshShape::str() const {
-  return fmt::format("dp={} tp={} pp={} ep={}", dp, tp, pp, ep);
-}
-
 Mesh::Mesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(shape) {
   for (auto [name, value] : {std::pair{"dp", shape.dp}, std::pair{"tp", shape.tp},
                              std::pair{"pp", shape.pp}, std::pair{"ep", shape.ep}}) {

@@ -21,10 +21,4 @@ Precision precision_from_name(std::string_view name);  // throws naming train.pr
 std::string_view recompute_name(Recompute r);
 Recompute recompute_from_name(std::string_view name);  // throws naming train.recompute
 
-// Bytes one block keeps between its forward and its backward over `tokens` tokens (batch x
-// sequence). The formula is documented in docs/memory.md; the model allocates exactly this, and
-// the planner uses the same function.
-int64_t saved_activation_bytes_per_layer(const ModelConfig& config, int64_t tokens, Precision p,
-                                         Recompute r);
-
 }  // namespace tessera::model

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tessera/core/config.h"
-#include "tessera/dist/mesh.h"
+#include "tessera/dist/mesh_shape.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 
