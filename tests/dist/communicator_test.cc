@@ -289,18 +289,36 @@ TEST(Communicator, WarmOperationsDoNotAllocate) {
   std::vector<float> out(4, 1.0f);
   std::vector<float> in(4);
   const bool p2p = w.size() > 1;
+  std::vector<double> metrics(2, 1.0);
+  std::vector<int32_t> spread(2 * w.size(), 1);
+  std::vector<int32_t> gathered(2 * w.size());
+  const int partner = w.rank() ^ 1;
+  const bool paired = partner < w.size();
+  float* own_params = params.data() + offset_of(counts, w.rank());
   auto step = [&] {
     Request r[5];
     r[0] = w.start_reduce_scatter(grads.data(), shard.data(), counts, DType::bf16);
     r[1] = w.start_all_reduce(acts.data(), 16, DType::bf16);
-    r[2] = w.start_all_gather(params.data() + offset_of(counts, w.rank()), params.data(), counts,
-                              DType::f32);
+    r[2] = w.start_all_gather(own_params, params.data(), counts, DType::f32);
     if (p2p) {
       r[3] = w.start_recv(in.data(), 4, DType::f32, prev, 3);
       r[4] = w.start_send(out.data(), 4, DType::f32, next, 3);
     }
     for (int k = p2p ? 4 : 2; k >= 0; --k) w.wait(r[k]);
+    w.reduce_scatter(grads.data(), shard.data(), counts, DType::bf16);
+    w.all_reduce(acts.data(), 16, DType::bf16);
+    w.all_gather(own_params, params.data(), counts, DType::f32);
     w.all_reduce(loss.data(), 1, DType::f32);
+    w.all_reduce(metrics.data(), 2);
+    w.broadcast(params.data(), total, DType::f32, 0);
+    w.all_to_all(spread.data(), gathered.data(), 2, DType::i32);
+    if (paired) {
+      // The lower rank of each pair sends first, so neither waits in a send for the other to
+      // receive.
+      if (w.rank() < partner) w.send(out.data(), 4, DType::f32, partner, 4);
+      w.recv(in.data(), 4, DType::f32, partner, 4);
+      if (w.rank() > partner) w.send(out.data(), 4, DType::f32, partner, 4);
+    }
     w.barrier();
   };
   step();

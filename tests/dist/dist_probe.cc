@@ -1,7 +1,10 @@
 // A small MPI program that fails in a chosen way, so that tests can watch how the whole job
-// ends:
-//   timeout  rank 0 waits (2 s timeout) for a message rank 1 never sends
-//   exit     rank 1 exits without a word while the others wait at a barrier
+// ends. In the timeout modes rank 0 has a 2 s timeout and rank 1, with 60 s, waits for a message
+// rank 0 never sends:
+//   timeout          rank 0 waits in a recv of a message rank 1 never sends
+//   wait-timeout     the same through start_recv and wait
+//   barrier-timeout  rank 0 waits at a barrier rank 1 never enters
+//   exit             rank 1 exits without a word while the others wait at a barrier
 #include <unistd.h>
 
 #include <cstring>
@@ -15,11 +18,19 @@ int main(int argc, char** argv) {
   dist::install_stop_handler();
   const char* mode = argc > 1 ? argv[1] : "";
   try {
-    if (std::strcmp(mode, "timeout") == 0) {
+    const bool timeout = std::strcmp(mode, "timeout") == 0;
+    const bool wait_timeout = std::strcmp(mode, "wait-timeout") == 0;
+    const bool barrier_timeout = std::strcmp(mode, "barrier-timeout") == 0;
+    if (timeout || wait_timeout || barrier_timeout) {
       dist::set_timeout_seconds(world.rank() == 0 ? 2 : 60);
       float buffer[4];
-      if (world.rank() == 0) {
+      if (world.rank() != 0) {
+        world.recv(buffer, 4, DType::f32, 0, 7);
+      } else if (timeout) {
         world.recv(buffer, 4, DType::f32, 1, 7);
+      } else if (wait_timeout) {
+        dist::Request request = world.start_recv(buffer, 4, DType::f32, 1, 7);
+        world.wait(request);
       } else {
         world.barrier();
       }
@@ -28,7 +39,7 @@ int main(int argc, char** argv) {
       if (world.rank() == 1) _exit(3);
       world.barrier();
     } else {
-      fail("unknown mode '{}' (expected timeout or exit)", mode);
+      fail("unknown mode '{}' (expected timeout, wait-timeout, barrier-timeout or exit)", mode);
     }
   } catch (const Error& e) {
     dist::abort_job(e.what());

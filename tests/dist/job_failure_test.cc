@@ -44,18 +44,32 @@ class JobFailure : public ::testing::Test {
   }
 };
 
-TEST_F(JobFailure, AWaitPastTheTimeoutEndsTheJobNamingRankAndOperation) {
-  const JobResult job = run_job(2, std::string(TESSERA_DIST_PROBE) + " timeout");
+// Runs a dist_probe timeout mode, in which rank 0 (2 s timeout) waits in `operation` for rank 1
+// (60 s), and checks that rank 0 ends the job within seconds, naming the operation.
+void expect_timeout_ends_the_job(const std::string& mode, const std::string& operation) {
+  const JobResult job = run_job(2, std::string(TESSERA_DIST_PROBE) + " " + mode);
   EXPECT_NE(job.exit_code, 0) << job.output;
-  EXPECT_TRUE(contains(job.output,
-                       "error: rank 0 of 2: recv of 4 f32 elements from rank 1 (tag 7) did not "
-                       "complete within 2 s; another rank has probably failed or stopped\n"))
+  EXPECT_TRUE(contains(job.output, "error: rank 0 of 2: " + operation +
+                                       " did not complete within 2 s; another rank has probably "
+                                       "failed or stopped\n"))
       << job.output;
   EXPECT_TRUE(contains(job.output,
                        "error: rank 1 of 2: stopped by the launcher because another rank failed"))
       << job.output;
   EXPECT_GE(job.seconds, 2.0);
   EXPECT_LT(job.seconds, 30.0) << "the other rank's 60 s timeout should not matter";
+}
+
+TEST_F(JobFailure, ABlockingRecvPastTheTimeoutEndsTheJobNamingRankAndOperation) {
+  expect_timeout_ends_the_job("timeout", "recv of 4 f32 elements from rank 1 (tag 7)");
+}
+
+TEST_F(JobFailure, AWaitPastTheTimeoutEndsTheJobNamingRankAndOperation) {
+  expect_timeout_ends_the_job("wait-timeout", "recv of 4 f32 elements from rank 1 (tag 7)");
+}
+
+TEST_F(JobFailure, ABlockingCollectivePastTheTimeoutEndsTheJob) {
+  expect_timeout_ends_the_job("barrier-timeout", "barrier");
 }
 
 TEST_F(JobFailure, ARankThatDiesTakesTheOthersDownWithAMessage) {

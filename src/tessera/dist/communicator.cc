@@ -58,11 +58,48 @@ int64_t bytes(int64_t count, DType dtype) {
   return count * static_cast<int64_t>(dtype_size(dtype));
 }
 
+// Validates a reduce_scatter and returns the number of elements in `send`.
+int64_t checked_reduce_scatter(const void* send, const void* recv,
+                               std::span<const int64_t> recv_counts, DType dtype, int rank,
+                               int size) {
+  const int64_t total = checked_total("reduce_scatter", recv_counts, size);
+  const int64_t mine = recv_counts[rank];
+  check_buffer("reduce_scatter", send, total);
+  check_buffer("reduce_scatter", recv, mine);
+  check(!overlap(send, bytes(total, dtype), recv, bytes(mine, dtype)),
+        "reduce_scatter: the receive buffer overlaps the send buffer");
+  return total;
+}
+
+// Validates an all_gather and returns the number of elements in `recv`.
+int64_t checked_all_gather(const void* send, const void* recv, std::span<const int64_t> counts,
+                           DType dtype, int rank, int size) {
+  const int64_t total = checked_total("all_gather", counts, size);
+  int64_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += counts[r];
+  const int64_t mine = counts[rank];
+  check_buffer("all_gather", send, mine);
+  check_buffer("all_gather", recv, total);
+  const auto* own_part = static_cast<const char*>(recv) + bytes(offset, dtype);
+  check(send == own_part || !overlap(send, bytes(mine, dtype), recv, bytes(total, dtype)),
+        "all_gather: the send buffer overlaps the receive buffer but is not this rank's part of "
+        "it (rank {} starts at element {})",
+        rank, offset);
+  return total;
+}
+
+void check_message(const char* op, const void* data, int64_t count, const char* role, int peer,
+                   int tag, int size) {
+  check_buffer(op, data, count);
+  check_rank(op, role, peer, size);
+  check_tag(op, tag);
+}
+
 }  // namespace
 
 void Communicator::all_reduce(void* data, int64_t count, DType dtype) {
-  Request request = start_all_reduce(data, count, dtype);
-  do_complete(request, true);
+  check_buffer("all_reduce", data, count);
+  do_run(Op::kAllReduce, nullptr, data, count, {}, dtype, -1, 0);
 }
 
 void Communicator::all_reduce(double* data, int64_t count) {
@@ -72,21 +109,20 @@ void Communicator::all_reduce(double* data, int64_t count) {
 
 void Communicator::reduce_scatter(const void* send, void* recv,
                                   std::span<const int64_t> recv_counts, DType dtype) {
-  Request request = start_reduce_scatter(send, recv, recv_counts, dtype);
-  do_complete(request, true);
+  const int64_t total = checked_reduce_scatter(send, recv, recv_counts, dtype, rank(), size());
+  do_run(Op::kReduceScatter, send, recv, total, recv_counts, dtype, -1, 0);
 }
 
 void Communicator::all_gather(const void* send, void* recv, std::span<const int64_t> counts,
                               DType dtype) {
-  Request request = start_all_gather(send, recv, counts, dtype);
-  do_complete(request, true);
+  const int64_t total = checked_all_gather(send, recv, counts, dtype, rank(), size());
+  do_run(Op::kAllGather, send, recv, total, counts, dtype, -1, 0);
 }
 
 void Communicator::broadcast(void* data, int64_t count, DType dtype, int root) {
   check_buffer("broadcast", data, count);
   check_rank("broadcast", "root", root, size());
-  Request request = do_start(Op::kBroadcast, nullptr, data, count, {}, dtype, root, 0);
-  do_complete(request, true);
+  do_run(Op::kBroadcast, nullptr, data, count, {}, dtype, root, 0);
 }
 
 void Communicator::all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
@@ -95,25 +131,20 @@ void Communicator::all_to_all(const void* send, void* recv, int64_t count_per_ra
   check_buffer("all_to_all", recv, count_per_rank * size());
   const int64_t n = bytes(count_per_rank * size(), dtype);
   check(!overlap(send, n, recv, n), "all_to_all: the send and receive buffers overlap");
-  Request request =
-      do_start(Op::kAllToAll, send, recv, count_per_rank, {}, dtype, /*peer=*/-1, /*tag=*/0);
-  do_complete(request, true);
+  do_run(Op::kAllToAll, send, recv, count_per_rank, {}, dtype, /*peer=*/-1, /*tag=*/0);
 }
 
 void Communicator::send(const void* data, int64_t count, DType dtype, int dest, int tag) {
-  Request request = start_send(data, count, dtype, dest, tag);
-  do_complete(request, true);
+  check_message("send", data, count, "destination", dest, tag, size());
+  do_run(Op::kSend, data, nullptr, count, {}, dtype, dest, tag);
 }
 
 void Communicator::recv(void* data, int64_t count, DType dtype, int source, int tag) {
-  Request request = start_recv(data, count, dtype, source, tag);
-  do_complete(request, true);
+  check_message("recv", data, count, "source", source, tag, size());
+  do_run(Op::kRecv, nullptr, data, count, {}, dtype, source, tag);
 }
 
-void Communicator::barrier() {
-  Request request = do_start(Op::kBarrier, nullptr, nullptr, 0, {}, DType::f32, -1, 0);
-  do_complete(request, true);
-}
+void Communicator::barrier() { do_run(Op::kBarrier, nullptr, nullptr, 0, {}, DType::f32, -1, 0); }
 
 Request Communicator::start_all_reduce(void* data, int64_t count, DType dtype) {
   check_buffer("all_reduce", data, count);
@@ -122,42 +153,23 @@ Request Communicator::start_all_reduce(void* data, int64_t count, DType dtype) {
 
 Request Communicator::start_reduce_scatter(const void* send, void* recv,
                                            std::span<const int64_t> recv_counts, DType dtype) {
-  const int64_t total = checked_total("reduce_scatter", recv_counts, size());
-  const int64_t mine = recv_counts[rank()];
-  check_buffer("reduce_scatter", send, total);
-  check_buffer("reduce_scatter", recv, mine);
-  check(!overlap(send, bytes(total, dtype), recv, bytes(mine, dtype)),
-        "reduce_scatter: the receive buffer overlaps the send buffer");
+  const int64_t total = checked_reduce_scatter(send, recv, recv_counts, dtype, rank(), size());
   return do_start(Op::kReduceScatter, send, recv, total, recv_counts, dtype, -1, 0);
 }
 
 Request Communicator::start_all_gather(const void* send, void* recv,
                                        std::span<const int64_t> counts, DType dtype) {
-  const int64_t total = checked_total("all_gather", counts, size());
-  int64_t offset = 0;
-  for (int r = 0; r < rank(); ++r) offset += counts[r];
-  const int64_t mine = counts[rank()];
-  check_buffer("all_gather", send, mine);
-  check_buffer("all_gather", recv, total);
-  const auto* own_part = static_cast<const char*>(recv) + bytes(offset, dtype);
-  check(send == own_part || !overlap(send, bytes(mine, dtype), recv, bytes(total, dtype)),
-        "all_gather: the send buffer overlaps the receive buffer but is not this rank's part of "
-        "it (rank {} starts at element {})",
-        rank(), offset);
+  const int64_t total = checked_all_gather(send, recv, counts, dtype, rank(), size());
   return do_start(Op::kAllGather, send, recv, total, counts, dtype, -1, 0);
 }
 
 Request Communicator::start_send(const void* data, int64_t count, DType dtype, int dest, int tag) {
-  check_buffer("send", data, count);
-  check_rank("send", "destination", dest, size());
-  check_tag("send", tag);
+  check_message("send", data, count, "destination", dest, tag, size());
   return do_start(Op::kSend, data, nullptr, count, {}, dtype, dest, tag);
 }
 
 Request Communicator::start_recv(void* data, int64_t count, DType dtype, int source, int tag) {
-  check_buffer("recv", data, count);
-  check_rank("recv", "source", source, size());
-  check_tag("recv", tag);
+  check_message("recv", data, count, "source", source, tag, size());
   return do_start(Op::kRecv, nullptr, data, count, {}, dtype, source, tag);
 }
 

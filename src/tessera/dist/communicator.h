@@ -39,6 +39,8 @@ struct Request {
 //
 // A blocking call, or a wait, that does not complete within the job's timeout (see launch.h)
 // ends the whole job with a message naming the rank and the operation, rather than hanging.
+// The blocking forms use MPI's blocking calls, which Open MPI runs several times faster than the
+// non-blocking ones, so prefer them wherever there is nothing to overlap.
 // All calls must come from the thread that called init_world.
 class Communicator {
  public:
@@ -113,9 +115,12 @@ class Communicator {
     kBarrier,
   };
 
-  // Arguments are validated before these are called.
+  // Arguments are validated before these are called. do_start begins the operation and do_run
+  // returns once it is complete.
   virtual Request do_start(Op op, const void* send, void* recv, int64_t count,
                            std::span<const int64_t> counts, DType dtype, int peer, int tag) = 0;
+  virtual void do_run(Op op, const void* send, void* recv, int64_t count,
+                      std::span<const int64_t> counts, DType dtype, int peer, int tag) = 0;
   // Completes `request` (which this communicator started) if it has finished, or waits for it
   // when `block` is set; returns whether it completed.
   virtual bool do_complete(Request& request, bool block) = 0;

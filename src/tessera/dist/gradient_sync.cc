@@ -28,7 +28,12 @@ void GradientSync::ready_from(int64_t offset) {
 
 double GradientSync::finish() {
   const auto start = std::chrono::steady_clock::now();
-  ready_from(0);
+  // Nothing is left to overlap with: the blocking all-reduce is the faster one (Open MPI's
+  // non-blocking collectives measured 2.5x slower on shared memory).
+  for (; started_ < buckets_.size(); ++started_) {
+    const Bucket& b = buckets_[started_];
+    dp_.all_reduce(grads_ + b.begin, b.end - b.begin, DType::f32);
+  }
   for (Bucket& b : buckets_) {
     if (b.request.pending()) dp_.wait(b.request);
   }

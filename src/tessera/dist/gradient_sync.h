@@ -19,8 +19,8 @@ class GradientSync {
   // Every gradient at `offset` or above is final: start the buckets that lie there, and let
   // the transfers already in flight progress.
   void ready_from(int64_t offset);
-  // Starts what is left, waits for everything and rearms for the next step. Returns the seconds
-  // spent waiting: the communication backward did not hide.
+  // Reduces what is left, waits for everything and rearms for the next step. Returns the seconds
+  // this took: the communication backward did not hide.
   double finish();
 
   int64_t bucket_count() const { return int64_t(buckets_.size()); }

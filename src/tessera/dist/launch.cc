@@ -1,5 +1,6 @@
 #include "tessera/dist/launch.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -46,6 +47,12 @@ void finalize() {
   if (!finalized) MPI_Finalize();
 }
 
+// "error: rank R of N: message", or "error: message" in a single-rank job.
+std::string error_line(std::string_view message) {
+  if (!g_mpi) return fmt::format("error: {}\n", message);
+  return fmt::format("error: rank {} of {}: {}\n", g_rank, g_size, message);
+}
+
 void on_stop(int) {
   [[maybe_unused]] ssize_t written = write(STDERR_FILENO, g_stop_message, g_stop_message_length);
   _exit(1);
@@ -82,17 +89,20 @@ Communicator& world() {
 
 void abort_job(const std::string& message) {
   std::fflush(stdout);
-  if (!g_mpi) {
-    std::fprintf(stderr, "error: %s\n", message.c_str());
-    std::exit(1);
-  }
-  std::fprintf(stderr, "error: rank %d of %d: %s\n", g_rank, g_size, message.c_str());
+  std::fputs(error_line(message).c_str(), stderr);
+  if (!g_mpi) std::exit(1);
   std::fflush(stderr);
   // The launcher stops every rank, this one included, and this rank must not claim that
   // another one failed.
   std::signal(SIGTERM, SIG_DFL);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so.
+}
+
+void exit_job(std::string_view message) {
+  const std::string line = error_line(message);
+  [[maybe_unused]] ssize_t written = write(STDERR_FILENO, line.data(), line.size());
+  _exit(1);
 }
 
 void set_timeout_seconds(double seconds) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "tessera/dist/communicator.h"
 
@@ -23,6 +24,10 @@ Communicator& world();
 // Prints "error: rank R of N: message" on stderr and ends every rank of the job. A single rank
 // prints "error: message" and exits with status 1.
 [[noreturn]] void abort_job(const std::string& message);
+
+// abort_job for the other threads of a process, which may not call MPI: writes the same line with
+// write(2) and exits with status 1, upon which the launcher stops the other ranks.
+[[noreturn]] void exit_job(std::string_view message);
 
 // How long one blocking operation, or one wait, may take before this rank concludes that another
 // has failed or stopped and ends the job (default 300 s).

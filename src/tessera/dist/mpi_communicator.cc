@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
-#include <ctime>
+#include <mutex>
+#include <thread>
 
 #include "tessera/core/error.h"
 #include "tessera/dist/launch.h"
@@ -12,6 +14,8 @@
 
 namespace tessera::dist {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 MPI_Datatype transfer_type(DType dtype) {
   switch (dtype) {
@@ -40,7 +44,79 @@ float* widen(const void* bf16, int64_t n, std::vector<float>& wide) {
   return wide.data();
 }
 
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string timeout_message(const std::string& what, double seconds) {
+  return fmt::format(
+      "{} did not complete within {:g} s; another rank has probably failed or stopped", what,
+      seconds);
+}
+
 }  // namespace
+
+// Ends the job when a blocking operation runs past its deadline. The thread running the
+// operation cannot be interrupted inside MPI, and under MPI_THREAD_FUNNELED no other thread may
+// call MPI (MPI_Abort included), so the watchdog ends the process itself and the launcher stops
+// the other ranks.
+class MpiCommunicator::Watchdog {
+ public:
+  // The thread starts with the process's first blocking operation. Neither is ever destroyed: the
+  // thread runs until the process ends, past the destruction of statics.
+  static Watchdog& instance() {
+    static Watchdog* const watchdog = new Watchdog;
+    return *watchdog;
+  }
+
+  // These bracket every blocking operation, so they allocate nothing and never wake the thread.
+  void begin(const MpiCommunicator& comm, const Operation& what) {
+    const double timeout = timeout_seconds();
+    const Clock::time_point deadline = deadline_after(timeout);
+    std::lock_guard lock(mutex_);
+    comm_ = &comm;
+    what_ = what;
+    timeout_s_ = timeout;
+    deadline_ = deadline;
+  }
+  void end() {
+    std::lock_guard lock(mutex_);
+    comm_ = nullptr;
+  }
+
+ private:
+  // The longest the thread sleeps: it notices an operation that began while it slept at its
+  // next wake-up, which is before that operation's deadline for any timeout above this.
+  static constexpr std::chrono::seconds kMaxSleep{1};
+
+  Watchdog() {
+    std::thread([this] { run(); }).detach();
+  }
+
+  [[noreturn]] void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      const Clock::time_point now = Clock::now();
+      // The lock is held from here to the exit, so the operation cannot complete in between.
+      if (comm_ != nullptr && now >= deadline_) {
+        exit_job(timeout_message(comm_->describe(what_), timeout_s_));
+      }
+      const Clock::time_point wake =
+          comm_ != nullptr ? std::min(now + kMaxSleep, deadline_) : now + kMaxSleep;
+      lock.unlock();
+      std::this_thread::sleep_until(wake);
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  // The communicator running a blocking operation, or null between operations.
+  const MpiCommunicator* comm_ = nullptr;
+  Operation what_;
+  double timeout_s_ = 0;
+  Clock::time_point deadline_;
+};
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -65,7 +141,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::make_unique<MpiCommunicator>(sub);
 }
 
-int32_t MpiCommunicator::acquire(Op op, std::string_view type, int64_t count, int peer, int tag) {
+int32_t MpiCommunicator::acquire(const Operation& what) {
   size_t index = 0;
   while (index < slots_.size() && slots_[index]->busy) ++index;
   if (index == slots_.size()) {
@@ -76,11 +152,7 @@ int32_t MpiCommunicator::acquire(Op op, std::string_view type, int64_t count, in
   Slot& slot = *slots_[index];
   slot.busy = true;
   ++slot.generation;
-  slot.op = op;
-  slot.type = type;
-  slot.count = count;
-  slot.peer = peer;
-  slot.tag = tag;
+  slot.what = what;
   slot.round_to = nullptr;
   return static_cast<int32_t>(index);
 }
@@ -92,8 +164,39 @@ void MpiCommunicator::release(Slot& slot) {
 
 Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t count,
                                   std::span<const int64_t> counts, DType dtype, int peer, int tag) {
-  const int32_t index = acquire(op, dtype_name(dtype), count, peer, tag);
+  const int32_t index = acquire({op, dtype_name(dtype), count, peer, tag});
   Slot& slot = *slots_[index];
+  const int code = transfer(slot, send, recv, counts, dtype, &slot.request);
+  if (code != MPI_SUCCESS) fail_mpi(slot, code);
+  return Request{this, index, slot.generation};
+}
+
+void MpiCommunicator::do_run(Op op, const void* send, void* recv, int64_t count,
+                             std::span<const int64_t> counts, DType dtype, int peer, int tag) {
+  Slot& slot = *slots_[acquire({op, dtype_name(dtype), count, peer, tag})];
+  Watchdog& watchdog = Watchdog::instance();
+  watchdog.begin(*this, slot.what);
+  const int code = transfer(slot, send, recv, counts, dtype, nullptr);
+  watchdog.end();
+  if (code != MPI_SUCCESS) fail_mpi(slot, code);
+  finish(slot);
+}
+
+void MpiCommunicator::do_all_reduce_f64(double* data, int64_t count) {
+  Slot& slot = *slots_[acquire({Op::kAllReduce, "f64", count, -1, 0})];
+  Watchdog& watchdog = Watchdog::instance();
+  watchdog.begin(*this, slot.what);
+  const int code =
+      MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm_);
+  watchdog.end();
+  if (code != MPI_SUCCESS) fail_mpi(slot, code);
+  release(slot);
+}
+
+int MpiCommunicator::transfer(Slot& slot, const void* send, void* recv,
+                              std::span<const int64_t> counts, DType dtype, MPI_Request* request) {
+  const Op op = slot.what.op;
+  const int64_t count = slot.what.count;
   const bool sums_bf16 = dtype == DType::bf16 && (op == Op::kAllReduce || op == Op::kReduceScatter);
   const MPI_Datatype type = sums_bf16 ? MPI_FLOAT : transfer_type(dtype);
   slot.mpi_type = type;
@@ -102,7 +205,8 @@ Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t c
     slot.displs[r] = r == 0 ? 0 : slot.displs[r - 1] + slot.counts[r - 1];
   }
   const int n = static_cast<int>(count);
-  int code = MPI_SUCCESS;
+  const int peer = slot.what.peer;
+  const int tag = slot.what.tag;
   switch (op) {
     case Op::kAllReduce: {
       void* data = recv;
@@ -111,8 +215,8 @@ Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t c
         slot.round_to = static_cast<uint16_t*>(recv);
         slot.round_count = count;
       }
-      code = MPI_Iallreduce(MPI_IN_PLACE, data, n, type, MPI_SUM, comm_, &slot.request);
-      break;
+      return request ? MPI_Iallreduce(MPI_IN_PLACE, data, n, type, MPI_SUM, comm_, request)
+                     : MPI_Allreduce(MPI_IN_PLACE, data, n, type, MPI_SUM, comm_);
     }
     case Op::kReduceScatter: {
       const void* in = send;
@@ -124,46 +228,37 @@ Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t c
         slot.round_to = static_cast<uint16_t*>(recv);
         slot.round_count = counts[rank_];
       }
-      code = MPI_Ireduce_scatter(in, out, slot.counts.data(), type, MPI_SUM, comm_, &slot.request);
-      break;
+      int* recv_counts = slot.counts.data();
+      return request ? MPI_Ireduce_scatter(in, out, recv_counts, type, MPI_SUM, comm_, request)
+                     : MPI_Reduce_scatter(in, out, recv_counts, type, MPI_SUM, comm_);
     }
     case Op::kAllGather: {
       const auto* own_part = static_cast<const char*>(recv) +
                              static_cast<int64_t>(slot.displs[rank_]) * dtype_size(dtype);
       const void* in = send == own_part ? MPI_IN_PLACE : send;
-      code = MPI_Iallgatherv(in, slot.counts[rank_], type, recv, slot.counts.data(),
-                             slot.displs.data(), type, comm_, &slot.request);
-      break;
+      const int mine = slot.counts[rank_];
+      int* all_counts = slot.counts.data();
+      int* displs = slot.displs.data();
+      return request
+                 ? MPI_Iallgatherv(in, mine, type, recv, all_counts, displs, type, comm_, request)
+                 : MPI_Allgatherv(in, mine, type, recv, all_counts, displs, type, comm_);
     }
     case Op::kBroadcast:
-      code = MPI_Ibcast(recv, n, type, peer, comm_, &slot.request);
-      break;
+      return request ? MPI_Ibcast(recv, n, type, peer, comm_, request)
+                     : MPI_Bcast(recv, n, type, peer, comm_);
     case Op::kAllToAll:
-      code = MPI_Ialltoall(send, n, type, recv, n, type, comm_, &slot.request);
-      break;
+      return request ? MPI_Ialltoall(send, n, type, recv, n, type, comm_, request)
+                     : MPI_Alltoall(send, n, type, recv, n, type, comm_);
     case Op::kSend:
-      code = MPI_Isend(send, n, type, peer, tag, comm_, &slot.request);
-      break;
+      return request ? MPI_Isend(send, n, type, peer, tag, comm_, request)
+                     : MPI_Send(send, n, type, peer, tag, comm_);
     case Op::kRecv:
-      code = MPI_Irecv(recv, n, type, peer, tag, comm_, &slot.request);
-      break;
+      return request ? MPI_Irecv(recv, n, type, peer, tag, comm_, request)
+                     : MPI_Recv(recv, n, type, peer, tag, comm_, &slot.status);
     case Op::kBarrier:
-      code = MPI_Ibarrier(comm_, &slot.request);
-      break;
+      return request ? MPI_Ibarrier(comm_, request) : MPI_Barrier(comm_);
   }
-  if (code != MPI_SUCCESS) fail_mpi(slot, code);
-  return Request{this, index, slot.generation};
-}
-
-void MpiCommunicator::do_all_reduce_f64(double* data, int64_t count) {
-  const int32_t index = acquire(Op::kAllReduce, "f64", count, -1, 0);
-  Slot& slot = *slots_[index];
-  slot.mpi_type = MPI_DOUBLE;
-  const int code = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
-                                  comm_, &slot.request);
-  if (code != MPI_SUCCESS) fail_mpi(slot, code);
-  Request request{this, index, slot.generation};
-  do_complete(request, true);
+  return MPI_ERR_INTERN;
 }
 
 bool MpiCommunicator::do_complete(Request& request, bool block) {
@@ -172,66 +267,63 @@ bool MpiCommunicator::do_complete(Request& request, bool block) {
                     slots_[request.slot]->generation == request.generation;
   check(live, "wait on a request that was already completed (a copy of it was waited for)");
   Slot& slot = *slots_[request.slot];
-  MPI_Status status;
   if (block) {
-    poll(slot, status);
+    poll(slot);
   } else {
     int done = 0;
-    const int code = MPI_Test(&slot.request, &done, &status);
+    const int code = MPI_Test(&slot.request, &done, &slot.status);
     if (code != MPI_SUCCESS) fail_mpi(slot, code);
     if (!done) return false;
   }
+  finish(slot);
+  request = Request{};
+  return true;
+}
+
+void MpiCommunicator::poll(Slot& slot) {
+  const Clock::time_point deadline = deadline_after(timeout_seconds());
+  // Open MPI moves a non-blocking collective forward only inside MPI calls, so the wait keeps
+  // testing; sleeping between tests slowed a 64 MiB all-reduce several times over. Yielding
+  // still lets other ranks sharing the core run.
+  while (true) {
+    int done = 0;
+    const int code = MPI_Test(&slot.request, &done, &slot.status);
+    if (code != MPI_SUCCESS) fail_mpi(slot, code);
+    if (done) return;
+    if (Clock::now() > deadline) {
+      abort_job(timeout_message(describe(slot.what), timeout_seconds()));
+    }
+    sched_yield();
+  }
+}
+
+void MpiCommunicator::finish(Slot& slot) {
   if (slot.round_to != nullptr) {
     const float* result =
-        slot.op == Op::kReduceScatter ? slot.wide_out.data() : slot.wide_in.data();
+        slot.what.op == Op::kReduceScatter ? slot.wide_out.data() : slot.wide_in.data();
     kernels::cast_to_low(result, slot.round_to, slot.round_count, kernels::LowPrecision::kBf16);
   }
-  if (slot.op == Op::kRecv) {
+  if (slot.what.op == Op::kRecv) {
     int received = 0;
-    MPI_Get_count(&status, slot.mpi_type, &received);
-    if (received != slot.count) {
-      const std::string what = describe(slot);
+    MPI_Get_count(&slot.status, slot.mpi_type, &received);
+    if (received != slot.what.count) {
+      const std::string what = describe(slot.what);
       release(slot);
       fail("{} on rank {} received {} elements: sender and receiver disagree on the size", what,
            world_rank_, received);
     }
   }
   release(slot);
-  request = Request{};
-  return true;
-}
-
-void MpiCommunicator::poll(Slot& slot, MPI_Status& status) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(timeout_seconds()));
-  // Open MPI moves a non-blocking collective forward only inside MPI calls, so the wait keeps
-  // testing; sleeping between tests slowed a 64 MiB all-reduce several times over. Yielding
-  // still lets other ranks sharing the core run.
-  while (true) {
-    int done = 0;
-    const int code = MPI_Test(&slot.request, &done, &status);
-    if (code != MPI_SUCCESS) fail_mpi(slot, code);
-    if (done) return;
-    const Clock::time_point now = Clock::now();
-    if (now > deadline) {
-      abort_job(fmt::format(
-          "{} did not complete within {:g} s; another rank has probably failed or stopped",
-          describe(slot), timeout_seconds()));
-    }
-    sched_yield();
-  }
 }
 
 void MpiCommunicator::fail_mpi(Slot& slot, int code) {
-  const std::string what = describe(slot);
+  const std::string what = describe(slot.what);
   release(slot);
   fail("MPI error in {} on rank {}: {}", what, world_rank_, mpi_error_string(code));
 }
 
-std::string MpiCommunicator::describe(const Slot& slot) const {
-  std::string text = Communicator::describe(slot.op, slot.count, slot.type, slot.peer, slot.tag);
+std::string MpiCommunicator::describe(const Operation& what) const {
+  std::string text = Communicator::describe(what.op, what.count, what.type, what.peer, what.tag);
   if (comm_ != MPI_COMM_WORLD) {
     text += fmt::format(" in a group of {} ranks (its rank {})", size_, rank_);
   }

@@ -12,12 +12,14 @@
 
 namespace tessera::dist {
 
-// Every operation runs as a non-blocking MPI call that is polled to completion, so that each wait
-// has a deadline (see set_timeout_seconds). MPI failures are returned, not fatal, and surface as
+// Blocking operations call MPI's blocking functions while a watchdog thread, shared by every
+// communicator of the process, ends the job when one of them runs past the timeout (see
+// set_timeout_seconds). Non-blocking operations run as non-blocking MPI calls, and a wait polls
+// its request against the same deadline. MPI failures are returned, not fatal, and surface as
 // Errors naming the rank and the operation.
 //
-// Each operation in flight holds a slot: its MPI request, the f32 scratch of a bf16 reduction and
-// the int count arrays MPI wants. Slots are reused and their scratch only grows, so a warm
+// Each operation holds a slot while it runs: its MPI request, the f32 scratch of a bf16 reduction
+// and the int count arrays MPI wants. Slots are reused and their scratch only grows, so a warm
 // communicator allocates nothing per operation (what MPI allocates inside is its own affair).
 class MpiCommunicator final : public Communicator {
  public:
@@ -33,16 +35,23 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
-  struct Slot {
-    MPI_Request request = MPI_REQUEST_NULL;
-    bool busy = false;
-    uint32_t generation = 0;
-    // What the operation is, for error messages.
+  class Watchdog;
+
+  // What an operation is, for error messages.
+  struct Operation {
     Op op = Op::kBarrier;
     std::string_view type;
     int64_t count = 0;
     int peer = -1;
     int tag = 0;
+  };
+
+  struct Slot {
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Status status;
+    bool busy = false;
+    uint32_t generation = 0;
+    Operation what;
     MPI_Datatype mpi_type = MPI_DATATYPE_NULL;
     // A bf16 reduction runs on f32 scratch and is rounded into `round_to` on completion.
     std::vector<float> wide_in;
@@ -55,16 +64,24 @@ class MpiCommunicator final : public Communicator {
 
   Request do_start(Op op, const void* send, void* recv, int64_t count,
                    std::span<const int64_t> counts, DType dtype, int peer, int tag) override;
+  void do_run(Op op, const void* send, void* recv, int64_t count, std::span<const int64_t> counts,
+              DType dtype, int peer, int tag) override;
   bool do_complete(Request& request, bool block) override;
   void do_all_reduce_f64(double* data, int64_t count) override;
 
-  int32_t acquire(Op op, std::string_view type, int64_t count, int peer, int tag);
+  int32_t acquire(const Operation& what);
+  // Issues the slot's operation: non-blocking into `request`, or blocking when it is null.
+  // Returns MPI's error code.
+  int transfer(Slot& slot, const void* send, void* recv, std::span<const int64_t> counts,
+               DType dtype, MPI_Request* request);
   // Polls the slot's request until it completes or the deadline passes, which ends the job.
-  void poll(Slot& slot, MPI_Status& status);
+  void poll(Slot& slot);
+  // Finishes a completed transfer (rounding bf16 sums, checking a recv's size) and releases it.
+  void finish(Slot& slot);
   void release(Slot& slot);
   // Throws an Error for a failed MPI call on `slot`, after releasing it.
-  void fail_mpi(Slot& slot, int code);
-  std::string describe(const Slot& slot) const;
+  [[noreturn]] void fail_mpi(Slot& slot, int code);
+  std::string describe(const Operation& what) const;
 
   MPI_Comm comm_;
   int rank_ = 0;

@@ -12,13 +12,20 @@ std::unique_ptr<Communicator> SingleCommunicator::split(int color, int /*key*/) 
 }
 
 Request SingleCommunicator::do_start(Op op, const void* send, void* recv, int64_t count,
-                                     std::span<const int64_t> /*counts*/, DType dtype, int peer,
+                                     std::span<const int64_t> counts, DType dtype, int peer,
                                      int tag) {
+  do_run(op, send, recv, count, counts, dtype, peer, tag);
+  return Request{this, 0, 0};
+}
+
+void SingleCommunicator::do_run(Op op, const void* send, void* recv, int64_t count,
+                                std::span<const int64_t> /*counts*/, DType dtype, int peer,
+                                int tag) {
   switch (op) {
     case Op::kReduceScatter:
     case Op::kAllGather:
     case Op::kAllToAll:
-      // The checks before do_start allow an in-place all_gather, where send is recv.
+      // The checks allow an in-place all_gather, where send is recv.
       if (send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
       break;
     case Op::kSend:
@@ -30,7 +37,6 @@ Request SingleCommunicator::do_start(Op op, const void* send, void* recv, int64_
     case Op::kBarrier:
       break;
   }
-  return Request{this, 0, 0};
 }
 
 bool SingleCommunicator::do_complete(Request& request, bool /*block*/) {

@@ -19,6 +19,8 @@ class SingleCommunicator final : public Communicator {
  private:
   Request do_start(Op op, const void* send, void* recv, int64_t count,
                    std::span<const int64_t> counts, DType dtype, int peer, int tag) override;
+  void do_run(Op op, const void* send, void* recv, int64_t count, std::span<const int64_t> counts,
+              DType dtype, int peer, int tag) override;
   bool do_complete(Request& request, bool block) override;
   void do_all_reduce_f64(double*, int64_t) override {}
 };

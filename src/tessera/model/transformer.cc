@@ -435,7 +435,6 @@ void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float lo
   }
   float* dwpe = layout_.wpe >= 0 ? grads_ + layout_.wpe : nullptr;
   k::embedding_backward(d_res_, inputs, grads_ + layout_.wte, dwpe, B, T, C);
-  ready_from(0);
 }
 
 }  // namespace tessera::model

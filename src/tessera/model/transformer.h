@@ -54,7 +54,8 @@ class Transformer {
   const float* logits() const { return logits_; }
   // Called during backward with an offset: from then on every gradient at that offset or above
   // is final for this micro-step (blocks finish from the last to the first; the parameters are
-  // laid out in block order). Data parallelism reduces those gradients while backward goes on.
+  // laid out in block order). Data parallelism reduces those gradients while backward goes on;
+  // the embeddings' gradients, final only when backward returns, are left to the caller.
   void set_gradient_ready_hook(std::function<void(int64_t offset)> hook) {
     gradient_ready_ = std::move(hook);
   }
