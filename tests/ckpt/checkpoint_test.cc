@@ -10,6 +10,7 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/core/checksum.h"
+#include "tests/test_dir.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -49,12 +50,7 @@ std::string error_of(const std::function<void()>& f) {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    run_ = fs::temp_directory_path() /
-           fmt::format("tessera-ckpt-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(run_);
-  }
+  void SetUp() override { run_ = testing::fresh_test_dir("tessera-ckpt"); }
   void TearDown() override { fs::remove_all(run_); }
 
   // Three tensors of every dtype, filled with values that depend on `seed`.

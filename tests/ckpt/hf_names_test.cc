@@ -14,6 +14,7 @@
 
 #include "tessera/ckpt/hf_convert.h"
 #include "tessera/ckpt/safetensors.h"
+#include "tests/test_dir.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -321,12 +322,7 @@ TEST(HfConfig, RejectsWhatTesseraComputesDifferently) {
 // Export and import through real folders.
 class HfFolder : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           fmt::format("tessera-hf-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = testing::fresh_test_dir("tessera-hf"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // The flat buffer of the config's layout, random where parameters are and zero in padding.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessera/core/error.h"
+#include "tests/test_dir.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -76,12 +77,7 @@ std::string raw(std::initializer_list<T> values) {
 
 class SafetensorsFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("tessera-st-{}-{}", ::getpid(), info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = testing::fresh_test_dir("tessera-st"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string read_bytes(const fs::path& path) {

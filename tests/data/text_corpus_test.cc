@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tests/test_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -16,13 +17,7 @@ namespace {
 
 class TextCorpusTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            (std::string("tessera_corpus_") + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
+  void SetUp() override { root_ = testing::fresh_test_dir("tessera-corpus"); }
   void TearDown() override {
     std::error_code ec;
     fs::permissions(root_ / "locked.txt", fs::perms::owner_all, ec);
