@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "tessera/kernels/low_precision.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::model {
@@ -20,5 +21,10 @@ std::string_view precision_name(Precision p);
 Precision precision_from_name(std::string_view name);  // throws naming train.precision
 std::string_view recompute_name(Recompute r);
 Recompute recompute_from_name(std::string_view name);  // throws naming train.recompute
+
+// The matmul operand format of a low precision (bf16 or f16).
+inline kernels::LowPrecision low_precision_of(Precision p) {
+  return p == Precision::kF16 ? kernels::LowPrecision::kF16 : kernels::LowPrecision::kBf16;
+}
 
 }  // namespace tessera::model

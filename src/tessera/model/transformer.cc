@@ -22,10 +22,6 @@ bool is_gpt2(const ModelConfig& c) { return c.arch == Architecture::kGpt2; }
 // Width of the MLP's first matmul: GPT-2's fc, or Llama's fused gate and up projections.
 int64_t mlp_hidden_width(const ModelConfig& c) { return is_gpt2(c) ? c.ffn() : 2 * c.ffn(); }
 
-k::LowPrecision low_precision_of(Precision p) {
-  return p == Precision::kF16 ? k::LowPrecision::kF16 : k::LowPrecision::kBf16;
-}
-
 }  // namespace
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),

@@ -90,8 +90,7 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
   const TrainConfig& tc = rc.train;
   std::string matmul = "f32 (oneDNN sgemm)";
   if (tc.precision != model::Precision::kF32) {
-    const auto low = tc.precision == model::Precision::kF16 ? kernels::LowPrecision::kF16
-                                                            : kernels::LowPrecision::kBf16;
+    const kernels::LowPrecision low = model::low_precision_of(tc.precision);
     matmul = fmt::format("{} ({})", model::precision_name(tc.precision),
                          kernels::low_precision_gemm_path(low));
   }
