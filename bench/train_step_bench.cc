@@ -1,8 +1,10 @@
 // Times full training steps (forward, backward, AdamW) of a GPT-2 shape on random tokens, the
 // same work torch_gpt.py --mode train does, and prints one 'RESULT {...}' JSON line.
-// Under mpirun each rank trains its own batch, and --comm chooses how gradients are averaged:
-// none (no communication, the baseline), overlap (buckets reduced while backward runs, as the
-// trainer does) or after (one pass of all-reduces once backward has finished).
+// The step runs through the trainer's ZeRO state (--zero 0..3, default 0). Under mpirun each rank
+// trains its own batch, and --comm chooses how gradients are averaged: none (each rank alone, no
+// communication: the baseline), overlap (stages 0 and 1 reduce buckets while backward runs, as
+// the trainer does) or after (stages 0 and 1 reduce every bucket once backward has finished).
+// Stages 2 and 3 reduce-scatter each block's gradients as backward finishes it either way.
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -12,10 +14,10 @@
 
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/gradient_sync.h"
 #include "tessera/dist/launch.h"
+#include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
-#include "tessera/train/optimizer.h"
+#include "tessera/train/zero_state.h"
 
 using namespace tessera;
 
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
   mc.vocab_size = 50257;
   mc.max_seq = 1024;
   model::ModelOptions options;
-  int64_t B = 8, T = 256, warmup = 3, steps = 10;
+  int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--precision") {
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
       steps = v;
     else if (k == "--warmup")
       warmup = v;
+    else if (k == "--zero")
+      zero = v;
     else if (k == "--threads")
       set_num_threads(int(v));
     else {
@@ -79,18 +83,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--comm must be none, overlap or after, got %s\n", comm.c_str());
     return 2;
   }
-  model::Transformer model(mc, B, T, true, options);
-  model.init_weights(1337);
-  std::optional<dist::GradientSync> sync;
-  if (world.size() > 1 && comm != "none") {
-    sync.emplace(world, model.grads().data(), int64_t(model.grads().size()),
-                 int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
-    if (comm == "overlap") model.set_gradient_ready_hook([&](int64_t o) { sync->ready_from(o); });
-  }
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
   tc.beta2 = 0.999;
-  train::AdamW optimizer(model.layout(), tc);
+  tc.precision = options.precision;
+  dist::SingleCommunicator alone;
+  dist::Communicator& dp = comm == "none" ? alone : world;
+  train::ZeroState state(mc, tc, int(zero), dp, int64_t(bucket_mb * 1024 * 1024));
+  options.store = &state;
+  model::Transformer model(mc, B, T, true, options);
+  state.init(1337);
   CounterRng rng(42, 0);
   std::vector<int32_t> pool(64 * (T + 1));
   for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, mc.vocab_size));
@@ -103,11 +105,12 @@ int main(int argc, char** argv) {
       std::copy(row + 1, row + T + 1, y.data() + b * T);
     }
     auto t0 = std::chrono::steady_clock::now();
-    model.zero_grad();
-    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(world.size()));
-    if (sync) sync->finish();
+    state.zero_grad();
+    state.begin_micro_step(comm == "overlap");
+    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp.size()));
+    state.reduce_gradients();
     auto t1 = std::chrono::steady_clock::now();
-    optimizer.step(model.params(), model.grads(), 3e-4);
+    state.update(3e-4, 1.0f);
     auto t2 = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(t2 - t0).count();
     if (step >= warmup) optimizer_total += std::chrono::duration<double>(t2 - t1).count();
@@ -132,6 +135,10 @@ int main(int argc, char** argv) {
                       {"last_loss", last_loss}};
   r["ranks"] = world.size();
   r["comm"] = comm;
+  r["zero"] = zero;
+  const train::MemoryReport memory = state.memory();
+  r["model_state_bytes"] = memory.model_state();
+  r["working_bytes"] = memory.working;
   r["bucket_mb"] = bucket_mb;
   if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
 }

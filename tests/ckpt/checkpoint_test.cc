@@ -25,6 +25,14 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
+// The names in `dir`, sorted.
+std::vector<std::string> entries_of(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
@@ -159,10 +167,7 @@ TEST_F(CheckpointTest, LatestPointsToTheNewestSave) {
 
 TEST_F(CheckpointTest, KeepLastPrunesTheOldestSteps) {
   for (int step = 1; step <= 5; ++step) save_step(step * 100, 2);
-  std::vector<std::string> left;
-  for (const auto& e : fs::directory_iterator(run_)) left.push_back(e.path().filename());
-  std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step-000400", "step-000500"}));
+  EXPECT_EQ(entries_of(run_), (std::vector<std::string>{"latest", "step-000400", "step-000500"}));
 }
 
 TEST_F(CheckpointTest, KeepLastNeverDeletesTheStepJustWritten) {
@@ -302,6 +307,59 @@ TEST_F(CheckpointTest, RejectsInvalidSaves) {
   EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, 1, t, json{}, 0); }), "two tensors",
                         "'blocks.0.fc.weight'");
   EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, -1, {}, json{}, 0); }), "negative step");
+}
+
+TEST_F(CheckpointTest, PartsWrittenSeparatelyLoadAsOneCheckpoint) {
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> saved = make_tensors(arena, 5);
+  fs::path tmp = begin_save(run_, 8);
+  for (int part = 2; part >= 0; --part) write_part(tmp, part, {saved[part]});  // any order
+  json metadata = {{"world", 3}};
+  fs::path dir = commit_save(run_, 8, 3, metadata, 0);
+
+  EXPECT_EQ(dir, run_ / "step-000008");
+  EXPECT_EQ(entries_of(dir), (std::vector<std::string>{"COMMIT", "manifest.json", "rank-00000.bin",
+                                                       "rank-00001.bin", "rank-00002.bin"}));
+  EXPECT_FALSE(has_hidden_entries());
+  EXPECT_EQ(resolve(run_), dir);
+  Manifest m = read_manifest(dir);
+  EXPECT_EQ(m.step, 8);
+  EXPECT_EQ(m.metadata, metadata);
+  ASSERT_EQ(m.tensors.size(), 3u);
+  for (int part = 0; part < 3; ++part) {
+    EXPECT_EQ(m.tensors[part].name, saved[part].name);
+    EXPECT_EQ(m.tensors[part].file, fmt::format("rank-{:05d}.bin", part));
+  }
+
+  std::vector<NamedTensor> loaded = like(arena, saved);
+  load(dir, loaded);
+  expect_same_bytes(saved, loaded);
+}
+
+TEST_F(CheckpointTest, AMissingPartCommitsNothing) {
+  fs::path good = save_step(1);
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> t = make_tensors(arena, 2);
+  fs::path tmp = begin_save(run_, 2);
+  write_part(tmp, 0, {t[0]});
+  write_part(tmp, 1, {t[1], t[2]});
+  EXPECT_ERROR_MENTIONS(error_of([&] { commit_save(run_, 2, 3, json{}, 1); }), "rank-00002.json",
+                        "rank 2 did not write its part");
+  EXPECT_FALSE(fs::exists(run_ / "step-000002"));
+  EXPECT_EQ(read_text(run_ / "latest"), "step-000001\n");
+  EXPECT_EQ(resolve(run_), good);
+  EXPECT_EQ(find_latest(run_), good);
+}
+
+TEST_F(CheckpointTest, ATensorNameInTwoPartsIsAnError) {
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> t = make_tensors(arena, 0);
+  fs::path tmp = begin_save(run_, 1);
+  write_part(tmp, 0, {t[0], t[1]});
+  write_part(tmp, 1, {t[2], t[1]});
+  EXPECT_ERROR_MENTIONS(error_of([&] { commit_save(run_, 1, 2, json{}, 0); }), "'tokens'",
+                        "rank-00000", "rank-00001");
+  EXPECT_EQ(find_latest(run_), std::nullopt);
 }
 
 TEST(Checksum, MatchesTheStandardCrc32AndContinuesAcrossPieces) {

@@ -65,7 +65,7 @@ TEST(Manifest, NamesTheFileAndFieldOfEveryStructuralError) {
       {"string step", [](json& j) { j["step"] = "5"; }, "'step'"},
       {"float step", [](json& j) { j["step"] = 5.5; }, "'step'"},
       {"negative step", [](json& j) { j["step"] = -1; }, "'step'"},
-      {"two ranks", [](json& j) { j["world_size"] = 2; }, "'world_size'"},
+      {"no ranks", [](json& j) { j["world_size"] = 0; }, "'world_size'"},
       {"tensors not array", [](json& j) { j["tensors"] = json::object(); }, "'tensors'"},
       {"entry not object", [](json& j) { j["tensors"][0] = 3; }, "'tensors[0]'"},
       {"missing name", [](json& j) { j["tensors"][1].erase("name"); }, "'tensors[1].name'"},

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -25,7 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kDataFile = "rank-00000.bin";
 constexpr const char* kCommitFile = "COMMIT";
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kLatestTmpFile = "latest.tmp";
@@ -126,6 +126,10 @@ fs::path hidden_path(const fs::path& run_dir, const std::string& step_name, cons
   return run_dir / fmt::format(".{}.{}", step_name, suffix);
 }
 
+// The data file of a part and the listing of its tensors that commit_save merges.
+std::string data_file_name(int part) { return fmt::format("rank-{:05d}.bin", part); }
+std::string part_manifest_name(int part) { return fmt::format("rank-{:05d}.json", part); }
+
 void remove_all_or_fail(const fs::path& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
@@ -181,15 +185,62 @@ void remove_leftovers(const fs::path& run_dir) {
   for (const fs::path& p : stale) remove_all_or_fail(p);
 }
 
-void check_tensors_to_save(const fs::path& run_dir, const std::vector<NamedTensor>& tensors) {
+void check_tensors_to_save(const fs::path& dir, const std::vector<NamedTensor>& tensors) {
   std::unordered_set<std::string> names;
   for (const NamedTensor& t : tensors) {
-    check(!t.name.empty(), "{}: cannot save a tensor with an empty name", run_dir.string());
-    check(names.insert(t.name).second, "{}: cannot save two tensors named '{}'", run_dir.string(),
+    check(!t.name.empty(), "{}: cannot save a tensor with an empty name", dir.string());
+    check(names.insert(t.name).second, "{}: cannot save two tensors named '{}'", dir.string(),
           t.name);
     check(t.tensor.data != nullptr || t.tensor.nbytes() == 0,
-          "{}: cannot save tensor '{}': it has no data", run_dir.string(), t.name);
+          "{}: cannot save tensor '{}': it has no data", dir.string(), t.name);
   }
+}
+
+void require_save_in_progress(const fs::path& tmp_dir) {
+  std::error_code ec;
+  check(fs::is_directory(tmp_dir, ec),
+        "{}: no save in progress: begin_save must create it before parts are written or committed",
+        tmp_dir.string());
+}
+
+// The tensor entries that write_part recorded for one part.
+std::vector<Manifest::Entry> read_part(const fs::path& tmp_dir, int part) {
+  const fs::path path = tmp_dir / part_manifest_name(part);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    fail(
+        "{}: cannot open the part manifest: rank {} did not write its part before commit_save, "
+        "so nothing was committed",
+        path.string(), part);
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("{}: cannot read the part manifest of rank {}", path.string(), part);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON in the part manifest: rank {} did not finish writing its part: {}",
+         path.string(), part, e.what());
+  }
+  return parse_manifest(json, path.string()).tensors;
+}
+
+// All parts' entries in part order; a name may belong to only one part.
+Manifest merge_parts(const fs::path& tmp_dir, int parts) {
+  Manifest merged;
+  std::unordered_map<std::string, int> part_of;
+  for (int part = 0; part < parts; ++part) {
+    for (Manifest::Entry& e : read_part(tmp_dir, part)) {
+      auto [it, inserted] = part_of.emplace(e.name, part);
+      if (!inserted) {
+        fail("{}: tensor '{}' is written by both {} and {}; each tensor must be in one part only",
+             tmp_dir.string(), e.name, data_file_name(it->second), data_file_name(part));
+      }
+      merged.tensors.push_back(std::move(e));
+    }
+  }
+  return merged;
 }
 
 Manifest write_data_file(const fs::path& path, const std::vector<NamedTensor>& tensors) {
@@ -265,7 +316,7 @@ void prune(const fs::path& run_dir, int keep_last, int64_t just_written) {
 
 bool looks_like_step_dir(const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir / kManifestFile, ec) || fs::exists(dir / kDataFile, ec)) return true;
+  if (fs::exists(dir / kManifestFile, ec) || fs::exists(dir / data_file_name(0), ec)) return true;
   fs::path normal = dir.lexically_normal();
   std::string name =
       normal.has_filename() ? normal.filename().string() : normal.parent_path().filename().string();
@@ -287,23 +338,53 @@ std::string step_dir_name(int64_t step) { return fmt::format("step-{:06d}", step
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
                            int keep_last) {
+  write_part(begin_save(run_dir, step), 0, tensors);
+  return commit_save(run_dir, step, 1, metadata, keep_last);
+}
+
+std::filesystem::path pending_step_dir(const std::filesystem::path& run_dir, int64_t step) {
+  return hidden_path(run_dir, step_dir_name(step), "tmp");
+}
+
+std::filesystem::path begin_save(const std::filesystem::path& run_dir, int64_t step) {
   check(step >= 0, "{}: cannot save a checkpoint for negative step {}", run_dir.string(), step);
-  check_tensors_to_save(run_dir, tensors);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) fail("{}: cannot create the run directory: {}", run_dir.string(), ec.message());
   remove_leftovers(run_dir);
 
-  const std::string name = step_dir_name(step);
-  const fs::path tmp = hidden_path(run_dir, name, "tmp");
-  const fs::path final_dir = run_dir / name;
+  const fs::path tmp = pending_step_dir(run_dir, step);
   fs::create_directory(tmp, ec);
   if (ec) fail("{}: cannot create directory: {}", tmp.string(), ec.message());
+  return tmp;
+}
 
-  Manifest manifest = write_data_file(tmp / kDataFile, tensors);
+void write_part(const std::filesystem::path& tmp_dir, int part,
+                const std::vector<NamedTensor>& tensors) {
+  check(part >= 0, "{}: cannot write part {}: parts are numbered from 0", tmp_dir.string(), part);
+  require_save_in_progress(tmp_dir);
+  check_tensors_to_save(tmp_dir, tensors);
+  Manifest listing = write_data_file(tmp_dir / data_file_name(part), tensors);
+  write_durably(tmp_dir / part_manifest_name(part), manifest_to_json(listing).dump(2) + "\n");
+  sync_dir(tmp_dir);
+}
+
+std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t step, int parts,
+                                  const nlohmann::json& metadata, int keep_last) {
+  check(step >= 0, "{}: cannot save a checkpoint for negative step {}", run_dir.string(), step);
+  check(parts >= 1, "{}: cannot commit step {} from {} parts: at least one part is needed",
+        run_dir.string(), step, parts);
+  const std::string name = step_dir_name(step);
+  const fs::path tmp = pending_step_dir(run_dir, step);
+  const fs::path final_dir = run_dir / name;
+  require_save_in_progress(tmp);
+
+  Manifest manifest = merge_parts(tmp, parts);
   manifest.step = step;
+  manifest.world_size = parts;
   manifest.metadata = metadata;
   write_durably(tmp / kManifestFile, manifest_to_json(manifest).dump(2) + "\n");
+  for (int part = 0; part < parts; ++part) remove_all_or_fail(tmp / part_manifest_name(part));
   write_durably(tmp / kCommitFile, name + "\n");
   sync_dir(tmp);
 

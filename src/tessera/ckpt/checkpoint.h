@@ -22,10 +22,31 @@ using tessera::NamedTensor;
 // built in a hidden .tmp directory, fsynced, marked with COMMIT last, renamed into place, and then
 // `latest` is switched atomically. Afterwards the oldest committed steps beyond `keep_last` are
 // deleted (never the one just written; keep_last <= 0 keeps all). One writer per run directory.
-// Returns the step directory.
+// Returns the step directory. The same as begin_save, write_part(tmp, 0, ...) and commit_save.
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
                            int keep_last);
+
+// A save written by several processes sharing the run directory, in three steps that the caller
+// separates with barriers: one process calls begin_save, then each writes its own part, then one
+// calls commit_save. Until commit_save succeeds the previous `latest` stays the valid checkpoint.
+
+// Creates the run directory, removes leftovers of crashed saves and creates a fresh hidden
+// directory for `step`, which it returns for write_part.
+std::filesystem::path begin_save(const std::filesystem::path& run_dir, int64_t step);
+// The directory begin_save creates, for the processes that write parts into it.
+std::filesystem::path pending_step_dir(const std::filesystem::path& run_dir, int64_t step);
+
+// Writes rank-<part, 5 digits>.bin with the tensors and rank-<part>.json listing them, both
+// fsynced, into the directory from begin_save. Names must be unique across all parts.
+void write_part(const std::filesystem::path& tmp_dir, int part,
+                const std::vector<NamedTensor>& tensors);
+
+// Merges the part listings of parts 0..parts-1 into manifest.json with `step` and `metadata`, then
+// commits, installs, updates `latest` and prunes as save() does. A missing part or a tensor name
+// in two parts is an error that commits nothing. Returns the step directory.
+std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t step, int parts,
+                                  const nlohmann::json& metadata, int keep_last);
 
 // Accepts a committed step directory, or a run directory: follows `latest`, or when that is
 // missing or names an uncommitted directory, takes the newest committed step-* directory.

@@ -96,8 +96,9 @@ json manifest_to_json(const Manifest& manifest) {
                        {"nbytes", e.nbytes},
                        {"crc32", e.crc32}});
   }
-  return {{"format", kFormatName}, {"version", kFormatVersion},     {"step", manifest.step},
-          {"world_size", 1},       {"metadata", manifest.metadata}, {"tensors", tensors}};
+  return {{"format", kFormatName},         {"version", kFormatVersion},
+          {"step", manifest.step},         {"world_size", manifest.world_size},
+          {"metadata", manifest.metadata}, {"tensors", tensors}};
 }
 
 Manifest parse_manifest(const json& j, const std::string& source) {
@@ -112,12 +113,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     r.bad("version", fmt::format("is {}; this build reads version {}", version, kFormatVersion));
   }
   int64_t world_size = r.int64(r.field(j, "world_size", "world_size"), "world_size");
-  if (world_size != 1) {
-    r.bad("world_size",
-          fmt::format("is {}; only single-rank checkpoints are supported", world_size));
-  }
+  if (world_size < 1) r.bad("world_size", fmt::format("is {}; it must be at least 1", world_size));
 
   Manifest m;
+  m.world_size = world_size;
   m.step = r.int64(r.field(j, "step", "step"), "step");
   if (m.step < 0) r.bad("step", "must not be negative");
   m.metadata = r.field(j, "metadata", "metadata");

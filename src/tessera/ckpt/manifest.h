@@ -20,6 +20,7 @@ inline constexpr const char* kManifestFile = "manifest.json";
 // The parsed manifest.json of one step directory.
 struct Manifest {
   int64_t step = 0;
+  int64_t world_size = 1;  // processes that wrote the step, one data file each
   nlohmann::json metadata;
   struct Entry {
     std::string name;

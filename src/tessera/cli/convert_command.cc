@@ -14,6 +14,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/train/run_config.h"
+#include "tessera/train/state_checkpoint.h"
 
 namespace tessera::cli {
 namespace {
@@ -76,7 +77,8 @@ int export_checkpoint(int argc, char** argv) {
   const model::ModelConfig mc = train::run_config_from(config).model;
   const model::ModelLayout layout = model::model_layout(mc);
   std::vector<float> params(size_t(layout.params.total()));
-  ckpt::load(step_dir, model::named_views(layout.params, params.data()));
+  train::read_state_range(step_dir, layout.params, train::StatePart::kParams, 0,
+                          layout.params.total(), params.data());
   const std::string architecture = ckpt::export_hf(mc, params, *out, dtype);
   std::printf("exported %s (%s, %.2fM parameters, %s) to %s\n", step_dir.string().c_str(),
               architecture.c_str(), double(model::count_parameters(mc).total) / 1e6,

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace tessera::dist {
 // that their sum over ranks is the wanted mean.
 class GradientSync {
  public:
-  GradientSync(Communicator& dp, float* grads, int64_t count, int64_t bucket_elements);
+  // `grads` holds `count` elements of `dtype` (f32 or bf16).
+  GradientSync(Communicator& dp, void* grads, DType dtype, int64_t count, int64_t bucket_elements);
 
   // Every gradient at `offset` or above is final: start the buckets that lie there, and let
   // the transfers already in flight progress.
@@ -31,7 +33,8 @@ class GradientSync {
     Request request;
   };
   Communicator& dp_;
-  float* grads_;
+  std::byte* grads_;
+  DType dtype_;
   std::vector<Bucket> buckets_;  // top of the buffer first
   size_t started_ = 0;
 };

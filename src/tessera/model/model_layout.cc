@@ -12,6 +12,11 @@ ModelLayout model_layout(const ModelConfig& c) {
   const bool gpt2 = c.arch == Architecture::kGpt2;
   m.wte = p.add("wte.weight", {c.vocab_size, C}, true);
   if (gpt2) m.wpe = p.add("wpe.weight", {c.max_seq, C}, true);
+  // The head sits with the embeddings, below the blocks: the model uses both at each end of a
+  // step, and backward finishes the blocks' gradients from the top of the buffer down.
+  m.lnf_w = p.add("lnf.weight", {C}, false);
+  if (gpt2) m.lnf_b = p.add("lnf.bias", {C}, false);
+  m.lm_head = c.tie_embeddings ? m.wte : p.add("lm_head.weight", {c.vocab_size, C}, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string b = fmt::format("blocks.{}.", l);
     BlockOffsets o;
@@ -43,9 +48,6 @@ ModelLayout model_layout(const ModelConfig& c) {
     }
     m.blocks.push_back(o);
   }
-  m.lnf_w = p.add("lnf.weight", {C}, false);
-  if (gpt2) m.lnf_b = p.add("lnf.bias", {C}, false);
-  m.lm_head = c.tie_embeddings ? m.wte : p.add("lm_head.weight", {c.vocab_size, C}, true);
   return m;
 }
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "tessera/core/error.h"
-#include "tessera/core/rng.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 
@@ -53,11 +53,21 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       training_(training),
       low_(options.precision != Precision::kF32),
       layout_(model_layout(config)),
-      arena_(Arena::counting()) {
+      arena_(Arena::counting()),
+      store_(options.store),
+      units_(parameter_units(layout_)),
+      weights_(units_.size()),
+      unit_grads_(units_.size(), nullptr) {
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
         max_batch_, max_seq_);
+  if (store_ == nullptr) {
+    std::optional<k::LowPrecision> low;
+    if (low_) low = low_precision_of(options_.precision);
+    resident_ = std::make_unique<ResidentParameters>(layout_, low, training_);
+    store_ = resident_.get();
+  }
   Arena counting = Arena::counting();
   Allocator counter(counting);
   allocate(counter);
@@ -82,10 +92,6 @@ void Transformer::allocate(Allocator& a) {
   const int64_t N = max_batch_ * max_seq_, C = c.d_model, H = c.n_head, F = c.ffn();
   const int64_t Q = c.qkv_width(), HD = H * c.head_dim(), F_pre = mlp_hidden_width(c);
   const bool gpt2 = is_gpt2(c), moe = c.is_moe();
-  params_ = a.floats(layout_.params.total());
-  grads_ = training_ ? a.floats(layout_.params.total()) : nullptr;
-  if (low_) low_params_ = a.halves(layout_.params.total());
-
   auto matmul_input = [&](int64_t n, float* shared_f32) {
     MatmulInput x;
     x.f32 = low_ ? shared_f32 : a.floats(n);
@@ -154,25 +160,49 @@ void Transformer::allocate(Allocator& a) {
 
 int64_t Transformer::num_parameters() const { return count_parameters(config_).total; }
 
+ResidentParameters& Transformer::resident() {
+  check(resident_ != nullptr, "the model's parameters are held by its parameter store");
+  return *resident_;
+}
+
+std::span<float> Transformer::params() { return resident().params(); }
+std::span<float> Transformer::grads() {
+  check(training_, "gradients of a model built for inference");
+  return resident().grads();
+}
+
 void Transformer::init_weights(uint64_t seed) {
-  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
-  const auto& entries = layout_.params.entries();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ParamInfo& p = entries[i];
-    float* w = params_ + p.offset;
-    const int64_t n = p.shape.numel();
-    if (p.shape.rank() == 1) {
-      const bool norm_gain = p.name.find("ln") != std::string::npos && p.name.ends_with(".weight");
-      std::fill(w, w + n, norm_gain ? 1.0f : 0.0f);
-      continue;
-    }
-    const bool residual = p.name.ends_with("proj.weight") || p.name.ends_with("down.weight");
-    const double std = residual ? residual_std : 0.02;
-    CounterRng rng(seed, i);
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n; ++j) w[j] = float(std * rng.normal(j));
-  }
-  low_params_stale_ = true;
+  const std::span<float> p = params();
+  initial_parameters(config_, layout_, seed, 0, int64_t(p.size()), p.data());
+}
+
+void Transformer::acquire(int64_t unit) { weights_[unit] = store_->acquire(unit); }
+
+void Transformer::release(int64_t unit) {
+  store_->release(unit);
+  weights_[unit] = {};
+}
+
+int64_t Transformer::unit_of(int64_t offset) const {
+  const auto after =
+      std::upper_bound(units_.begin(), units_.end(), offset,
+                       [](int64_t o, const ParameterUnit& u) { return o < u.begin; });
+  return int64_t(after - units_.begin()) - 1;
+}
+
+const float* Transformer::param(int64_t offset) const {
+  const int64_t u = unit_of(offset);
+  return weights_[u].f32 + (offset - units_[u].begin);
+}
+
+const uint16_t* Transformer::low_param(int64_t offset) const {
+  const int64_t u = unit_of(offset);
+  return weights_[u].low + (offset - units_[u].begin);
+}
+
+float* Transformer::grad(int64_t offset) const {
+  const int64_t u = unit_of(offset);
+  return unit_grads_[u] + (offset - units_[u].begin);
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
@@ -183,13 +213,6 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
   }
 }
 
-void Transformer::refresh_low_params() {
-  if (!low_ || !low_params_stale_) return;
-  k::cast_to_low(params_, low_params_, layout_.params.total(),
-                 low_precision_of(options_.precision));
-  low_params_stale_ = false;
-}
-
 void Transformer::finish_input(const MatmulInput& x, int64_t n) {
   if (low_) k::cast_to_low(x.f32, x.low, n, low_precision_of(options_.precision));
 }
@@ -198,9 +221,9 @@ void Transformer::norm_forward(const float* x, int64_t w, int64_t b, MatmulInput
                                float* rstd, int64_t N) {
   const int64_t C = config_.d_model;
   if (is_gpt2(config_)) {
-    k::layernorm_forward(x, params_ + w, params_ + b, y.f32, mean, rstd, N, C);
+    k::layernorm_forward(x, param(w), param(b), y.f32, mean, rstd, N, C);
   } else {
-    k::rmsnorm_forward(x, params_ + w, y.f32, rstd, N, C, float(config_.norm_eps));
+    k::rmsnorm_forward(x, param(w), y.f32, rstd, N, C, float(config_.norm_eps));
   }
   finish_input(y, N * C);
 }
@@ -209,33 +232,32 @@ void Transformer::norm_backward(const float* dy, const float* x, int64_t w, int6
                                 const float* mean, const float* rstd, int64_t N) {
   const int64_t C = config_.d_model;
   if (is_gpt2(config_)) {
-    k::layernorm_backward(dy, x, params_ + w, mean, rstd, d_res_, grads_ + w, grads_ + b, N, C);
+    k::layernorm_backward(dy, x, param(w), mean, rstd, d_res_, grad(w), grad(b), N, C);
   } else {
-    k::rmsnorm_backward(dy, x, params_ + w, rstd, d_res_, grads_ + w, N, C);
+    k::rmsnorm_backward(dy, x, param(w), rstd, d_res_, grad(w), N, C);
   }
 }
 
 void Transformer::linear_forward(const MatmulInput& x, int64_t w, int64_t b, float* y, int64_t N,
                                  int64_t in, int64_t out) {
-  const float* bias = b >= 0 ? params_ + b : nullptr;
+  const float* bias = b >= 0 ? param(b) : nullptr;
   if (low_) {
-    k::linear_forward_low(x.low, low_params_ + w, bias, y, N, in, out,
+    k::linear_forward_low(x.low, low_param(w), bias, y, N, in, out,
                           low_precision_of(options_.precision));
   } else {
-    k::linear_forward(x.f32, params_ + w, bias, y, N, in, out);
+    k::linear_forward(x.f32, param(w), bias, y, N, in, out);
   }
 }
 
 void Transformer::linear_backward(const float* dy, const MatmulInput& x, int64_t w, int64_t b,
                                   float* dx, int64_t N, int64_t in, int64_t out) {
-  float* dbias = b >= 0 ? grads_ + b : nullptr;
+  float* dbias = b >= 0 ? grad(b) : nullptr;
   if (low_) {
     const k::LowPrecision p = low_precision_of(options_.precision);
     k::cast_to_low(dy, dy_low_, N * out, p);
-    k::linear_backward_low(dy, dy_low_, x.low, low_params_ + w, dx, grads_ + w, dbias, N, in, out,
-                           p);
+    k::linear_backward_low(dy, dy_low_, x.low, low_param(w), dx, grad(w), dbias, N, in, out, p);
   } else {
-    k::linear_backward(dy, x.f32, params_ + w, dx, grads_ + w, dbias, N, in, out);
+    k::linear_backward(dy, x.f32, param(w), dx, grad(w), dbias, N, in, out);
   }
 }
 
@@ -245,7 +267,7 @@ const float* Transformer::input_of(int64_t l) const {
 
 MoeWeights<float> Transformer::moe_weights(int64_t l) const {
   const BlockOffsets& o = layout_.blocks[l];
-  auto at = [&](int64_t off) -> const float* { return off >= 0 ? params_ + off : nullptr; };
+  auto at = [&](int64_t off) { return off >= 0 ? param(off) : nullptr; };
   return {at(o.router_w), at(o.experts_gate_up), at(o.experts_down), at(o.shared_gate_up),
           at(o.shared_down)};
 }
@@ -260,8 +282,8 @@ std::span<const int64_t> Transformer::expert_tokens(int64_t layer) const {
 }
 
 void Transformer::embed(const int32_t* inputs, int64_t B, int64_t T) {
-  const float* wpe = layout_.wpe >= 0 ? params_ + layout_.wpe : nullptr;
-  k::embedding_forward(inputs, params_ + layout_.wte, wpe, embedded_, B, T, config_.d_model);
+  const float* wpe = layout_.wpe >= 0 ? param(layout_.wpe) : nullptr;
+  k::embedding_forward(inputs, param(layout_.wte), wpe, embedded_, B, T, config_.d_model);
 }
 
 void Transformer::block_forward(int64_t l, int64_t B, int64_t T) {
@@ -302,12 +324,14 @@ void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
   check_tokens(inputs, B * T);
-  refresh_low_params();
+  acquire(0);
   embed(inputs, B, T);
   aux_loss_ = 0;
   dropped_ = 0;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
+    acquire(1 + l);
     block_forward(l, B, T);
+    release(1 + l);
     if (config_.is_moe()) {
       const auto counts = moe_for(l).tokens_per_expert();
       std::copy(counts.begin(), counts.end(), expert_tokens_[l].begin());
@@ -333,6 +357,7 @@ void Transformer::compute_logits(const int32_t* inputs, int64_t B, int64_t T) {
 
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   compute_logits(inputs, B, T);
+  release(0);
   return targets == nullptr ? 0.0f : loss_over_logits(targets, B * T, 0.0f);
 }
 
@@ -341,12 +366,13 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   const int64_t C = config_.d_model, last = (T - 1) * C;
   const MatmulInput row{lnf_.f32 + last, low_ ? lnf_.low + last : nullptr};
   linear_forward(row, layout_.lm_head, -1, logits_, 1, C, config_.vocab_size);
+  release(0);
   return logits_;
 }
 
 void Transformer::zero_grad() {
-  check(training_, "zero_grad on a model built for inference");
-  std::memset(grads_, 0, sizeof(float) * layout_.params.total());
+  const std::span<float> g = grads();
+  std::fill(g.begin(), g.end(), 0.0f);
 }
 
 float Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
@@ -355,6 +381,7 @@ float Transformer::forward_backward(const int32_t* inputs, const int32_t* target
   compute_logits(inputs, B, T);
   const float loss = loss_over_logits(targets, B * T, loss_scale / float(B * T));
   backward(inputs, B, T, loss_scale);
+  release(0);
   return loss;
 }
 
@@ -391,7 +418,7 @@ void Transformer::block_backward(int64_t l, int64_t B, int64_t T) {
   }
   // The residual connection passes d_res_ through unchanged; each branch adds its part.
   if (c.is_moe()) {
-    auto at = [&](int64_t off) { return off >= 0 ? grads_ + off : nullptr; };
+    auto at = [&](int64_t off) { return off >= 0 ? grad(off) : nullptr; };
     const MoeGrads<float> grads{at(o.router_w), at(o.experts_gate_up), at(o.experts_down),
                                 at(o.shared_gate_up), at(o.shared_down)};
     moe_for(l).backward(d_res_, a.ln2.f32, d_c_, N, moe_weights(l), grads, loss_scale_);
@@ -417,20 +444,24 @@ void Transformer::block_backward(int64_t l, int64_t B, int64_t T) {
 void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale) {
   const int64_t N = B * T, C = config_.d_model;
   loss_scale_ = loss_scale;
+  unit_grads_[0] = store_->gradients(0);
   // logits_ now holds d(loss)/d(logits).
   linear_backward(logits_, lnf_, layout_.lm_head, -1, d_c_, N, C, config_.vocab_size);
   std::memset(d_res_, 0, sizeof(float) * N * C);
   norm_backward(d_c_, acts_.back().res_out, layout_.lnf_w, layout_.lnf_b, lnf_mean_, lnf_rstd_, N);
-  auto ready_from = [&](int64_t offset) {
-    if (gradient_ready_) gradient_ready_(offset);
-  };
-  ready_from(layout_.lnf_w);
   for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+    const int64_t u = 1 + l;
+    acquire(u);
+    unit_grads_[u] = store_->gradients(u);
     block_backward(l, B, T);
-    ready_from(layout_.blocks[l].ln1_w);
+    store_->gradients_done(u);
+    unit_grads_[u] = nullptr;
+    release(u);
   }
-  float* dwpe = layout_.wpe >= 0 ? grads_ + layout_.wpe : nullptr;
-  k::embedding_backward(d_res_, inputs, grads_ + layout_.wte, dwpe, B, T, C);
+  float* dwpe = layout_.wpe >= 0 ? grad(layout_.wpe) : nullptr;
+  k::embedding_backward(d_res_, inputs, grad(layout_.wte), dwpe, B, T, C);
+  store_->gradients_done(0);
+  unit_grads_[0] = nullptr;
 }
 
 }  // namespace tessera::model

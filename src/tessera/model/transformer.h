@@ -11,12 +11,15 @@
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
+#include "tessera/model/parameter_store.h"
 
 namespace tessera::model {
 
 struct ModelOptions {
   Precision precision = Precision::kF32;
   Recompute recompute = Recompute::kNone;
+  // Where parameters and gradients live; null keeps them all in the model, in f32.
+  ParameterStore* store = nullptr;
 };
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts.
@@ -32,14 +35,11 @@ class Transformer {
   const ModelOptions& options() const { return options_; }
   const ParameterLayout& layout() const { return layout_.params; }
   int64_t num_parameters() const;  // counts the tied embedding once, excludes padding
-  // Writable parameters; the low-precision copies are refreshed before the next forward.
-  std::span<float> params() {
-    low_params_stale_ = true;
-    return {params_, size_t(layout_.params.total())};
-  }
-  std::span<float> grads() { return {grads_, size_t(layout_.params.total())}; }
+  // Writable parameters, and the gradients, of a model that keeps them itself (no store).
+  std::span<float> params();
+  std::span<float> grads();
 
-  // N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2 n_layer), unit norm weights.
+  // See initial_parameters; only for a model that keeps its parameters itself.
   void init_weights(uint64_t seed);
 
   // Runs the model over inputs[B,T]. With targets, returns the mean cross-entropy; without,
@@ -50,15 +50,9 @@ class Transformer {
   // gradient is fused into the softmax: the [B*T, vocab] logits are overwritten by it.
   float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                          float loss_scale);
+  // Zeroes the gradients of a model that keeps them itself.
   void zero_grad();
   const float* logits() const { return logits_; }
-  // Called during backward with an offset: from then on every gradient at that offset or above
-  // is final for this micro-step (blocks finish from the last to the first; the parameters are
-  // laid out in block order). Data parallelism reduces those gradients while backward goes on;
-  // the embeddings' gradients, final only when backward returns, are left to the caller.
-  void set_gradient_ready_hook(std::function<void(int64_t offset)> hook) {
-    gradient_ready_ = std::move(hook);
-  }
   // Logits of the next token after tokens[0..T), for sampling.
   const float* next_token_logits(const int32_t* tokens, int64_t T);
 
@@ -88,7 +82,13 @@ class Transformer {
 
   void allocate(Allocator& a);
   void check_tokens(const int32_t* tokens, int64_t n) const;
-  void refresh_low_params();
+  ResidentParameters& resident();
+  void acquire(int64_t unit);
+  void release(int64_t unit);
+  int64_t unit_of(int64_t offset) const;
+  const float* param(int64_t offset) const;
+  const uint16_t* low_param(int64_t offset) const;
+  float* grad(int64_t offset) const;
   void embed(const int32_t* inputs, int64_t B, int64_t T);
   void block_forward(int64_t l, int64_t B, int64_t T);
   void block_backward(int64_t l, int64_t B, int64_t T);
@@ -119,17 +119,17 @@ class Transformer {
   bool low_;  // low-precision matmuls
   ModelLayout layout_;
   Arena arena_;
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-  uint16_t* low_params_ = nullptr;
-  bool low_params_stale_ = true;
+  std::unique_ptr<ResidentParameters> resident_;
+  ParameterStore* store_;
+  std::vector<ParameterUnit> units_;
+  std::vector<ParameterStore::Weights> weights_;  // of acquired units
+  std::vector<float*> unit_grads_;                // of units in backward
   std::vector<LayerActivations> acts_;
   std::vector<std::unique_ptr<MoeLayer<float>>> moe_;
   std::vector<std::vector<int64_t>> expert_tokens_;
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
-  std::function<void(int64_t)> gradient_ready_;
   float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
   MatmulInput lnf_;
   float *d_res_, *d_c_, *d_qkv_, *d_hidden_;

@@ -2,6 +2,7 @@
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/train/run_config.h"
+#include "tessera/train/state_checkpoint.h"
 
 namespace tessera::serve {
 
@@ -40,7 +41,9 @@ TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step
   config.load_json(manifest.metadata["config"]);
   const model::ModelConfig mc = train::run_config_from(config).model;
   model_ = std::make_unique<model::Transformer>(mc, 1, mc.max_seq, /*training=*/false);
-  ckpt::load(step_dir_, model::named_views(model_->layout(), model_->params().data()));
+  const std::span<float> params = model_->params();
+  train::read_state_range(step_dir_, model_->layout(), train::StatePart::kParams, 0,
+                          int64_t(params.size()), params.data());
   tokenizer_ = checkpoint_tokenizer(step_dir_, manifest.metadata);
   check(tokenizer_->vocab_size() <= mc.vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",

@@ -1,43 +1,45 @@
 #include "tessera/train/optimizer.h"
 
-#include <cmath>
+#include <algorithm>
 
+#include "tessera/core/error.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::train {
 
-AdamW::AdamW(const model::ParameterLayout& layout, const TrainConfig& config)
-    : layout_(layout), config_(config), arena_(2 * sizeof(float) * layout.total() + 128) {
-  m_ = arena_.allocate({layout.total()}, DType::f32).as<float>();
-  v_ = arena_.allocate({layout.total()}, DType::f32).as<float>();
+AdamW::AdamW(const model::ParameterLayout& layout, const TrainConfig& config, int64_t begin,
+             int64_t end)
+    : layout_(layout),
+      config_(config),
+      begin_(begin),
+      end_(end),
+      m_(size_t(end - begin)),
+      v_(size_t(end - begin)) {
+  check(0 <= begin && begin <= end && end <= layout.total(),
+        "optimizer range [{}, {}) outside the {} parameters", begin, end, layout.total());
 }
 
-void AdamW::step(std::span<float> params, std::span<const float> grads, double lr) {
-  ++steps_taken_;
-  for (const model::ParamInfo& p : layout_.entries()) {
-    kernels::AdamWParams hp{lr,
-                            config_.beta1,
-                            config_.beta2,
-                            config_.eps,
-                            p.decay ? config_.weight_decay : 0.0,
-                            steps_taken_};
-    kernels::adamw_update<float>(params.data() + p.offset, grads.data() + p.offset, m_ + p.offset,
-                                 v_ + p.offset, p.shape.numel(), hp);
+void AdamW::update(int64_t first, int64_t n, float* params, const float* grads, double lr) {
+  const int64_t last = first + n;
+  check(begin_ <= first && last <= end_, "update of [{}, {}) outside the optimizer's [{}, {})",
+        first, last, begin_, end_);
+  const auto& entries = layout_.entries();
+  // The first entry that ends after `first`.
+  auto it = std::partition_point(entries.begin(), entries.end(), [&](const model::ParamInfo& p) {
+    return p.offset + p.shape.numel() <= first;
+  });
+  for (; it != entries.end() && it->offset < last; ++it) {
+    const int64_t lo = std::max(first, it->offset);
+    const int64_t hi = std::min(last, it->offset + it->shape.numel());
+    const kernels::AdamWParams hp{lr,
+                                  config_.beta1,
+                                  config_.beta2,
+                                  config_.eps,
+                                  it->decay ? config_.weight_decay : 0.0,
+                                  steps_taken_};
+    kernels::adamw_update<float>(params + (lo - first), grads + (lo - first),
+                                 m_.data() + (lo - begin_), v_.data() + (lo - begin_), hi - lo, hp);
   }
-}
-
-std::vector<NamedTensor> AdamW::state_tensors() {
-  std::vector<NamedTensor> out = model::named_views(layout_, m_, "adamw.m.");
-  for (NamedTensor& t : model::named_views(layout_, v_, "adamw.v.")) out.push_back(std::move(t));
-  return out;
-}
-
-double clip_grad_norm(std::span<float> grads, double max_norm) {
-  double norm = std::sqrt(kernels::sum_squares<float>(grads.data(), grads.size()));
-  if (max_norm > 0 && norm > max_norm) {
-    kernels::scale<float>(grads.data(), float(max_norm / (norm + 1e-6)), grads.size());
-  }
-  return norm;
 }
 
 }  // namespace tessera::train

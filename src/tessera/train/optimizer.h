@@ -1,38 +1,39 @@
 #pragma once
 
 #include <span>
-#include <string>
 #include <vector>
 
-#include "tessera/core/arena.h"
 #include "tessera/model/parameters.h"
 #include "tessera/train/run_config.h"
 
 namespace tessera::train {
 
-// AdamW with f32 moments laid out like the parameters; weight decay only where the layout
-// marks a parameter for it.
+// AdamW with f32 moments over the flat parameter range [begin, end): all parameters, or one
+// data-parallel rank's shard of them. Weight decay applies only where the layout marks a
+// parameter for it.
 class AdamW {
  public:
-  AdamW(const model::ParameterLayout& layout, const TrainConfig& config);
+  AdamW(const model::ParameterLayout& layout, const TrainConfig& config, int64_t begin,
+        int64_t end);
 
-  void step(std::span<float> params, std::span<const float> grads, double lr);
+  // Starts a step; the updates that follow use its bias correction.
+  void begin_step() { ++steps_taken_; }
+  // Updates the flat range [first, first + n), which lies inside the optimizer's range; params
+  // and grads point at element `first`.
+  void update(int64_t first, int64_t n, float* params, const float* grads, double lr);
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t n) { steps_taken_ = n; }
-  // The moments under checkpoint names "adamw.m.<param>" and "adamw.v.<param>".
-  std::vector<NamedTensor> state_tensors();
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  std::span<float> m() { return m_; }
+  std::span<float> v() { return v_; }
 
  private:
   const model::ParameterLayout& layout_;
   TrainConfig config_;
-  Arena arena_;
-  float* m_;
-  float* v_;
+  int64_t begin_, end_;
+  std::vector<float> m_, v_;
   int64_t steps_taken_ = 0;
 };
-
-// Scales grads so that their global L2 norm is at most max_norm (0 = no clipping); returns the
-// norm before clipping.
-double clip_grad_norm(std::span<float> grads, double max_norm);
 
 }  // namespace tessera::train

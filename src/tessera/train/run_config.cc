@@ -44,6 +44,9 @@ std::vector<ConfigKey> run_config_schema() {
        "\"f32\", \"bf16\" or \"f16\" (matmul operands; master weights stay f32)"},
       {"train.recompute", T::kString, "none", false,
        "activation recomputation: \"none\", \"selective\" or \"full\""},
+      {"train.zero", T::kInt, "0", false,
+       "ZeRO stage over the data-parallel ranks: 0 replicates everything, 1 shards the optimizer "
+       "state, 2 also the gradients, 3 also the parameters"},
       {"train.loss_scale", T::kFloat, "65536", false, "f16: initial dynamic loss scale"},
       {"train.loss_scale_growth_interval", T::kInt, "1000", false,
        "f16: overflow-free steps before the loss scale doubles"},
@@ -127,6 +130,8 @@ RunConfig run_config_from(const Config& config) {
   check(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
   t.precision = model::precision_from_name(config.get_string("train.precision"));
   t.recompute = model::recompute_from_name(config.get_string("train.recompute"));
+  t.zero = int_at_least(config, "train.zero", 0);
+  check(t.zero <= 3, "train.zero must be 0, 1, 2 or 3, got {}", t.zero);
   t.loss_scale = config.get_float("train.loss_scale");
   check(t.loss_scale >= 1, "train.loss_scale must be >= 1, got {}", t.loss_scale);
   t.loss_scale_growth_interval = int_at_least(config, "train.loss_scale_growth_interval", 1);

@@ -11,7 +11,6 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
 #include "tessera/data/loader.h"
-#include "tessera/dist/gradient_sync.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/kernels/low_precision.h"
@@ -20,8 +19,8 @@
 #include "tessera/obs/metrics_log.h"
 #include "tessera/train/loss_scaler.h"
 #include "tessera/train/lr_schedule.h"
-#include "tessera/train/optimizer.h"
 #include "tessera/train/training_data.h"
+#include "tessera/train/zero_state.h"
 
 namespace tessera::train {
 
@@ -35,13 +34,6 @@ std::string format_duration(double seconds) {
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}s", s);
-}
-
-// Everything a checkpoint holds: parameters under their own names, then the AdamW moments.
-std::vector<NamedTensor> state_tensors(model::Transformer& model, AdamW& optimizer) {
-  std::vector<NamedTensor> tensors = model::named_views(model.layout(), model.params().data());
-  for (NamedTensor& t : optimizer.state_tensors()) tensors.push_back(std::move(t));
-  return tensors;
 }
 
 // Held-out loss over fixed batches of the global batch size; each data-parallel rank evaluates
@@ -102,6 +94,34 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
       model.working_activation_bytes() / mib);
 }
 
+// Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its stage.
+void log_memory(const ZeroState& state, const model::Transformer& model, dist::Communicator& dp,
+                const TrainConfig& tc) {
+  constexpr int kFields = 5;
+  const MemoryReport m = state.memory();
+  const int64_t activations = model.saved_activation_bytes_per_layer() * model.config().n_layer +
+                              model.working_activation_bytes();
+  std::vector<double> all(size_t(kFields * dp.size()), 0.0);
+  const double mine[kFields] = {double(m.params), double(m.grads), double(m.optimizer),
+                                double(activations), double(m.working)};
+  std::copy(mine, mine + kFields, all.begin() + kFields * dp.rank());
+  dp.all_reduce(all.data(), int64_t(all.size()));
+  const int64_t psi = state.layout().params.total();
+  const double formula = zero_model_state_bytes(int(tc.zero), tc.precision, psi, dp.size());
+  const double mib = 1024.0 * 1024.0;
+  for (int r = 0; r < dp.size(); ++r) {
+    const double* v = all.data() + kFields * r;
+    const double model_state = v[0] + v[1] + v[2];
+    spdlog::info(
+        "memory rank {}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({} {} "
+        "parameters over {} ranks) | parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer "
+        "{:.2f} MiB, activations {:.2f} MiB, working buffers {:.2f} MiB",
+        r, model_state, model_state / formula, tc.zero, formula, psi,
+        model::precision_name(tc.precision), dp.size(), v[0] / mib, v[1] / mib, v[2] / mib,
+        v[3] / mib, v[4] / mib);
+  }
+}
+
 }  // namespace
 
 TrainSummary train(const Config& config, const fs::path& out_dir) {
@@ -142,24 +162,20 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc.model.vocab_size)), unigram);
 
+  ZeroState state(rc.model, tc, int(tc.zero), dp, int64_t(rc.dist.bucket_mb * 1024 * 1024));
   model::Transformer model(rc.model, local_batch, tc.seq_len, /*training=*/true,
-                           {.precision = tc.precision, .recompute = tc.recompute});
-  model.init_weights(uint64_t(tc.seed));
-  AdamW optimizer(model.layout(), tc);
+                           {.precision = tc.precision, .recompute = tc.recompute, .store = &state});
+  state.init(uint64_t(tc.seed));
   log_model(rc, model);
-  std::optional<dist::GradientSync> sync;
-  bool syncing = false;  // only the last micro-step of a step communicates
   if (dp.size() > 1) {
-    const auto bucket = int64_t(rc.dist.bucket_mb * 1024 * 1024 / sizeof(float));
-    sync.emplace(dp, model.grads().data(), int64_t(model.grads().size()), bucket);
-    model.set_gradient_ready_hook([&](int64_t offset) {
-      if (syncing) sync->ready_from(offset);
-    });
-    spdlog::info(
-        "data parallel: {} ranks, {} sequences each per micro-batch, {} all-reduce "
-        "buckets of {:g} MiB overlapping backward",
-        dp.size(), local_batch, sync->bucket_count(), rc.dist.bucket_mb);
+    const std::string buckets =
+        tc.zero < 2 ? fmt::format("{} all-reduce buckets of {:g} MiB overlapping backward",
+                                  state.bucket_count(), rc.dist.bucket_mb)
+                    : std::string("gradients reduce-scattered block by block");
+    spdlog::info("data parallel: {} ranks, ZeRO stage {}, {} sequences each per micro-batch, {}",
+                 dp.size(), tc.zero, local_batch, buckets);
   }
+  log_memory(state, model, dp, tc);
 
   const fs::path ckpt_dir = out_dir / "checkpoints";
   int64_t start_step = 0, samples_consumed = 0;
@@ -168,18 +184,18 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
     // Weights from `tessera convert import` carry no optimizer state or data position: the run
     // fine-tunes them from step 0 with fresh AdamW moments.
-    ckpt::load(*latest, model::named_views(model.layout(), model.params().data()));
+    state.load(*latest, /*with_optimizer=*/false);
     spdlog::info("fine-tuning the imported weights of {}", latest->string());
     latest.reset();
   }
   if (latest) {
-    ckpt::load(*latest, state_tensors(model, optimizer));
+    state.load(*latest, /*with_optimizer=*/true);
     const ckpt::Manifest manifest = ckpt::read_manifest(*latest);
     start_step = manifest.step;
     samples_consumed = manifest.metadata.value("samples_consumed", int64_t{-1});
     check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
           latest->string());
-    optimizer.set_steps_taken(manifest.metadata.value("optimizer_steps", start_step));
+    state.set_steps_taken(manifest.metadata.value("optimizer_steps", start_step));
     loss_scale_state = {manifest.metadata.value("loss_scale", tc.loss_scale),
                         manifest.metadata.value("skipped_steps", int64_t{0})};
     spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), start_step,
@@ -208,12 +224,24 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                            {"model", model::architecture_name(rc.model.arch)},
                            {"tokenizer", tokenizer},
                            {"samples_consumed", loader.position()},
-                           {"optimizer_steps", optimizer.steps_taken()},
+                           {"optimizer_steps", state.steps_taken()},
                            {"loss_scale", scaler.scale()},
                            {"skipped_steps", scaler.skipped_steps()}};
-    if (!lead) return ckpt_dir / ckpt::step_dir_name(step);
-    return ckpt::save(ckpt_dir, step, state_tensors(model, optimizer), meta,
-                      int(rc.checkpoint.keep_last));
+    const int keep_last = int(rc.checkpoint.keep_last);
+    if (tc.zero == 0) {
+      if (!lead) return ckpt_dir / ckpt::step_dir_name(step);
+      return ckpt::save(ckpt_dir, step, state.checkpoint_tensors(), meta, keep_last);
+    }
+    // Every rank writes its shard into the step directory that rank 0 opens and then commits.
+    meta["zero"] = state.checkpoint_layout();
+    if (lead) ckpt::begin_save(ckpt_dir, step);
+    world.barrier();
+    ckpt::write_part(ckpt::pending_step_dir(ckpt_dir, step), dp.rank(), state.checkpoint_tensors());
+    world.barrier();
+    fs::path saved = ckpt_dir / ckpt::step_dir_name(step);
+    if (lead) saved = ckpt::commit_save(ckpt_dir, step, dp.size(), meta, keep_last);
+    world.barrier();
+    return saved;
   };
   // Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
   const double tokens_per_byte = double(val_split.tokens) / double(val_split.bytes);
@@ -234,33 +262,30 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step, tc);
-    model.zero_grad();
+    state.zero_grad();
     double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
-    double data_wait = 0, comm_wait = 0;
+    double data_wait = 0;
     const double loss_scale = f16 ? scaler.scale() : 1.0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       const data::Batch& batch = loader.next();
       data_wait += loader.last_wait_seconds();
-      syncing = sync && micro + 1 == tc.grad_accum;
+      state.begin_micro_step(micro + 1 == tc.grad_accum);
       // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
       losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch, tc.seq_len,
                                           float(loss_scale / double(tc.grad_accum * dp.size())));
       losses[1] += model.aux_loss();
     }
-    if (sync) {
-      comm_wait = sync->finish();
-      dp.all_reduce(losses, 2);
-    }
+    const double comm_wait = state.reduce_gradients();
+    if (dp.size() > 1) dp.all_reduce(losses, 2);
     const double loss = losses[0] / double(tc.grad_accum * dp.size());
     const double aux_loss = losses[1] / double(tc.grad_accum * dp.size());
     double grad_norm = 0;
-    const std::span<float> grads = model.grads();
-    const bool stepped =
-        !f16 || scaler.update(kernels::all_finite(grads.data(), int64_t(grads.size())));
+    const bool stepped = !f16 || scaler.update(state.gradients_finite());
     if (stepped) {
-      if (f16) kernels::scale(grads.data(), float(1.0 / loss_scale), int64_t(grads.size()));
-      grad_norm = clip_grad_norm(grads, tc.grad_clip);
-      optimizer.step(model.params(), grads, lr);
+      grad_norm = state.gradient_norm() / loss_scale;
+      const double clip =
+          tc.grad_clip > 0 && grad_norm > tc.grad_clip ? tc.grad_clip / (grad_norm + 1e-6) : 1.0;
+      state.update(lr, float(clip / loss_scale));
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -272,7 +297,7 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                              {"tokens_per_s", tokens_per_step / dt},
                              {"step_s", dt},
                              {"data_wait_s", data_wait}};
-    if (sync) record["comm_wait_s"] = comm_wait;
+    if (dp.size() > 1) record["comm_wait_s"] = comm_wait;
     std::string extra;
     if (f16) {
       record["loss_scale"] = loss_scale;
