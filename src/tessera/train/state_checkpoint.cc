@@ -79,10 +79,12 @@ std::string shard_tensor_name(StatePart part, int rank) {
 void read_state_range(const std::filesystem::path& step_dir, const model::ParameterLayout& layout,
                       StatePart part, int64_t begin, int64_t end, float* out) {
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const nlohmann::json zero = manifest.metadata.value("zero", nlohmann::json());
+  const std::string source = (step_dir / "manifest.json").string();
+  const nlohmann::json& meta = manifest.metadata;
+  const bool sharded = meta.is_object() && meta.contains("zero");
+  check(!sharded || meta["zero"].is_object(), "{}: metadata zero is not an object", source);
   const std::vector<Piece> pieces =
-      zero.is_object() ? shard_pieces(zero, (step_dir / "manifest.json").string(), layout, part)
-                       : named_pieces(layout, part);
+      sharded ? shard_pieces(meta["zero"], source, layout, part) : named_pieces(layout, part);
   std::fill(out, out + (end - begin), 0.0f);
   // Pieces inside the range load in place; a piece that straddles an end goes through scratch.
   std::vector<NamedTensor> whole;
