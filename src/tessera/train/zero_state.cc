@@ -17,7 +17,7 @@ namespace k = kernels;
 
 // Optimizer, norm and finiteness passes walk the gradients in pieces of this many elements, so
 // low-precision gradients widen into a small buffer.
-constexpr int64_t kChunk = int64_t{1} << 16;
+constexpr int64_t kChunk = int64_t{1} << 18;
 // Shard boundaries stay 64-byte aligned.
 constexpr int64_t kShardAlign = 16;
 
