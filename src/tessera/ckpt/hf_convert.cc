@@ -117,6 +117,7 @@ class WeightFiles {
 
 std::string export_hf(const model::ModelConfig& config, std::span<const float> params,
                       const fs::path& dir, DType dtype) {
+  model::check_runnable(config);
   const model::ModelLayout layout = model::model_layout(config);
   const HfLayout hf = hf_layout(config);
   check(int64_t(params.size()) == layout.params.total(),

@@ -45,5 +45,6 @@ int train_command(int argc, char** argv);
 int generate_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int convert_command(int argc, char** argv);
+int plan_command(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -18,7 +18,8 @@ constexpr const char* kUsage =
     "  train      train a GPT-2 model on a text corpus or a prepared dataset\n"
     "  generate   continue a prompt with a trained checkpoint\n"
     "  tokenizer  train a BPE vocabulary; encode or decode text\n"
-    "  convert    export to or import from Hugging Face safetensors\n\n"
+    "  convert    export to or import from Hugging Face safetensors\n"
+    "  plan       choose the parallel layout, accelerator and budget of a training run\n\n"
     "Run 'tessera <command> --help' for the flags of one command.\n";
 
 }  // namespace
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return tessera::cli::generate_command(argc - 2, argv + 2);
     if (command == "tokenizer") return tessera::cli::tokenizer_command(argc - 2, argv + 2);
     if (command == "convert") return tessera::cli::convert_command(argc - 2, argv + 2);
+    if (command == "plan") return tessera::cli::plan_command(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const tessera::Error& e) {

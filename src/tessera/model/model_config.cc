@@ -22,14 +22,27 @@ int64_t ModelConfig::ffn() const {
   return (two_thirds + 255) / 256 * 256;
 }
 
+void check_runnable(const ModelConfig& config) {
+  check(!config.parallel_block,
+        "model.parallel_block = true describes a model for `tessera plan`; the engine does not "
+        "run parallel blocks yet");
+  check(config.head_dim() * config.n_head == config.d_model,
+        "model.head_dim = {} with {} heads does not match d_model {}: such shapes are for "
+        "`tessera plan`; the engine runs head_dim = d_model / n_head",
+        config.head_dim(), config.n_head, config.d_model);
+}
+
 void validate(const ModelConfig& config) {
   check(config.vocab_size >= 1, "model.vocab_size must be >= 1, got {}", config.vocab_size);
   check(config.n_layer >= 1, "model.n_layer must be >= 1, got {}", config.n_layer);
   check(config.n_head >= 1, "model.n_head must be >= 1, got {}", config.n_head);
   check(config.d_model >= 1, "model.d_model must be >= 1, got {}", config.d_model);
   check(config.max_seq >= 1, "model.max_seq must be >= 1, got {}", config.max_seq);
-  check(config.d_model % config.n_head == 0,
-        "model.d_model ({}) must be divisible by model.n_head ({})", config.d_model, config.n_head);
+  check(config.head_dim_override >= 0, "model.head_dim must be >= 0 (0 = d_model / n_head), got {}",
+        config.head_dim_override);
+  check(config.head_dim_override > 0 || config.d_model % config.n_head == 0,
+        "model.d_model ({}) must be divisible by model.n_head ({}), or model.head_dim set",
+        config.d_model, config.n_head);
   check(config.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0 = n_head), got {}",
         config.n_kv_head);
   check(config.n_head % config.kv_heads() == 0,

@@ -33,15 +33,19 @@ struct ModelConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t d_model = 256;
-  int64_t max_seq = 256;     // the longest context (GPT-2: the position table's size)
-  int64_t n_kv_head = 0;     // 0: n_head (multi-head attention)
-  int64_t ffn_hidden = 0;    // 0: 4 * d_model for GPT-2, Llama's rounded 8/3 * d_model
-  double rope_theta = 1e4;   // Llama only
+  int64_t max_seq = 256;          // the longest context (GPT-2: the position table's size)
+  int64_t n_kv_head = 0;          // 0: n_head (multi-head attention)
+  int64_t ffn_hidden = 0;         // 0: 4 * d_model for GPT-2, Llama's rounded 8/3 * d_model
+  int64_t head_dim_override = 0;  // 0: d_model / n_head
+  // PaLM's parallel block: attention and MLP read the same normed input and add to the residual
+  // together (one norm per block). For planning; the engine does not train it.
+  bool parallel_block = false;
+  double rope_theta = 1e4;  // Llama only
   double norm_eps = 1e-5;
   bool tie_embeddings = true;  // the output projection reuses the token embedding
   MoeConfig moe;
 
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   // Width of the fused q, k, v projection: query heads, then key heads, then value heads.
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
@@ -51,5 +55,7 @@ struct ModelConfig {
 
 // Throws tessera::Error naming the offending model.* key.
 void validate(const ModelConfig& config);
+// Throws unless the engine can run the shape: some describable shapes are for planning only.
+void check_runnable(const ModelConfig& config);
 
 }  // namespace tessera::model

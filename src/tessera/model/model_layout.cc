@@ -26,9 +26,9 @@ ModelLayout model_layout(const ModelConfig& c) {
     if (gpt2) o.qkv_b = p.add(b + "attn.qkv.bias", {c.qkv_width()}, false);
     o.proj_w = p.add(b + "attn.proj.weight", {C, c.n_head * c.head_dim()}, true);
     if (gpt2) o.proj_b = p.add(b + "attn.proj.bias", {C}, false);
-    o.ln2_w = p.add(b + "ln2.weight", {C}, false);
+    if (!c.parallel_block) o.ln2_w = p.add(b + "ln2.weight", {C}, false);
     if (gpt2) {
-      o.ln2_b = p.add(b + "ln2.bias", {C}, false);
+      if (!c.parallel_block) o.ln2_b = p.add(b + "ln2.bias", {C}, false);
       o.fc_w = p.add(b + "fc.weight", {F, C}, true);
       o.fc_b = p.add(b + "fc.bias", {F}, false);
       o.fcproj_w = p.add(b + "fcproj.weight", {C, F}, true);

@@ -27,10 +27,10 @@ struct BlockOffsets {
 struct ModelLayout {
   ParameterLayout params;
   std::vector<BlockOffsets> blocks;
-  int64_t wte = 0;        // token embedding [V, C]
-  int64_t wpe = -1;       // GPT-2's learned positions [max_seq, C]
+  int64_t wte = 0;   // token embedding [V, C]
+  int64_t wpe = -1;  // GPT-2's learned positions [max_seq, C]
   int64_t lnf_w = 0, lnf_b = -1;
-  int64_t lm_head = 0;    // [V, C]; equals wte when the embeddings are tied
+  int64_t lm_head = 0;  // [V, C]; equals wte when the embeddings are tied
 };
 
 // The one definition of every parameter's name, shape and place. Names:

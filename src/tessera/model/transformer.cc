@@ -58,6 +58,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       units_(parameter_units(layout_)),
       weights_(units_.size()),
       unit_grads_(units_.size(), nullptr) {
+  check_runnable(config_);
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",

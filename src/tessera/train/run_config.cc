@@ -18,6 +18,10 @@ std::vector<ConfigKey> run_config_schema() {
       {"model.ffn_hidden", T::kInt, "0", false,
        "MLP (and expert) width; 0 = 4 d_model (gpt2), 8/3 d_model rounded to 256 (llama)"},
       {"model.rope_theta", T::kFloat, "10000", false, "rotary embedding base (llama)"},
+      {"model.head_dim", T::kInt, "0", false,
+       "channels per attention head; 0 = d_model / n_head (others: planning only)"},
+      {"model.parallel_block", T::kBool, "false", false,
+       "PaLM's parallel attention and MLP (planning only)"},
       {"model.norm_eps", T::kFloat, "1e-5", false, "RMSNorm epsilon (llama; GPT-2 uses 1e-5)"},
       {"model.tie_embeddings", T::kBool, "true", false,
        "output projection shares the token embedding (always true for gpt2)"},
@@ -96,6 +100,8 @@ RunConfig run_config_from(const Config& config) {
   m.n_kv_head = config.get_int("model.n_kv_head");
   m.ffn_hidden = config.get_int("model.ffn_hidden");
   m.rope_theta = config.get_float("model.rope_theta");
+  m.head_dim_override = config.get_int("model.head_dim");
+  m.parallel_block = config.get_bool("model.parallel_block");
   m.norm_eps = config.get_float("model.norm_eps");
   m.tie_embeddings = config.get_bool("model.tie_embeddings");
   m.moe.n_experts = config.get_int("model.moe_experts");

@@ -13,6 +13,7 @@
 #include "tessera/data/loader.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/mesh.h"
+#include "tessera/dist/zero_memory.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/transformer.h"
@@ -107,7 +108,8 @@ void log_memory(const ZeroState& state, const model::Transformer& model, dist::C
   std::copy(mine, mine + kFields, all.begin() + kFields * dp.rank());
   dp.all_reduce(all.data(), int64_t(all.size()));
   const int64_t psi = state.layout().params.total();
-  const double formula = zero_model_state_bytes(int(tc.zero), tc.precision, psi, dp.size());
+  const double formula =
+      dist::zero_model_state(int(tc.zero), tc.precision, double(psi), dp.size()).total();
   const double mib = 1024.0 * 1024.0;
   for (int r = 0; r < dp.size(); ++r) {
     const double* v = all.data() + kFields * r;

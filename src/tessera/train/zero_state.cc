@@ -21,22 +21,6 @@ constexpr int64_t kChunk = int64_t{1} << 18;
 // Shard boundaries stay 64-byte aligned.
 constexpr int64_t kShardAlign = 16;
 
-struct BytesPerParameter {
-  double params, grads, optimizer;
-};
-
-BytesPerParameter bytes_per_parameter(model::Precision precision) {
-  switch (precision) {
-    case model::Precision::kF32:
-      return {4, 4, 8};
-    case model::Precision::kBf16:
-      return {2, 2, 12};
-    case model::Precision::kF16:
-      return {2, 4, 12};
-  }
-  fail("unknown precision");
-}
-
 std::vector<int64_t> shard_bounds(int64_t total, int ranks) {
   const int64_t per_rank =
       ((total + ranks - 1) / ranks + kShardAlign - 1) / kShardAlign * kShardAlign;
@@ -49,13 +33,6 @@ std::vector<int64_t> shard_bounds(int64_t total, int ranks) {
 constexpr DType kLowCarrier = DType::bf16;
 
 }  // namespace
-
-double zero_model_state_bytes(int stage, model::Precision precision, int64_t params, int ranks) {
-  const BytesPerParameter b = bytes_per_parameter(precision);
-  const double n = double(params), shard = n / ranks;
-  return b.params * (stage >= 3 ? shard : n) + b.grads * (stage >= 2 ? shard : n) +
-         b.optimizer * (stage >= 1 ? shard : n);
-}
 
 ZeroState::ZeroState(const model::ModelConfig& config, const TrainConfig& train, int stage,
                      dist::Communicator& dp, int64_t bucket_bytes)

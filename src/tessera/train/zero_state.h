@@ -23,14 +23,6 @@ struct MemoryReport {
   int64_t model_state() const { return params + grads + optimizer; }
 };
 
-// The model-state bytes per rank that ZeRO (Rajbhandari et al., 2020) predicts for `params`
-// parameters over `ranks`: stage 1 divides the optimizer state by the ranks, stage 2 the
-// gradients too, stage 3 the parameters too. Per parameter: f32 training holds 4 bytes of
-// parameters, 4 of gradients and 8 of AdamW moments (16); bf16 holds 2 + 2 + 12, the f32 master
-// weights counting as optimizer state (16); f16 keeps f32 gradients, which its loss scale would
-// overflow in f16 (2 + 4 + 12).
-double zero_model_state_bytes(int stage, model::Precision precision, int64_t params, int ranks);
-
 // Data-parallel training state sharded by ZeRO stage over the dp ranks, serving the model as its
 // parameter store. The flat parameter buffer is cut into one contiguous shard per rank.
 //   0: every rank holds everything; gradients are all-reduced in buckets overlapping backward.

@@ -1,0 +1,59 @@
+// The accelerator catalog of the planner: per-chip peak compute, memory, interconnect and list
+// prices, read from TOML. configs/hardware.toml is compiled in, so a plan never depends on the
+// working directory; users merge their own files over it to add chips or use their own prices.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::plan {
+
+struct Prices {  // USD per chip-hour; absent when not published
+  std::optional<double> on_demand, spot, committed_1y, committed_3y;
+  std::string source, date;
+};
+
+struct Accelerator {
+  std::string name, description, kind;  // kind: "tpu" or "gpu"
+  double peak_bf16_flops = 0;           // FLOP/s, dense
+  double hbm_bytes = 0;
+  double hbm_bandwidth = 0;       // bytes/s
+  int64_t scaleup_domain = 1;     // chips joined by NVLink/ICI
+  double scaleup_bandwidth = 0;   // bytes/s per chip per direction
+  double scaleout_bandwidth = 0;  // bytes/s per chip per direction, between scale-up domains
+  Prices prices;
+  std::string source, date;
+};
+
+class HardwareCatalog {
+ public:
+  // The catalog shipped in configs/hardware.toml, compiled into the binary.
+  static HardwareCatalog builtin();
+  // `source` names the text in error messages (a file name).
+  static HardwareCatalog parse(std::string_view toml_text, const std::string& source);
+  static HardwareCatalog load(const std::filesystem::path& file);
+
+  // Entries of `other` are added; an entry with an existing name replaces it. A table holding
+  // only a [name.prices] sub-table replaces just that entry's prices, so a user's price file can
+  // override list prices; naming an accelerator that is not in the catalog is an error.
+  void merge(const HardwareCatalog& other);
+
+  const Accelerator& find(std::string_view name) const;  // unknown name: error listing the known
+  const std::vector<Accelerator>& entries() const { return entries_; }
+
+ private:
+  struct PriceOverride {
+    std::string name;
+    Prices prices;
+  };
+
+  std::string source_;
+  std::vector<Accelerator> entries_;
+  std::vector<PriceOverride> price_overrides_;
+};
+
+}  // namespace tessera::plan

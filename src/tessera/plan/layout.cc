@@ -1,0 +1,60 @@
+#include "tessera/plan/layout.h"
+
+#include <charconv>
+
+#include "tessera/core/error.h"
+
+namespace tessera::plan {
+
+std::string Layout::str() const {
+  return fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={}", dp, tp, pp, ep,
+                     zero, micro_batch, model::recompute_name(recompute), vpp);
+}
+
+namespace {
+
+int64_t positive(std::string_view key, std::string_view value) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  check(ec == std::errc() && end == value.data() + value.size() && v >= 1,
+        "--layout: {}={} is not a positive integer", key, value);
+  return v;
+}
+
+}  // namespace
+
+Layout parse_layout(std::string_view text) {
+  Layout layout;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view pair = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    const size_t eq = pair.find('=');
+    check(eq != std::string_view::npos, "--layout: '{}' is not key=value", pair);
+    const std::string_view key = pair.substr(0, eq), value = pair.substr(eq + 1);
+    if (key == "dp") {
+      layout.dp = positive(key, value);
+    } else if (key == "tp") {
+      layout.tp = positive(key, value);
+    } else if (key == "pp") {
+      layout.pp = positive(key, value);
+    } else if (key == "ep") {
+      layout.ep = positive(key, value);
+    } else if (key == "mb") {
+      layout.micro_batch = positive(key, value);
+    } else if (key == "vpp") {
+      layout.vpp = positive(key, value);
+    } else if (key == "zero") {
+      check(value.size() == 1 && value[0] >= '0' && value[0] <= '3',
+            "--layout: zero={} must be 0, 1, 2 or 3", value);
+      layout.zero = value[0] - '0';
+    } else if (key == "recompute") {
+      layout.recompute = model::recompute_from_name(value);
+    } else {
+      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp)", key);
+    }
+  }
+  return layout;
+}
+
+}  // namespace tessera::plan

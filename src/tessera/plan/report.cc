@@ -1,0 +1,84 @@
+#include "tessera/plan/report.h"
+
+#include <fmt/format.h>
+
+namespace tessera::plan {
+
+std::string human_bytes(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1u << 30)); }
+
+std::string human_count(double n) {
+  if (n >= 1e12) return fmt::format("{:.2f} T", n / 1e12);
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f} k", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+std::string human_dollars(double usd) {
+  if (usd >= 1e9) return fmt::format("${:.2f}B", usd / 1e9);
+  if (usd >= 1e6) return fmt::format("${:.2f}M", usd / 1e6);
+  if (usd >= 1e3) return fmt::format("${:.1f}k", usd / 1e3);
+  return fmt::format("${:.2f}", usd);
+}
+
+std::string layout_table(const std::vector<Estimate>& estimates) {
+  std::string out =
+      fmt::format("{:>3}  {:<62} {:>10} {:>9} {:>6} {:>10} {:>9} {:>10}\n", "#", "layout",
+                  "mem/chip", "step", "MFU", "tokens/s", "days", "on-demand");
+  for (size_t i = 0; i < estimates.size(); ++i) {
+    const Estimate& e = estimates[i];
+    out += fmt::format("{:>3}  {:<62} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>9.1f} {:>10}\n", i + 1,
+                       e.layout.str(), human_bytes(e.memory.total()), e.time.total(), 100 * e.mfu,
+                       human_count(e.tokens_per_s), e.days,
+                       e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
+  }
+  return out;
+}
+
+nlohmann::json estimate_json(const Estimate& e) {
+  auto optional = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  const Layout& l = e.layout;
+  return {{"layout",
+           {{"dp", l.dp},
+            {"tp", l.tp},
+            {"pp", l.pp},
+            {"ep", l.ep},
+            {"zero", l.zero},
+            {"micro_batch", l.micro_batch},
+            {"recompute", model::recompute_name(l.recompute)},
+            {"vpp", l.vpp}}},
+          {"fits", e.fits},
+          {"memory_bytes",
+           {{"params", e.memory.params},
+            {"grads", e.memory.grads},
+            {"optimizer", e.memory.optimizer},
+            {"activations", e.memory.activations},
+            {"total", e.memory.total()},
+            {"usable", e.usable_memory}}},
+          {"step_seconds",
+           {{"compute", e.time.compute},
+            {"pipeline_bubble", e.time.bubble},
+            {"tensor_parallel", e.time.tensor_parallel},
+            {"pipeline_p2p", e.time.pipeline_p2p},
+            {"expert_all_to_all", e.time.expert_all_to_all},
+            {"data_parallel_exposed", e.time.data_parallel},
+            {"optimizer", e.time.optimizer},
+            {"total", e.time.total()}}},
+          {"matmul_efficiency", e.matmul_efficiency},
+          {"flops_per_token", {{"model", e.flops.model}, {"hardware", e.flops.hardware}}},
+          {"tflops_per_chip",
+           {{"model", e.model_tflops_per_chip}, {"hardware", e.hardware_tflops_per_chip}}},
+          {"mfu", e.mfu},
+          {"hfu", e.hfu},
+          {"tokens_per_s", e.tokens_per_s},
+          {"days", e.days},
+          {"cost_usd",
+           {{"on_demand", optional(e.cost_on_demand)},
+            {"spot", optional(e.cost_spot)},
+            {"committed_1y", optional(e.cost_1y)},
+            {"committed_3y", optional(e.cost_3y)}}}};
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,22 @@
+// How `tessera plan` shows its answers: tables for people, JSON for programs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/plan/cost_model.h"
+
+namespace tessera::plan {
+
+// One row per estimate: layout, memory per chip, step time, MFU, tokens/s, days, on-demand cost.
+std::string layout_table(const std::vector<Estimate>& estimates);
+// Every figure of one estimate: memory parts, step-time parts, per-chip TFLOP/s (model and
+// hardware), MFU, HFU, tokens/s, days and cost at each published price.
+nlohmann::json estimate_json(const Estimate& estimate);
+// "12.3 GiB", "4.56 M", "$1.23M": short human forms.
+std::string human_bytes(double bytes);
+std::string human_count(double n);
+std::string human_dollars(double usd);
+
+}  // namespace tessera::plan

@@ -1,0 +1,80 @@
+#include "tessera/plan/search.h"
+
+#include <algorithm>
+
+namespace tessera::plan {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+double total_cost(const Estimate& e) {
+  if (e.cost_on_demand) return *e.cost_on_demand;
+  return e.days * double(e.layout.chips());  // no price: chip-days stand in
+}
+
+}  // namespace
+
+SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, int64_t chips,
+                            const Workload& w, RankBy rank_by) {
+  SearchResult result;
+  const ParameterSplit split = split_parameters(c);
+  const int64_t max_tp = std::min<int64_t>(a.scaleup_domain, c.n_head);
+  for (int64_t tp = 1; tp <= max_tp; tp *= 2) {
+    if (chips % tp != 0 || c.n_head % tp != 0) continue;
+    for (int64_t pp : divisors(c.n_layer)) {
+      if ((chips / tp) % pp != 0) continue;
+      const int64_t dp = chips / tp / pp;
+      for (int64_t ep = 1; ep <= dp; ep *= 2) {
+        if (ep > 1 && (!c.is_moe() || dp % ep != 0 || c.moe.n_experts % ep != 0)) break;
+        for (int zero = 0; zero <= 3; ++zero) {
+          for (int64_t mb : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+            for (model::Recompute r :
+                 {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+              for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
+                if ((c.n_layer / pp) % vpp != 0) continue;
+                const Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
+                Estimate e = estimate(c, split, a, l, w);
+                if (!e.invalid.empty()) continue;
+                ++result.evaluated;
+                if (e.fits) {
+                  result.ranked.push_back(std::move(e));
+                  continue;
+                }
+                ++result.too_big;
+                if (!result.smallest_misfit ||
+                    e.memory.total() < result.smallest_misfit->memory.total()) {
+                  result.smallest_misfit = std::move(e);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  auto key = [&](const Estimate& e) {
+    return rank_by == RankBy::kTime ? e.time.total() : total_cost(e);
+  };
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [&](const Estimate& x, const Estimate& y) { return key(x) < key(y); });
+  return result;
+}
+
+std::optional<int64_t> smallest_feasible_chips(const model::ModelConfig& c, const Accelerator& a,
+                                               const Workload& w) {
+  for (int64_t chips = 1; chips <= (int64_t{1} << 20); chips *= 2) {
+    Workload scaled = w;
+    scaled.global_batch = std::max(w.global_batch, chips);
+    if (!search_layouts(c, a, chips, scaled, RankBy::kTime).ranked.empty()) return chips;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,76 @@
+// `tessera plan` through the real CLI: searches for 1T-dense and 671B-MoE models finish in
+// seconds with a readable table, one layout prints every figure as JSON, and bad input gets an
+// error that names it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/cli_runner.h"
+
+namespace tessera::testing {
+namespace {
+
+const std::string kConfigs = std::string(TESSERA_SOURCE_DIR) + "/configs/";
+
+TEST(PlanCli, LargeModelsPlanInSecondsOnTpuAndGpu) {
+  for (const std::string model : {"gpt-1t.toml", "moe-671b.toml"}) {
+    for (const std::string hardware : {"tpu-v5p", "h100"}) {
+      SCOPED_TRACE(model + " on " + hardware);
+      const auto start = std::chrono::steady_clock::now();
+      const CliResult r = run_cli("plan --model " + kConfigs + model + " --hardware " + hardware +
+                                  " --chips 3072 --tokens 450e9");
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_LT(seconds, 10);
+      EXPECT_NE(r.output.find("layouts of 3072 chips evaluated"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("  1  dp="), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("MFU"), std::string::npos);
+    }
+  }
+  const CliResult compare =
+      run_cli("plan --model " + kConfigs + "moe-671b.toml --compare tpu-v5p,h100 --chips 2048");
+  ASSERT_EQ(compare.exit_code, 0) << compare.output;
+  EXPECT_NE(compare.output.find("$ per 1M tok"), std::string::npos) << compare.output;
+  EXPECT_NE(compare.output.find("tpu-v5p "), std::string::npos);
+  EXPECT_NE(compare.output.find("h100 "), std::string::npos);
+}
+
+TEST(PlanCli, OneLayoutAsJson) {
+  const CliResult r = run_cli("plan --model " + kConfigs +
+                              "gpt-1t.toml --hardware a100-80gb --chips 3072 --global-batch 3072 "
+                              "--layout dp=6,tp=8,pp=64,zero=0,mb=1,recompute=full,vpp=2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layout"]["pp"], 64);
+  for (const char* key : {"params", "grads", "optimizer", "activations", "total"}) {
+    EXPECT_GT(j["memory_bytes"][key].get<double>(), 0) << key;
+  }
+  EXPECT_GT(j["step_seconds"]["total"].get<double>(), j["step_seconds"]["compute"].get<double>());
+  EXPECT_GT(j["tflops_per_chip"]["hardware"].get<double>(),
+            j["tflops_per_chip"]["model"].get<double>());
+  EXPECT_GT(j["mfu"].get<double>(), 0.3);
+  EXPECT_LT(j["mfu"].get<double>(), 0.7);
+  EXPECT_GT(j["cost_usd"]["on_demand"].get<double>(), 0);
+}
+
+TEST(PlanCli, BadInputIsAClearError) {
+  const std::string model = "plan --model " + kConfigs + "gpt-1t.toml ";
+  expect_one_line_error(run_cli(model + "--hardware h1000 --chips 8"),
+                        "unknown accelerator 'h1000'");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 0"), "--chips must be at least 1");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 8"),
+                        "the smallest feasible count is");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 16 --layout dp=2,tp=4"),
+                        "dp x tp x pp = 8 but --chips is 16");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 8 --layout dp=8,xp=2"),
+                        "unknown key 'xp'");
+  TempDir dir("tessera-plan-cli");
+  write_file(dir / "bad.toml", "[mychip]\ndescription = \"x\"\nkind = \"gpu\"\n");
+  expect_one_line_error(
+      run_cli(model + "--hardware h100 --chips 8 --catalog " + (dir / "bad.toml")), "bad.toml");
+}
+
+}  // namespace
+}  // namespace tessera::testing
