@@ -17,6 +17,7 @@ targets=(
   "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/data/mapped_file.cc src/tessera/data/utf8.cc|-lfmt"
+  "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -38,6 +39,7 @@ for name, tokens, vocab in [("u16", [0, 1, 2, 255, 7], 256), ("u32", [70000, 3],
 PY
       ;;
     toml_config_fuzz) cp configs/*.toml "$dir"/ ;;
+    hardware_catalog_fuzz) cp configs/hardware.toml "$dir"/ ;;
     manifest_fuzz)
       cat >"$dir/manifest.json" <<'JSON'
 {"format": "tessera-checkpoint", "version": 1, "world_size": 1, "step": 3, "metadata": {},

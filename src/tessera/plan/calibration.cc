@@ -30,9 +30,11 @@ constexpr int64_t kMinMeasuredDim = 2048;
 constexpr int64_t kMaxBandwidthFloats = int64_t{32} << 20;
 // The trainer's default gradient bucket (dist.bucket_mb).
 constexpr int64_t kAllReduceFloats = int64_t{1} << 20;
-// Each rate is the fastest of this many timed runs after one warm-up: the machine's rate when
-// nothing else competes for its cores.
-constexpr int kRepeats = 3;
+// Each rate comes from the fastest of several timed runs after one warm-up, at least kMinRuns
+// and more until they add up to kMinSeconds: on a shared machine that is the rate at moments
+// when nothing else competes for the cores, which a short kernel often catches.
+constexpr int kMinRuns = 3;
+constexpr double kMinSeconds = 0.02;
 
 bool is_gpt2(const ModelConfig& c) { return c.arch == Architecture::kGpt2; }
 int64_t mlp_hidden_width(const ModelConfig& c) { return is_gpt2(c) ? c.ffn() : 2 * c.ffn(); }
@@ -40,12 +42,13 @@ int64_t mlp_hidden_width(const ModelConfig& c) { return is_gpt2(c) ? c.ffn() : 2
 template <typename Fn>
 double fastest_seconds(Fn&& fn) {
   fn();
-  double best = 0;
-  for (int r = 0; r < kRepeats; ++r) {
+  double best = 0, total = 0;
+  for (int run = 0; run < kMinRuns || total < kMinSeconds; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = r == 0 ? s : std::min(best, s);
+    best = run == 0 ? s : std::min(best, s);
+    total += s;
   }
   return best;
 }

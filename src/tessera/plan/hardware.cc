@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "tessera/core/error.h"
-#include "tessera/plan/hardware_catalog_data.h"
 
 namespace tessera::plan {
 namespace {
@@ -206,10 +205,6 @@ Accelerator read_accelerator(const toml::table& table, const std::string& source
 }
 
 }  // namespace
-
-HardwareCatalog HardwareCatalog::builtin() {
-  return parse(kHardwareCatalogToml, "configs/hardware.toml (built in)");
-}
 
 HardwareCatalog HardwareCatalog::parse(std::string_view toml_text, const std::string& source) {
   toml::table root;
