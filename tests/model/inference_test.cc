@@ -7,26 +7,13 @@
 
 #include "tessera/core/rng.h"
 #include "tessera/model/transformer.h"
+#include "tests/model/small_configs.h"
 
 namespace tessera::model {
 namespace {
 
 TEST(Inference, NextTokenLogitsEqualTheTrainingForward) {
-  ModelConfig gpt2;
-  gpt2.vocab_size = 29;
-  gpt2.n_layer = 2;
-  gpt2.n_head = 2;
-  gpt2.d_model = 16;
-  gpt2.max_seq = 12;
-  ModelConfig llama = gpt2;
-  llama.arch = Architecture::kLlama;
-  llama.n_head = 4;
-  llama.n_kv_head = 2;
-  llama.ffn_hidden = 24;
-  llama.tie_embeddings = false;
-  ModelConfig moe = llama;
-  moe.moe.n_experts = 3;
-  moe.moe.top_k = 2;
+  const auto [gpt2, llama, moe] = small_configs(12);
   for (const ModelConfig& c : {gpt2, llama, moe}) {
     SCOPED_TRACE(std::string(architecture_name(c.arch)) + (c.is_moe() ? " moe" : ""));
     const int64_t T = 10;

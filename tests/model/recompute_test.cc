@@ -89,7 +89,9 @@ TEST(Recompute, KeptActivationsFollowTheFormula) {
         Transformer model(test.config, B, T, /*training=*/true, {.precision = p, .recompute = r});
         const int64_t kept = model.saved_activation_bytes_per_layer();
         EXPECT_EQ(kept, saved_activation_bytes_per_layer(test.config, B * T, p, r));
-        if (previous > 0) EXPECT_LT(kept, previous);
+        if (previous > 0) {
+          EXPECT_LT(kept, previous);
+        }
         previous = kept;
       }
     }

@@ -116,17 +116,20 @@ int run_compare(const PlanInputs& in, const plan::HardwareCatalog& catalog,
         plan::search_layouts(in.model, a, in.chips, in.workload, rank_by);
     if (found.ranked.empty()) explain_no_fit(in, a, found);
     const plan::Estimate& e = found.ranked.front();
-    const std::optional<double> per_million =
-        e.cost_on_demand ? std::optional(*e.cost_on_demand / in.workload.tokens * 1e6)
-                         : std::nullopt;
     nlohmann::json j = plan::estimate_json(e);
     j["hardware"] = name;
-    j["usd_per_million_tokens_on_demand"] = per_million ? nlohmann::json(*per_million) : nullptr;
+    j["usd_per_million_tokens_on_demand"] = nullptr;
+    std::string per_million = "-";
+    if (e.cost_on_demand) {
+      const double usd = *e.cost_on_demand / in.workload.tokens * 1e6;
+      j["usd_per_million_tokens_on_demand"] = usd;
+      per_million = fmt::format("${:.3f}", usd);
+    }
     out.push_back(j);
-    table += fmt::format("{:<10} {:<62} {:>5.1f}% {:>10} {:>9.1f} {:>11} {:>14}\n", name,
-                         e.layout.str(), 100 * e.mfu, plan::human_count(e.tokens_per_s), e.days,
-                         e.cost_on_demand ? plan::human_dollars(*e.cost_on_demand) : "-",
-                         per_million ? fmt::format("${:.3f}", *per_million) : "-");
+    table +=
+        fmt::format("{:<10} {:<62} {:>5.1f}% {:>10} {:>9.1f} {:>11} {:>14}\n", name, e.layout.str(),
+                    100 * e.mfu, plan::human_count(e.tokens_per_s), e.days,
+                    e.cost_on_demand ? plan::human_dollars(*e.cost_on_demand) : "-", per_million);
   }
   if (!json) print_header(in, nullptr);
   std::printf("%s", json ? (out.dump(2) + "\n").c_str() : table.c_str());

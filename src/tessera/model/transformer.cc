@@ -76,6 +76,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   Allocator real(arena_);
   allocate(real);
   const int64_t N = max_batch_ * max_seq_;
+  if (!training_) paged_chunks_.resize(N);
   const bool per_layer_moe = training_ && options_.recompute != Recompute::kFull;
   if (config_.is_moe()) {
     for (int64_t l = 0; l < (per_layer_moe ? config_.n_layer : 1); ++l) {
@@ -150,6 +151,9 @@ void Transformer::allocate(Allocator& a) {
   losses_ = a.floats(N);
   scratch_threads_ = omp_get_max_threads();
   attention_scratch_ = a.floats(k::attention_scratch_size(max_seq_) * scratch_threads_);
+  if (!training_) {
+    decode_scratch_ = a.floats(k::paged_attention_scratch_size(c.max_seq) * scratch_threads_);
+  }
   if (training_) {
     d_res_ = a.floats(N * C);
     d_c_ = a.floats(N * std::max(C, HD));
@@ -292,12 +296,42 @@ void Transformer::block_forward(int64_t l, int64_t B, int64_t T) {
   const BlockOffsets& o = layout_.blocks[l];
   const LayerActivations& a = acts_[l];
   const int64_t N = B * T, C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
-  const int64_t HD = H * hd, F = c.ffn();
-  const float* x = input_of(l);
-  norm_forward(x, o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
+  norm_forward(input_of(l), o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
   linear_forward(a.ln1, o.qkv_w, o.qkv_b, a.qkv, N, C, c.qkv_width());
   if (!is_gpt2(c)) k::rope_forward(a.qkv, B, T, H, KVH, hd, 0, c.rope_theta);
   k::attention_forward(a.qkv, a.atty.f32, a.lse, attention_scratch_, B, T, H, KVH, hd);
+  finish_block(l, N);
+}
+
+// Like block_forward's attention, but each chunk's queries attend over its cached positions.
+void Transformer::block_decode(int64_t l, const KvCacheView& cache, int64_t num_chunks, int64_t N) {
+  const ModelConfig& c = config_;
+  const BlockOffsets& o = layout_.blocks[l];
+  const LayerActivations& a = acts_[l];
+  const int64_t C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
+  const int64_t Q = c.qkv_width();
+  norm_forward(input_of(l), o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
+  linear_forward(a.ln1, o.qkv_w, o.qkv_b, a.qkv, N, C, Q);
+  const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, KVH, hd};
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    const k::PagedChunk& chunk = paged_chunks_[s];
+    float* rows = a.qkv + chunk.row * Q;
+    if (!is_gpt2(c)) k::rope_forward(rows, 1, chunk.n, H, KVH, hd, chunk.start, c.rope_theta);
+    k::paged_kv_write(rows + H * hd, rows + (H + KVH) * hd, Q, kv, chunk);
+  }
+  k::paged_attention_forward(a.qkv, Q, a.atty.f32, H * hd, kv, paged_chunks_.data(), num_chunks, H,
+                             decode_scratch_, c.max_seq);
+  finish_block(l, N);
+}
+
+// The rest of a block once attention has written atty: projection, residual, norm, MLP (dense or
+// mixture of experts), residual.
+void Transformer::finish_block(int64_t l, int64_t N) {
+  const ModelConfig& c = config_;
+  const BlockOffsets& o = layout_.blocks[l];
+  const LayerActivations& a = acts_[l];
+  const int64_t C = c.d_model, HD = c.n_head * c.head_dim(), F = c.ffn();
+  const float* x = input_of(l);
   finish_input(a.atty, N * HD);
   linear_forward(a.atty, o.proj_w, o.proj_b, a.res_mid, N, HD, C);
   k::add(x, a.res_mid, a.res_mid, N * C);
@@ -317,21 +351,19 @@ void Transformer::block_forward(int64_t l, int64_t B, int64_t T) {
   k::add(a.res_mid, a.res_out, a.res_out, N * C);
 }
 
-void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
-  check(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_,
-        "batch {} x {} tokens does not fit the model's buffers of {} x {}", B, T, max_batch_,
-        max_seq_);
+void Transformer::check_threads() const {
   check(omp_get_max_threads() <= scratch_threads_,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
-  check_tokens(inputs, B * T);
-  acquire(0);
-  embed(inputs, B, T);
+}
+
+template <typename Block>
+void Transformer::for_each_block(Block&& block) {
   aux_loss_ = 0;
   dropped_ = 0;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     acquire(1 + l);
-    block_forward(l, B, T);
+    block(l);
     release(1 + l);
     if (config_.is_moe()) {
       const auto counts = moe_for(l).tokens_per_expert();
@@ -339,6 +371,17 @@ void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
       dropped_ += moe_for(l).dropped();
     }
   }
+}
+
+void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+  check(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_,
+        "batch {} x {} tokens does not fit the model's buffers of {} x {}", B, T, max_batch_,
+        max_seq_);
+  check_threads();
+  check_tokens(inputs, B * T);
+  acquire(0);
+  embed(inputs, B, T);
+  for_each_block([&](int64_t l) { block_forward(l, B, T); });
   norm_forward(acts_.back().res_out, layout_.lnf_w, layout_.lnf_b, lnf_, lnf_mean_, lnf_rstd_,
                B * T);
 }
@@ -367,6 +410,58 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   const int64_t C = config_.d_model, last = (T - 1) * C;
   const MatmulInput row{lnf_.f32 + last, low_ ? lnf_.low + last : nullptr};
   linear_forward(row, layout_.lm_head, -1, logits_, 1, C, config_.vocab_size);
+  release(0);
+  return logits_;
+}
+
+const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
+  const ModelConfig& c = config_;
+  check(!training_, "decode: the model was built for training; build it with training=false");
+  check(int64_t(cache.k.size()) == c.n_layer && int64_t(cache.v.size()) == c.n_layer,
+        "decode: the cache holds {} key and {} value layers but the model has {}", cache.k.size(),
+        cache.v.size(), c.n_layer);
+  check(cache.block_tokens >= 1, "decode: the cache's blocks hold {} tokens", cache.block_tokens);
+  check(!chunks.empty(), "decode: no sequences to run");
+  const int64_t C = c.d_model, num_chunks = int64_t(chunks.size());
+  int64_t N = 0;
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    const DecodeChunk& d = chunks[s];
+    check(d.n >= 1 && d.start >= 0, "decode: sequence {} has {} new tokens at position {}", s, d.n,
+          d.start);
+    check(d.start + d.n <= c.max_seq,
+          "decode: sequence {} would reach {} tokens, past the model's context of {} "
+          "(model.max_seq)",
+          s, d.start + d.n, c.max_seq);
+    check(int64_t(d.block_table.size()) * cache.block_tokens >= d.start + d.n,
+          "decode: sequence {} has {} blocks of {} tokens but needs room for {}; reserve them in "
+          "the cache first",
+          s, d.block_table.size(), cache.block_tokens, d.start + d.n);
+    check(N + d.n <= max_batch_ * max_seq_,
+          "decode: the chunks hold more than the {} tokens the model's buffers take (max_batch {} "
+          "x max_seq {})",
+          max_batch_ * max_seq_, max_batch_, max_seq_);
+    check_tokens(d.tokens, d.n);
+    paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
+    N += d.n;
+  }
+  check_threads();
+  acquire(0);
+  const float* wpe = layout_.wpe >= 0 ? param(layout_.wpe) : nullptr;
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    const k::PagedChunk& chunk = paged_chunks_[s];
+    k::embedding_forward(chunks[s].tokens, param(layout_.wte),
+                         wpe != nullptr ? wpe + chunk.start * C : nullptr,
+                         embedded_ + chunk.row * C, 1, chunk.n, C);
+  }
+  for_each_block([&](int64_t l) { block_decode(l, cache, num_chunks, N); });
+  // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    const k::PagedChunk& chunk = paged_chunks_[s];
+    std::memcpy(embedded_ + s * C, acts_.back().res_out + (chunk.row + chunk.n - 1) * C,
+                sizeof(float) * C);
+  }
+  norm_forward(embedded_, layout_.lnf_w, layout_.lnf_b, lnf_, lnf_mean_, lnf_rstd_, num_chunks);
+  linear_forward(lnf_, layout_.lm_head, -1, logits_, num_chunks, C, c.vocab_size);
   release(0);
   return logits_;
 }

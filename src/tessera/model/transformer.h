@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/arena.h"
+#include "tessera/kernels/paged_attention.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
@@ -20,6 +21,22 @@ struct ModelOptions {
   Recompute recompute = Recompute::kNone;
   // Where parameters and gradients live; null keeps them all in the model, in f32.
   ParameterStore* store = nullptr;
+};
+
+// Keys and values of earlier tokens, one k and one v pointer per layer, each laid out as
+// kernels::PagedKv describes. The serving layer's cache owns the storage and the block tables.
+struct KvCacheView {
+  std::span<float*const> k, v;
+  int64_t block_tokens = 0;
+};
+
+// One sequence's next n tokens for Transformer::decode, at positions [start, start + n): start
+// is how many of its tokens the cache already holds, and block_table lists the blocks that hold
+// positions [0, start + n), the new ones included.
+struct DecodeChunk {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0, start = 0;
+  std::span<const int32_t> block_table;
 };
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts.
@@ -55,6 +72,12 @@ class Transformer {
   const float* logits() const { return logits_; }
   // Logits of the next token after tokens[0..T), for sampling.
   const float* next_token_logits(const int32_t* tokens, int64_t T);
+  // Incremental inference over a paged key/value cache, for a model built for inference: runs
+  // each sequence's chunk (a prompt, or a piece of one, then one token at a time), writes the
+  // chunk's keys and values into the cache, and returns the next-token logits after each
+  // chunk's last token, [chunks.size(), vocab]. The chunks hold at most max_batch x max_seq
+  // tokens in all, and no position reaches model.max_seq.
+  const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
 
   // MoE: the auxiliary load-balancing loss of the last forward (summed over blocks), and the
   // tokens each expert of block l took.
@@ -91,6 +114,11 @@ class Transformer {
   float* grad(int64_t offset) const;
   void embed(const int32_t* inputs, int64_t B, int64_t T);
   void block_forward(int64_t l, int64_t B, int64_t T);
+  void block_decode(int64_t l, const KvCacheView& cache, int64_t num_chunks, int64_t N);
+  void finish_block(int64_t l, int64_t N);
+  template <typename Block>
+  void for_each_block(Block&& block);
+  void check_threads() const;
   void block_backward(int64_t l, int64_t B, int64_t T);
   void recompute_selected(int64_t l, int64_t N);
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
@@ -131,6 +159,8 @@ class Transformer {
   int64_t dropped_ = 0;
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
   float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
+  float* decode_scratch_ = nullptr;                // inference only
+  std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
   MatmulInput lnf_;
   float *d_res_, *d_c_, *d_qkv_, *d_hidden_;
   uint16_t* dy_low_ = nullptr;

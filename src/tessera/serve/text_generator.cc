@@ -31,6 +31,25 @@ std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const fs::path& step_dir,
   return data::load_tokenizer(t["dir"].get<std::string>());
 }
 
+// One sequence in the cache, whose blocks go back to the pool however generate ends.
+class CachedSequence {
+ public:
+  explicit CachedSequence(PagedKvCache& cache) : cache_(cache), id_(cache.add_sequence()) {}
+  ~CachedSequence() { cache_.release(id_); }
+  CachedSequence(const CachedSequence&) = delete;
+  CachedSequence& operator=(const CachedSequence&) = delete;
+
+  int64_t id() const { return id_; }
+  void restart() {
+    cache_.release(id_);
+    id_ = cache_.add_sequence();
+  }
+
+ private:
+  PagedKvCache& cache_;
+  int64_t id_;
+};
+
 }  // namespace
 
 TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step_dir(checkpoint)) {
@@ -41,6 +60,7 @@ TextGenerator::TextGenerator(const fs::path& checkpoint) : step_dir_(locate_step
   config.load_json(manifest.metadata["config"]);
   const model::ModelConfig mc = train::run_config_from(config).model;
   model_ = std::make_unique<model::Transformer>(mc, 1, mc.max_seq, /*training=*/false);
+  cache_ = std::make_unique<PagedKvCache>(mc, mc.max_seq);
   const std::span<float> params = model_->params();
   train::read_state_range(step_dir_, model_->layout(), train::StatePart::kParams, 0,
                           int64_t(params.size()), params.data());
@@ -63,9 +83,20 @@ void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
   // Ids the model has but the tokenizer lacks were never trained on and cannot be decoded.
   Sampler sampler(tokenizer_->vocab_size(), params);
   tokens.reserve(tokens.size() + max_tokens);
+  CachedSequence seq(*cache_);
+  int64_t window = 0;  // the first token the cache holds
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int64_t n = std::min<int64_t>(tokens.size(), context);
-    const float* logits = model_->next_token_logits(tokens.data() + tokens.size() - n, n);
+    if (int64_t(tokens.size()) - window > context) {
+      window = int64_t(tokens.size()) - context;
+      seq.restart();
+    }
+    const std::span<const int32_t> fresh(tokens.begin() + window + cache_->length(seq.id()),
+                                         tokens.end());
+    check(cache_->reserve(seq.id(), int64_t(fresh.size())),
+          "the KV cache has no room for {} more tokens", fresh.size());
+    const model::DecodeChunk chunk = cache_->chunk(seq.id(), fresh);
+    const float* logits = model_->decode(cache_->view(), {&chunk, 1});
+    cache_->advance(seq.id(), int64_t(fresh.size()));
     const int32_t next = sampler.sample(logits, int64_t(tokens.size()));
     tokens.push_back(next);
     on_text(tokenizer_->decode(std::span<const int32_t>(&tokens.back(), 1)));

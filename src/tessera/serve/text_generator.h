@@ -9,6 +9,7 @@
 
 #include "tessera/data/tokenizer.h"
 #include "tessera/model/transformer.h"
+#include "tessera/serve/kv_cache.h"
 #include "tessera/serve/sampler.h"
 
 namespace tessera::serve {
@@ -18,8 +19,10 @@ class TextGenerator {
   // checkpoint: a run directory, its checkpoints/ folder or one step directory.
   explicit TextGenerator(const std::filesystem::path& checkpoint);
 
-  // Streams each generated piece of text to on_text as soon as it is sampled. When the context
-  // fills up, the oldest tokens slide out of the window.
+  // Streams each generated piece of text to on_text as soon as it is sampled. The prompt runs
+  // once and each new token then costs one token's work, through the KV cache. When the context
+  // fills up, the oldest tokens slide out of the window, and every later token reruns the whole
+  // window: shifted positions make the cached keys and values stale.
   void generate(const std::string& prompt, int64_t max_tokens, const SamplerParams& params,
                 const std::function<void(std::string_view)>& on_text);
 
@@ -29,6 +32,7 @@ class TextGenerator {
  private:
   std::filesystem::path step_dir_;
   std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
 };
 

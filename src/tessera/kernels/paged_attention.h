@@ -1,0 +1,38 @@
+// Attention over keys and values kept in a paged cache, for serving: each sequence's earlier
+// tokens sit in fixed-size blocks listed by its block table, so sequences grow a block at a time
+// and never move. Forward only; f32 only.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// Keys and values of one layer: k and v are [blocks][block_tokens][kv_heads * head_dim], row p of
+// a sequence living in block block_table[p / block_tokens] at slot p % block_tokens.
+struct PagedKv {
+  float *k, *v;
+  int64_t block_tokens, kv_heads, head_dim;
+};
+
+// One sequence's chunk of n new tokens at positions [start, start + n): its queries are rows
+// [row, row + n) of the query and output buffers, and block_table covers [0, start + n).
+struct PagedChunk {
+  const int32_t* block_table;
+  int64_t start, n, row;
+};
+
+// Stores the chunk's keys and values (k and v rows i at k + i * ld, v + i * ld) at its positions.
+void paged_kv_write(const float* k, const float* v, int64_t ld, const PagedKv& kv,
+                    const PagedChunk& chunk);
+
+// For every chunk and query head h (reading key/value head h / (H / kv_heads)), causal attention
+// of each query over positions [0, its own] with scale 1/sqrt(head_dim): query i of head h is read
+// at q + i * ldq + h * head_dim and written at out + i * ldo + h * head_dim. The chunk's keys and
+// values must already be written. scratch: paged_attention_scratch_size(max_context) floats for
+// each of omp_get_max_threads() threads, max_context bounding every start + n.
+int64_t paged_attention_scratch_size(int64_t max_context);
+void paged_attention_forward(const float* q, int64_t ldq, float* out, int64_t ldo,
+                             const PagedKv& kv, const PagedChunk* chunks, int64_t num_chunks,
+                             int64_t H, float* scratch, int64_t max_context);
+
+}  // namespace tessera::kernels
