@@ -2,15 +2,16 @@
 #include "tessera/plan/calibration.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "tessera/core/config.h"
 #include "tessera/core/rng.h"
+#include "tessera/core/threading.h"
 #include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
@@ -25,7 +26,13 @@ model::ModelConfig shipped(const std::string& name) {
   return train::run_config_from(config).model;
 }
 
-// Seconds of each of `steps` training steps after one warm-up, run as the trainer runs them.
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// CPU seconds of each of `steps` training steps after one warm-up, run as the trainer runs them.
 std::vector<double> timed_steps(const model::ModelConfig& config, const StepShape& step,
                                 int steps) {
   train::TrainConfig tc;
@@ -43,38 +50,55 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
   }
   std::vector<double> seconds;
   for (int s = 0; s <= steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = cpu_seconds();
     state.zero_grad();
     state.begin_micro_step(true);
     model.forward_backward(x.data(), y.data(), step.batch, step.seq, 1.0f);
     state.reduce_gradients();
     state.update(3e-4, 1.0f);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) seconds.push_back(dt);
+    if (s > 0) seconds.push_back(cpu_seconds() - t0);
   }
   return seconds;
 }
 
-// Calibrates, predicts, then checks the prediction against the fastest of a few real steps:
-// the calibration keeps the fastest of its runs too, so both sides describe the machine when
-// nothing else competes for its cores.
+// Runs a scope on one OpenMP thread.
+class OneThread {
+ public:
+  OneThread() : threads_(num_threads()) { set_num_threads(1); }
+  ~OneThread() { set_num_threads(threads_); }
+
+ private:
+  int threads_;
+};
+
+// Checks the predicted step time against the fastest of a few real steps. Both run on one
+// thread, and the steps are timed in CPU seconds: on a shared machine a second thread would wait
+// at every barrier for a core another process holds, and wall time would measure the neighbours
+// rather than the model. Both sides keep the fastest they see: the machine also slows down by a
+// quarter for a second or two at a time (other guests on its host), so it is calibrated on both
+// sides of the steps and the faster calibration predicts.
 void expect_prediction_matches(const std::string& config_file, const StepShape& step) {
+#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the timings of an unoptimised or instrumented build say nothing of the model";
+#endif
+  const OneThread one_thread;
   const model::ModelConfig config = shipped(config_file);
   dist::SingleCommunicator alone;
-  const auto t0 = std::chrono::steady_clock::now();
-  const MachineRates rates = measure_machine(config, step, alone);
-  const double calibration_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const StepPrediction p = predict_step(config, step, rates);
+  const double t0 = cpu_seconds();
+  const StepPrediction before = predict_step(config, step, measure_machine(config, step, alone));
+  const double calibration_s = cpu_seconds() - t0;
   const std::vector<double> steps = timed_steps(config, step, 3);
+  const StepPrediction after = predict_step(config, step, measure_machine(config, step, alone));
+  const StepPrediction& p = before.total_s < after.total_s ? before : after;
   const double measured = *std::min_element(steps.begin(), steps.end());
-  std::printf("%s B%lld T%lld: predicted %.1f ms (matmul %.1f, attention %.1f, memory %.1f, "
-              "optimizer %.1f), measured %.1f ms (steps:",
-              config_file.c_str(), (long long)step.batch, (long long)step.seq, 1e3 * p.total_s,
-              1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s, 1e3 * p.optimizer_s,
-              1e3 * measured);
+  std::printf(
+      "%s B%lld T%lld: predicted %.1f ms (matmul %.1f, attention %.1f, memory %.1f, "
+      "optimizer %.1f; calibrations %.1f and %.1f), measured %.1f ms (steps",
+      config_file.c_str(), (long long)step.batch, (long long)step.seq, 1e3 * p.total_s,
+      1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s, 1e3 * p.optimizer_s,
+      1e3 * before.total_s, 1e3 * after.total_s, 1e3 * measured);
   for (double s : steps) std::printf(" %.1f", 1e3 * s);
-  std::printf("), ratio %.3f, calibration took %.2f s\n", p.total_s / measured, calibration_s);
+  std::printf("), ratio %.3f, calibration took %.2f CPU s\n", p.total_s / measured, calibration_s);
   EXPECT_GT(p.total_s / measured, 0.75);
   EXPECT_LT(p.total_s / measured, 1.25);
   EXPECT_LT(calibration_s, 2.0);
@@ -85,8 +109,8 @@ TEST(Calibration, GemmsCountSixFlopsPerWeightPerToken) {
   const StepShape step{2, 128};
   double flops = 0;
   for (const auto& [shape, calls] : step_gemms(c, step)) flops += double(calls) * shape.flops();
-  const double weights = double(c.n_layer) * 12 * c.d_model * c.d_model +
-                         double(c.vocab_size) * c.d_model;
+  const double weights =
+      double(c.n_layer) * 12 * c.d_model * c.d_model + double(c.vocab_size) * c.d_model;
   EXPECT_DOUBLE_EQ(flops, 6 * weights * double(step.batch * step.seq));
 }
 
@@ -100,6 +124,32 @@ TEST(Calibration, FullRecomputeRepeatsTheBlockForwardGemms) {
   EXPECT_DOUBLE_EQ(full - plain, 2.0 * 16 * 256 * c.n_layer * 12 * c.d_model * c.d_model);
 }
 
+TEST(Calibration, PredictionPricesEachKernelAtItsRate) {
+  const model::ModelConfig c = shipped("tiny.toml");
+  const StepShape step{16, 256};
+  MachineRates rates;
+  double gemm_flops = 0;
+  for (const auto& [shape, calls] : step_gemms(c, step)) {
+    rates.gemm_flops[shape] = 1e11;
+    gemm_flops += double(calls) * shape.flops();
+  }
+  rates.attention_seq = step.seq;
+  rates.attention_head_dim = c.head_dim();
+  rates.attention_forward_flops = rates.attention_backward_flops = 5e10;
+  // Equal bandwidths from cache and DRAM: no kernel pays for fetching its operands.
+  rates.activation_bandwidth = rates.cache_bandwidth = 1e10;
+  rates.mlp_activation_forward_rate = rates.mlp_activation_backward_rate = rates.loss_rate = 1e9;
+  rates.parameter_bandwidth = rates.zeroing_bandwidth = 1e10;
+  const StepPrediction p = predict_step(c, step, rates);
+  EXPECT_DOUBLE_EQ(p.matmul_s, gemm_flops / 1e11);
+  const double attention = attention_flops(c, step, false) + attention_flops(c, step, true);
+  EXPECT_DOUBLE_EQ(p.attention_s, c.n_layer * attention / 5e10);
+  EXPECT_EQ(p.communication_s, 0);
+  EXPECT_DOUBLE_EQ(p.total_s, p.matmul_s + p.attention_s + p.memory_bound_s + p.optimizer_s);
+  // Attention rates hold for the sequence length they were measured at.
+  EXPECT_THROW(predict_step(c, {16, 128}, rates), Error);
+}
+
 TEST(Calibration, RejectsMixtureOfExperts) {
   const model::ModelConfig moe = shipped("moe-tiny.toml");
   EXPECT_THROW(step_gemms(moe, {2, 64}), Error);
@@ -108,6 +158,10 @@ TEST(Calibration, RejectsMixtureOfExperts) {
 TEST(Calibration, PredictsTinyStep) { expect_prediction_matches("tiny.toml", {16, 256}); }
 
 TEST(Calibration, PredictsGpt2SmallStep) { expect_prediction_matches("gpt2-124m.toml", {2, 128}); }
+
+TEST(Calibration, PredictsTinyLlamaStep) {
+  expect_prediction_matches("llama-tiny.toml", {16, 256});
+}
 
 }  // namespace
 }  // namespace tessera::plan

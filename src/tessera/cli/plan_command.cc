@@ -163,10 +163,17 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
   return 0;
 }
 
-int run_calibrate(const PlanInputs& in) {
-  const plan::StepShape step{in.train.batch_size, in.train.seq_len, in.train.recompute};
-  const plan::MachineRates rates = plan::measure_machine(in.model, step, dist::world());
+// Under mpirun every rank measures (the all-reduce needs them all); rank 0 reports.
+int run_calibrate(const PlanInputs& in, int64_t data_parallel) {
+  dist::Communicator& world = dist::world();
+  check(in.train.batch_size % data_parallel == 0,
+        "train.batch_size ({}) must be divisible by mesh.dp ({})", in.train.batch_size,
+        data_parallel);
+  const plan::StepShape step{in.train.batch_size / data_parallel, in.train.seq_len,
+                             in.train.recompute};
+  const plan::MachineRates rates = plan::measure_machine(in.model, step, world);
   const plan::StepPrediction p = plan::predict_step(in.model, step, rates);
+  if (world.rank() != 0) return 0;
   std::printf(
       "this machine, %d threads: parameter bandwidth %.1f GB/s, activation bandwidth %.1f GB/s",
       rates.threads, rates.parameter_bandwidth / 1e9, rates.activation_bandwidth / 1e9);
@@ -226,7 +233,7 @@ int plan_command(int argc, char** argv) {
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
   const train::RunConfig rc = train::run_config_from(config);
   PlanInputs in{rc.model, rc.train, 0, {}};
-  if (flags.has("calibrate")) return run_calibrate(in);
+  if (flags.has("calibrate")) return run_calibrate(in, rc.mesh.dp);
 
   plan::HardwareCatalog catalog = plan::HardwareCatalog::builtin();
   for (const std::string& file : flags.all("catalog")) {

@@ -1,11 +1,12 @@
 // The planner's calibration: measure what this machine does with Tessera's own kernels, then
-// predict the time of one training step from a count of the step's work. Measuring runs a few
-// short kernel calls at the shapes the step uses; predicting is arithmetic over those rates and
-// never runs the model, so the same rates can price other layouts.
+// predict the time of one training step from a count of the step's work. Measuring runs short
+// kernel calls at the shapes the step uses; predicting is arithmetic over those rates and never
+// runs the model.
 //
 // Modelled: f32 training of dense GPT-2 and Llama models on one rank's micro-batch, with the
-// trainer's ZeRO stage 0 state (gradients zeroed, AdamW over every parameter) and any recompute
-// mode. bf16/f16 matmuls and mixture-of-experts blocks are not modelled.
+// trainer's ZeRO stage 0 state (gradients zeroed, AdamW over every parameter), any recompute
+// mode, and the data-parallel gradient all-reduce. Not modelled: bf16/f16 matmuls, mixture-of-
+// experts blocks, ZeRO stages above 0.
 #pragma once
 
 #include <compare>
@@ -37,47 +38,60 @@ struct GemmShape {
 };
 
 // Every gemm of a step outside attention (three per linear layer: forward, input gradient,
-// weight gradient), each distinct shape once with the number of calls.
+// weight gradient), each distinct shape once with its number of calls.
 std::map<GemmShape, int64_t> step_gemms(const model::ModelConfig& config, const StepShape& step);
 
-// Rates measured on this machine with the engine's own kernels, at one model's step shapes.
+// FLOPs of one attention_forward or attention_backward call. The kernels compute full T x T
+// score matrices and zero the upper triangle, so causality saves nothing: forward is 2 matmuls
+// (q k^T, P v), backward 5 (q k^T again, dO v^T, dq, dk, dv).
+double attention_flops(const model::ModelConfig& config, const StepShape& step, bool backward);
+
+// Rates measured on this machine with the engine's own kernels at one model's step shapes, with
+// the OpenMP thread count in force. Each comes from the fastest of several runs spread over the
+// calibration: the machine's rate when nothing else competes for its cores.
 struct MachineRates {
   int threads = 0;
-  // Bytes/s of kernels::add over three arrays the size of the parameters (capped): what AdamW
-  // sees, from DRAM for large models and from cache for small ones.
-  double parameter_bandwidth = 0;
-  // Bytes/s of kernels::add over arrays the size of the largest activation [B*T, ffn]: what
-  // the element-wise kernels see, whose inputs were often just written by the previous kernel.
-  double activation_bandwidth = 0;
-  // Bytes/s of one thread's std::fill over the parameters: how the trainer zeroes gradients.
-  double fill_bandwidth = 0;
   std::map<GemmShape, double> gemm_flops;  // FLOP/s of each shape step_gemms lists
-  // FLOP/s of attention_forward and attention_backward at the model's sequence length and
-  // head size, counting the T x T square their matmuls compute (see attention_flops).
+  // Attention FLOP/s (counted as attention_flops does) at this sequence length and head size.
   int64_t attention_seq = 0, attention_head_dim = 0;
   double attention_forward_flops = 0, attention_backward_flops = 0;
-  // Data parallelism: bytes/s of a blocking all-reduce of one gradient bucket over the ranks
-  // measure_machine was given; 0 with one rank.
+  // Bytes/s of kernels::add over arrays larger than the caches. Between two uses of an
+  // activation a step streams through so much else that the activation is back in DRAM, so the
+  // streaming kernels (norms, residual adds, biases, embedding) move their bytes at this rate.
+  double activation_bandwidth = 0;
+  // Bytes/s of kernels::add over arrays that stay in cache, as they do in the repeated runs that
+  // time the kernels above and below. In a step those kernels find their operands in DRAM
+  // instead, so each pays its bytes x (1/activation_bandwidth - 1/cache_bandwidth) on top.
+  double cache_bandwidth = 0;
+  // Kernels that evaluate an exp, tanh or cos per element run below memory speed, so they have
+  // rates of their own, in elements per second: the MLP activation (GELU or SwiGLU, per output
+  // element), rotary embeddings (Llama; per token row), and the fused softmax cross-entropy
+  // (per logit).
+  double mlp_activation_forward_rate = 0, mlp_activation_backward_rate = 0;
+  double rope_rate = 0;
+  double loss_rate = 0;
+  // Over arrays larger than the caches, where the step finds the optimizer state: bytes/s of
+  // kernels::adamw_update, which reads parameter, gradient and both moments and writes all but
+  // the gradient (28 bytes a parameter), and of the one-thread std::fill that zeroes gradients.
+  double parameter_bandwidth = 0;
+  double zeroing_bandwidth = 0;
+  // Bytes/s of one blocking all-reduce of a gradient bucket over the ranks measure_machine was
+  // given; 0 with one rank.
   int ranks = 1;
   double allreduce_bandwidth = 0;
 };
 
-// Collective over `dp` when it has more than one rank; takes well under two seconds.
+// Takes about a second of CPU time. Collective over `dp` when it has more than one rank.
 MachineRates measure_machine(const model::ModelConfig& config, const StepShape& step,
                              dist::Communicator& dp);
-
-// FLOPs of one attention_forward or attention_backward call over the batch. The kernels
-// compute full T x T score matrices and zero the upper triangle, so causality saves nothing:
-// forward is 2 matmuls (q k^T, P v), backward 5 (q k^T again, dO v^T, dq, dk, dv).
-double attention_flops(const model::ModelConfig& config, const StepShape& step, bool backward);
 
 // Seconds of one training step on one rank.
 struct StepPrediction {
   double matmul_s = 0;         // gemms of every linear layer
   double attention_s = 0;      // attention forward and backward
-  double memory_bound_s = 0;   // norms, activations, residual adds, embedding, loss, bias grads
+  double memory_bound_s = 0;   // norms, activations, residual adds, embedding, loss, biases
   double optimizer_s = 0;      // gradient zeroing and AdamW
-  double communication_s = 0;  // the gradient all-reduce, counted as if backward hid none of it
+  double communication_s = 0;  // the gradient all-reduce, as if backward hid none of it
   double total_s = 0;
 };
 
