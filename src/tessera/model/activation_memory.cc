@@ -13,7 +13,7 @@ int64_t saved_activation_bytes_per_layer(const ModelConfig& c, int64_t tokens, P
   int64_t matmul_inputs = 0;  // values stored in the precision of the matmuls
   if (r != Recompute::kFull) {
     const int64_t norm_stats = gpt2 ? 4 : 2;  // LayerNorm: mean and 1/std; RMSNorm: 1/rms
-    const int64_t mlp_pre = moe ? 0 : (gpt2 ? F : 2 * F);
+    const int64_t mlp_pre = moe ? 0 : c.mlp_hidden_width();
     f32_values += norm_stats + c.qkv_width() + H + C + mlp_pre;         // qkv, lse, mid residual
     matmul_inputs += HD;                                                // attention output
     if (r == Recompute::kNone) matmul_inputs += 2 * C + (moe ? 0 : F);  // norm outputs, act

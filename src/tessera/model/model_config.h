@@ -50,6 +50,8 @@ struct ModelConfig {
   // Width of the fused q, k, v projection: query heads, then key heads, then value heads.
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   int64_t ffn() const;
+  // Width of the MLP's first matmul: GPT-2's fc, or Llama's fused gate and up projections.
+  int64_t mlp_hidden_width() const { return arch == Architecture::kGpt2 ? ffn() : 2 * ffn(); }
   bool is_moe() const { return moe.n_experts > 0; }
 };
 

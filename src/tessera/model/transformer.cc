@@ -19,9 +19,6 @@ namespace {
 
 bool is_gpt2(const ModelConfig& c) { return c.arch == Architecture::kGpt2; }
 
-// Width of the MLP's first matmul: GPT-2's fc, or Llama's fused gate and up projections.
-int64_t mlp_hidden_width(const ModelConfig& c) { return is_gpt2(c) ? c.ffn() : 2 * c.ffn(); }
-
 }  // namespace
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
@@ -92,7 +89,7 @@ Transformer::~Transformer() = default;
 void Transformer::allocate(Allocator& a) {
   const ModelConfig& c = config_;
   const int64_t N = max_batch_ * max_seq_, C = c.d_model, H = c.n_head, F = c.ffn();
-  const int64_t Q = c.qkv_width(), HD = H * c.head_dim(), F_pre = mlp_hidden_width(c);
+  const int64_t Q = c.qkv_width(), HD = H * c.head_dim(), F_pre = c.mlp_hidden_width();
   const bool gpt2 = is_gpt2(c), moe = c.is_moe();
   auto matmul_input = [&](int64_t n, float* shared_f32) {
     MatmulInput x;
@@ -339,7 +336,7 @@ void Transformer::finish_block(int64_t l, int64_t N) {
   if (c.is_moe()) {
     aux_loss_ += moe_for(l).forward(a.ln2.f32, a.res_out, N, moe_weights(l));
   } else {
-    linear_forward(a.ln2, o.fc_w, o.fc_b, a.fch, N, C, mlp_hidden_width(c));
+    linear_forward(a.ln2, o.fc_w, o.fc_b, a.fch, N, C, c.mlp_hidden_width());
     if (is_gpt2(c)) {
       k::gelu_forward(a.fch, a.act.f32, N * F);
     } else {
@@ -504,7 +501,7 @@ void Transformer::block_backward(int64_t l, int64_t B, int64_t T) {
   const BlockOffsets& o = layout_.blocks[l];
   const LayerActivations& a = acts_[l];
   const int64_t N = B * T, C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
-  const int64_t HD = H * hd, F = c.ffn(), F_pre = mlp_hidden_width(c);
+  const int64_t HD = H * hd, F = c.ffn(), F_pre = c.mlp_hidden_width();
   if (options_.recompute == Recompute::kFull) {
     const double aux = aux_loss_;
     block_forward(l, B, T);

@@ -45,8 +45,6 @@ constexpr int64_t kAllReduceFloats = int64_t{1} << 20;
 constexpr int kRounds = 3;
 
 bool is_gpt2(const ModelConfig& c) { return c.arch == model::Architecture::kGpt2; }
-// Width of the MLP's first matmul: GPT-2's fc, or Llama's fused gate and up projections.
-int64_t mlp_hidden_width(const ModelConfig& c) { return is_gpt2(c) ? c.ffn() : 2 * c.ffn(); }
 
 double cpu_seconds() {
   timespec t;
@@ -127,7 +125,7 @@ std::vector<Linear> block_linears(const ModelConfig& c) {
   const bool bias = is_gpt2(c);
   const int64_t C = c.d_model, HD = c.n_head * c.head_dim();
   return {
-      {C, c.qkv_width(), bias}, {HD, C, bias}, {C, mlp_hidden_width(c), bias}, {c.ffn(), C, bias}};
+      {C, c.qkv_width(), bias}, {HD, C, bias}, {C, c.mlp_hidden_width(), bias}, {c.ffn(), C, bias}};
 }
 
 // The gemms of kernels::linear_forward and linear_backward.
@@ -214,13 +212,13 @@ RatesFrom time_attention(const ModelConfig& c, const StepShape& step, KernelTime
 }
 
 RatesFrom time_mlp_activation(const ModelConfig& c, const StepShape& step, KernelTimer& timer) {
-  const int64_t F = c.ffn(), rows = sample_rows(step.batch * step.seq, mlp_hidden_width(c));
+  const int64_t F = c.ffn(), rows = sample_rows(step.batch * step.seq, c.mlp_hidden_width());
   const int64_t n = rows * F;
   struct Buffers {
     std::vector<float> pre, d_pre, act, d_act;
   };
   auto b = std::make_shared<Buffers>();
-  b->pre = random_values(rows * mlp_hidden_width(c), 6, 3.0f);
+  b->pre = random_values(rows * c.mlp_hidden_width(), 6, 3.0f);
   b->d_pre.resize(b->pre.size());
   b->act.resize(n);
   b->d_act = random_values(n, 7);

@@ -27,12 +27,11 @@ SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, i
   const ParameterSplit split = split_parameters(c);
   const int64_t max_tp = std::min<int64_t>(a.scaleup_domain, c.n_head);
   for (int64_t tp = 1; tp <= max_tp; tp *= 2) {
-    if (chips % tp != 0 || c.n_head % tp != 0) continue;
+    if (chips % tp != 0) continue;
     for (int64_t pp : divisors(c.n_layer)) {
       if ((chips / tp) % pp != 0) continue;
       const int64_t dp = chips / tp / pp;
-      for (int64_t ep = 1; ep <= dp; ep *= 2) {
-        if (ep > 1 && (!c.is_moe() || dp % ep != 0 || c.moe.n_experts % ep != 0)) break;
+      for (int64_t ep = 1; ep <= (c.is_moe() ? dp : 1); ep *= 2) {
         for (int zero = 0; zero <= 3; ++zero) {
           for (int64_t mb : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
             for (model::Recompute r :

@@ -86,24 +86,27 @@ void read_state_range(const std::filesystem::path& step_dir, const model::Parame
   const std::vector<Piece> pieces =
       sharded ? shard_pieces(meta["zero"], source, layout, part) : named_pieces(layout, part);
   std::fill(out, out + (end - begin), 0.0f);
-  // Pieces inside the range load in place; a piece that straddles an end goes through scratch.
-  std::vector<NamedTensor> whole;
+  // Pieces inside the range load in place; a piece that straddles an end (at most one at each)
+  // loads into scratch, and one load call reads and checks them all.
+  std::vector<NamedTensor> views;
   std::vector<const Piece*> straddling;
+  std::vector<std::vector<float>> scratch;
   for (const Piece& p : pieces) {
     if (p.end <= begin || p.begin >= end) continue;
-    if (p.begin >= begin && p.end <= end) {
-      whole.push_back({p.name, Tensor{out + (p.begin - begin), p.shape, DType::f32}});
-    } else {
+    float* dst;
+    if (p.begin < begin || p.end > end) {
       straddling.push_back(&p);
+      dst = scratch.emplace_back(size_t(p.end - p.begin)).data();
+    } else {
+      dst = out + (p.begin - begin);
     }
+    views.push_back({p.name, Tensor{dst, p.shape, DType::f32}});
   }
-  ckpt::load(step_dir, whole);
-  std::vector<float> scratch;
-  for (const Piece* p : straddling) {
-    scratch.resize(size_t(p->end - p->begin));
-    ckpt::load(step_dir, {{p->name, Tensor{scratch.data(), p->shape, DType::f32}}});
-    const int64_t lo = std::max(begin, p->begin), hi = std::min(end, p->end);
-    std::copy(scratch.begin() + (lo - p->begin), scratch.begin() + (hi - p->begin),
+  ckpt::load(step_dir, views);
+  for (size_t i = 0; i < straddling.size(); ++i) {
+    const Piece& p = *straddling[i];
+    const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
+    std::copy(scratch[i].begin() + (lo - p.begin), scratch[i].begin() + (hi - p.begin),
               out + (lo - begin));
   }
 }
