@@ -18,6 +18,7 @@ targets=(
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/data/mapped_file.cc src/tessera/data/utf8.cc|-lfmt"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc|-lfmt"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -40,6 +41,11 @@ PY
       ;;
     toml_config_fuzz) cp configs/*.toml "$dir"/ ;;
     hardware_catalog_fuzz) cp configs/hardware.toml "$dir"/ ;;
+    openai_request_fuzz)
+      echo '{"model": "tiny", "prompt": "In the", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true}, "seed": 3}' >"$dir/completion.json"
+      echo '{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 4, "logprobs": true, "top_logprobs": 2}' >"$dir/chat.json"
+      echo '{"model": "tiny", "prompt": [72, 105], "min_p": 0.1, "repetition_penalty": 1.2}' >"$dir/tokens.json"
+      ;;
     manifest_fuzz)
       cat >"$dir/manifest.json" <<'JSON'
 {"format": "tessera-checkpoint", "version": 1, "world_size": 1, "step": 3, "metadata": {},

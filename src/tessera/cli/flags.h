@@ -43,6 +43,7 @@ class Flags {
 int prepare_command(int argc, char** argv);
 int train_command(int argc, char** argv);
 int generate_command(int argc, char** argv);
+int serve_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int convert_command(int argc, char** argv);
 int plan_command(int argc, char** argv);

@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  prepare    tokenise text into a dataset of token shards\n"
     "  train      train a GPT-2 model on a text corpus or a prepared dataset\n"
     "  generate   continue a prompt with a trained checkpoint\n"
+    "  serve      answer requests over an OpenAI-compatible HTTP API\n"
     "  tokenizer  train a BPE vocabulary; encode or decode text\n"
     "  convert    export to or import from Hugging Face safetensors\n"
     "  plan       choose the parallel layout, accelerator and budget of a training run\n\n"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "prepare") return tessera::cli::prepare_command(argc - 2, argv + 2);
     if (command == "train") return tessera::cli::train_command(argc - 2, argv + 2);
     if (command == "generate") return tessera::cli::generate_command(argc - 2, argv + 2);
+    if (command == "serve") return tessera::cli::serve_command(argc - 2, argv + 2);
     if (command == "tokenizer") return tessera::cli::tokenizer_command(argc - 2, argv + 2);
     if (command == "convert") return tessera::cli::convert_command(argc - 2, argv + 2);
     if (command == "plan") return tessera::cli::plan_command(argc - 2, argv + 2);

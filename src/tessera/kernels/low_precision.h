@@ -28,7 +28,9 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
               int64_t ldc, LowPrecision p);
 
-// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null).
+// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null). Fewer than 32 rows (decoding) skip
+// gemm_low for a path that reads each weight once, multiplying bf16 pairs exactly with
+// AVX512_BF16 where the CPU has it.
 void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
                         int64_t in, int64_t out, LowPrecision p);
 // dy_low is dy rounded to p. dx = dy * w (written); dw += dy^T * x; db += column sums of the f32

@@ -19,7 +19,8 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
-// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null).
+// y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null). In float, fewer than 16 rows
+// (decoding) skip the GEMM for a path that reads each weight once.
 template <typename T>
 void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out);
 // dx = dy * w (written); dw += dy^T * x; db += column sums of dy (db may be null).

@@ -42,4 +42,21 @@ Recompute recompute_from_name(std::string_view name) {
   fail("train.recompute must be \"none\", \"selective\" or \"full\", got \"{}\"", name);
 }
 
+std::string_view weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kDense:
+      return "dense";
+    case WeightFormat::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+WeightFormat weight_format_from_name(std::string_view name) {
+  for (WeightFormat f : {WeightFormat::kDense, WeightFormat::kInt8}) {
+    if (weight_format_name(f) == name) return f;
+  }
+  fail("the weight format must be \"dense\" or \"int8\", got \"{}\"", name);
+}
+
 }  // namespace tessera::model

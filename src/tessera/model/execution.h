@@ -16,11 +16,19 @@ enum class Precision { kF32, kBf16, kF16 };
 // outputs are recomputed in backward (cheap elementwise work, a large share of the memory).
 // full: only each block's input is kept; the block's forward runs again before its backward.
 enum class Recompute { kNone, kSelective, kFull };
+// How an inference model holds the weights its matmuls read. dense: as the precision says. int8:
+// every linear layer's weight matrix, the head included, as int8 with one f32 scale per output
+// row (symmetric, max|row| / 127), multiplied with f32 activations and accumulated in f32; the
+// f32 parameters stay resident for the embeddings, norms and biases and as the source of the
+// int8 copy. int8 needs precision f32, dense MLPs, training=false and no parameter store.
+enum class WeightFormat { kDense, kInt8 };
 
 std::string_view precision_name(Precision p);
 Precision precision_from_name(std::string_view name);  // throws naming train.precision
 std::string_view recompute_name(Recompute r);
 Recompute recompute_from_name(std::string_view name);  // throws naming train.recompute
+std::string_view weight_format_name(WeightFormat f);
+WeightFormat weight_format_from_name(std::string_view name);
 
 // The matmul operand format of a low precision (bf16 or f16).
 inline kernels::LowPrecision low_precision_of(Precision p) {

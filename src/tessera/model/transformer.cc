@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 
@@ -60,6 +61,18 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
         max_batch_, max_seq_);
+  if (options_.weights == WeightFormat::kInt8) {
+    check(!training_, "int8 weights are for inference: build the model with training=false");
+    check(!config_.is_moe(),
+          "int8 weights need dense MLPs, but the model has {} experts (model.moe.n_experts)",
+          config_.moe.n_experts);
+    check(!low_, "int8 weights multiply f32 activations: use precision f32 with them, not {}",
+          precision_name(options_.precision));
+    check(store_ == nullptr,
+          "int8 weights are quantised from parameters the model keeps itself: build it without a "
+          "parameter store");
+    int8_ = std::make_unique<Int8Weights>(layout_);
+  }
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;
     if (low_) low = low_precision_of(options_.precision);
@@ -151,6 +164,9 @@ void Transformer::allocate(Allocator& a) {
   if (!training_) {
     decode_scratch_ = a.floats(k::paged_attention_scratch_size(c.max_seq) * scratch_threads_);
   }
+  if (options_.weights == WeightFormat::kInt8) {
+    int8_scratch_ = a.floats(k::int8_linear_scratch_size(std::max({C, HD, F})));
+  }
   if (training_) {
     d_res_ = a.floats(N * C);
     d_c_ = a.floats(N * std::max(C, HD));
@@ -162,12 +178,35 @@ void Transformer::allocate(Allocator& a) {
 
 int64_t Transformer::num_parameters() const { return count_parameters(config_).total; }
 
+int64_t Transformer::matmul_weight_bytes_per_token() const {
+  if (int8_ != nullptr) return int8_->bytes();
+  const ModelConfig& c = config_;
+  const int64_t C = c.d_model, F = c.ffn(), dense = low_ ? 2 : 4;
+  int64_t per_layer = dense * (c.qkv_width() * C + C * c.n_head * c.head_dim());
+  if (c.is_moe()) {
+    const int64_t routed = c.moe.top_k + c.moe.n_shared;  // SwiGLU experts of 3 F x C matrices
+    per_layer += 4 * (c.moe.n_experts * C + routed * 3 * F * C);
+  } else {
+    per_layer += dense * (c.mlp_hidden_width() * C + C * F);
+  }
+  return c.n_layer * per_layer + dense * c.vocab_size * C;
+}
+
+int64_t Transformer::resident_parameter_bytes() const {
+  if (resident_ == nullptr) return 0;
+  const int64_t total = layout_.params.total();
+  return 4 * total + (low_ ? 2 * total : 0) + (int8_ != nullptr ? int8_->bytes() : 0);
+}
+
 ResidentParameters& Transformer::resident() {
   check(resident_ != nullptr, "the model's parameters are held by its parameter store");
   return *resident_;
 }
 
-std::span<float> Transformer::params() { return resident().params(); }
+std::span<float> Transformer::params() {
+  if (int8_ != nullptr) int8_->mark_stale();
+  return resident().params();
+}
 std::span<float> Transformer::grads() {
   check(training_, "gradients of a model built for inference");
   return resident().grads();
@@ -178,7 +217,10 @@ void Transformer::init_weights(uint64_t seed) {
   initial_parameters(config_, layout_, seed, 0, int64_t(p.size()), p.data());
 }
 
-void Transformer::acquire(int64_t unit) { weights_[unit] = store_->acquire(unit); }
+void Transformer::acquire(int64_t unit) {
+  weights_[unit] = store_->acquire(unit);
+  if (int8_ != nullptr) int8_->refresh(unit, weights_[unit].f32);
+}
 
 void Transformer::release(int64_t unit) {
   store_->release(unit);
@@ -243,7 +285,9 @@ void Transformer::norm_backward(const float* dy, const float* x, int64_t w, int6
 void Transformer::linear_forward(const MatmulInput& x, int64_t w, int64_t b, float* y, int64_t N,
                                  int64_t in, int64_t out) {
   const float* bias = b >= 0 ? param(b) : nullptr;
-  if (low_) {
+  if (int8_ != nullptr) {
+    k::linear_forward_int8(x.f32, int8_->matrix(w), bias, y, N, int8_scratch_);
+  } else if (low_) {
     k::linear_forward_low(x.low, low_param(w), bias, y, N, in, out,
                           low_precision_of(options_.precision));
   } else {

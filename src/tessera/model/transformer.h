@@ -9,6 +9,7 @@
 #include "tessera/core/arena.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/model/execution.h"
+#include "tessera/model/int8_weights.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
@@ -18,6 +19,7 @@ namespace tessera::model {
 
 struct ModelOptions {
   Precision precision = Precision::kF32;
+  WeightFormat weights = WeightFormat::kDense;
   Recompute recompute = Recompute::kNone;
   // Where parameters and gradients live; null keeps them all in the model, in f32.
   ParameterStore* store = nullptr;
@@ -52,7 +54,8 @@ class Transformer {
   const ModelOptions& options() const { return options_; }
   const ParameterLayout& layout() const { return layout_.params; }
   int64_t num_parameters() const;  // counts the tied embedding once, excludes padding
-  // Writable parameters, and the gradients, of a model that keeps them itself (no store).
+  // Writable parameters, and the gradients, of a model that keeps them itself (no store). Copies
+  // in other formats (bf16, int8) are refreshed from them when next used.
   std::span<float> params();
   std::span<float> grads();
 
@@ -89,6 +92,14 @@ class Transformer {
   // the bytes shared by all blocks as working space.
   int64_t saved_activation_bytes_per_layer() const { return saved_bytes_per_layer_; }
   int64_t working_activation_bytes() const { return working_bytes_; }
+
+  // Bytes of weights the matmuls read for each token: every linear layer's matrices and the head,
+  // in the format they are multiplied in (int8 scales included; for MoE, the router and the
+  // experts one token takes, in f32). Embedding rows, norms and biases are not counted.
+  int64_t matmul_weight_bytes_per_token() const;
+  // Bytes of parameters a model that keeps them itself holds: the f32 values and their bf16, f16
+  // or int8 copy; gradients excluded.
+  int64_t resident_parameter_bytes() const;
 
  private:
   // A matmul input: f32, and in low precision also its stored low-precision copy. In
@@ -148,6 +159,7 @@ class Transformer {
   ModelLayout layout_;
   Arena arena_;
   std::unique_ptr<ResidentParameters> resident_;
+  std::unique_ptr<Int8Weights> int8_;  // WeightFormat::kInt8 only
   ParameterStore* store_;
   std::vector<ParameterUnit> units_;
   std::vector<ParameterStore::Weights> weights_;  // of acquired units
@@ -160,6 +172,7 @@ class Transformer {
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
   float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
   float* decode_scratch_ = nullptr;                // inference only
+  float* int8_scratch_ = nullptr;                  // WeightFormat::kInt8 only
   std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
   MatmulInput lnf_;
   float *d_res_, *d_c_, *d_qkv_, *d_hidden_;

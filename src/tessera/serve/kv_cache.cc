@@ -7,6 +7,10 @@
 
 namespace tessera::serve {
 
+int64_t PagedKvCache::bytes_per_token(const model::ModelConfig& config) {
+  return 2 * config.n_layer * config.kv_heads() * config.head_dim() * int64_t(sizeof(float));
+}
+
 PagedKvCache::PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
                            int64_t block_tokens)
     : layers_(config.n_layer),

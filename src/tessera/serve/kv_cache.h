@@ -23,6 +23,9 @@ class PagedKvCache {
   PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
                int64_t block_tokens = kDefaultBlockTokens);
 
+  // Bytes one cached token takes: its keys and values in every layer.
+  static int64_t bytes_per_token(const model::ModelConfig& config);
+
   // A new, empty sequence; ids are never reused.
   int64_t add_sequence();
   // Makes room for new_tokens more tokens after the sequence's length, taking free blocks as

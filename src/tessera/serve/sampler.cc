@@ -9,11 +9,29 @@
 
 namespace tessera::serve {
 
+namespace {
+
+template <typename T>
+void require(bool ok, const char* param, T value, const char* requirement) {
+  if (!ok) throw SamplerParamError(param, fmt::format("{} {} {}", param, value, requirement));
+}
+
+}  // namespace
+
 void validate(const SamplerParams& params) {
-  check(std::isfinite(params.temperature) && params.temperature >= 0.0,
-        "--temperature {} must be a finite number >= 0", params.temperature);
-  check(params.top_k >= 0, "--top-k {} must be >= 0 (0 turns it off)", params.top_k);
-  check(params.top_p > 0.0 && params.top_p <= 1.0, "--top-p {} must lie in (0, 1]", params.top_p);
+  require(std::isfinite(params.temperature) && params.temperature >= 0.0, "temperature",
+          params.temperature, "must be a finite number >= 0");
+  require(params.top_k >= 0, "top_k", params.top_k, "must be >= 0 (0 turns it off)");
+  require(params.top_p > 0.0 && params.top_p <= 1.0, "top_p", params.top_p, "must lie in (0, 1]");
+  require(params.min_p >= 0.0 && params.min_p <= 1.0, "min_p", params.min_p,
+          "must lie in [0, 1] (0 turns it off)");
+  require(std::isfinite(params.repetition_penalty) && params.repetition_penalty > 0.0,
+          "repetition_penalty", params.repetition_penalty,
+          "must be a finite number > 0 (1 turns it off)");
+  require(params.presence_penalty >= -2.0 && params.presence_penalty <= 2.0, "presence_penalty",
+          params.presence_penalty, "must lie in [-2, 2]");
+  require(params.frequency_penalty >= -2.0 && params.frequency_penalty <= 2.0, "frequency_penalty",
+          params.frequency_penalty, "must lie in [-2, 2]");
 }
 
 Sampler::Sampler(int64_t vocab_size, SamplerParams params)
@@ -22,9 +40,53 @@ Sampler::Sampler(int64_t vocab_size, SamplerParams params)
   validate(params);
   order_.resize(vocab_size);
   weights_.resize(vocab_size);
+  if (penalises()) {
+    penalised_.resize(vocab_size);
+    counts_.resize(vocab_size);
+    touched_.reserve(vocab_size);
+  }
 }
 
-int32_t Sampler::sample(const float* logits, int64_t position) {
+bool Sampler::penalises() const {
+  return params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
+         params_.frequency_penalty != 0.0;
+}
+
+const float* Sampler::penalise(const float* logits, std::span<const int32_t> history,
+                               int64_t generated_from) {
+  check(generated_from >= 0 && generated_from <= int64_t(history.size()),
+        "sampler: generated tokens start at {}, outside the history of {} tokens", generated_from,
+        history.size());
+  if (!penalises()) return logits;
+  for (const int32_t id : history) {
+    check(id >= 0 && id < vocab_size_, "sampler: token {} in the history is outside [0, {})", id,
+          vocab_size_);
+  }
+  for (size_t i = 0; i < history.size(); ++i) {
+    const int32_t id = history[i];
+    if (counts_[id] == 0) {
+      counts_[id] = 1;
+      touched_.push_back(id);
+    }
+    if (int64_t(i) >= generated_from) ++counts_[id];
+  }
+  std::copy(logits, logits + vocab_size_, penalised_.begin());
+  const double repetition = params_.repetition_penalty;
+  for (const int32_t id : touched_) {
+    double x = penalised_[id];
+    x = x > 0.0 ? x / repetition : x * repetition;
+    const int32_t generated = counts_[id] - 1;
+    if (generated > 0) x -= params_.presence_penalty + params_.frequency_penalty * generated;
+    penalised_[id] = static_cast<float>(x);
+    counts_[id] = 0;
+  }
+  touched_.clear();
+  return penalised_.data();
+}
+
+int32_t Sampler::sample(const float* raw_logits, int64_t position, std::span<const int32_t> history,
+                        int64_t generated_from) {
+  const float* logits = penalise(raw_logits, history, generated_from);
   const int64_t n = vocab_size_;
   int64_t best = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -82,6 +144,17 @@ int32_t Sampler::sample(const float* logits, int64_t position) {
     }
     for (int64_t j = nucleus; j < kept; ++j) weights_[order_[j]] = 0.0;
     mass = cumulative;
+  }
+
+  if (params_.min_p > 0.0) {
+    // The most likely token weighs exp(0) = 1 and survives top_k and top_p, so each weight is
+    // already a probability relative to it.
+    mass = 0.0;
+    for (int64_t id = 0; id < n; ++id) {
+      double& w = weights_[id];
+      if (w < params_.min_p) w = 0.0;
+      mass += w;
+    }
   }
 
   // Walk in id order, dropped tokens weighing 0, so the draw does not depend on how the

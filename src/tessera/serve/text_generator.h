@@ -11,13 +11,14 @@
 #include "tessera/model/transformer.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/serve/sampler.h"
+#include "tessera/serve/served_model.h"
 
 namespace tessera::serve {
 
 class TextGenerator {
  public:
   // checkpoint: a run directory, its checkpoints/ folder or one step directory.
-  explicit TextGenerator(const std::filesystem::path& checkpoint);
+  explicit TextGenerator(const std::filesystem::path& checkpoint, const ServingFormat& format = {});
 
   // Streams each generated piece of text to on_text as soon as it is sampled. The prompt runs
   // once and each new token then costs one token's work, through the KV cache. When the context
@@ -26,14 +27,12 @@ class TextGenerator {
   void generate(const std::string& prompt, int64_t max_tokens, const SamplerParams& params,
                 const std::function<void(std::string_view)>& on_text);
 
-  const model::ModelConfig& model_config() const { return model_->config(); }
-  const std::filesystem::path& step_dir() const { return step_dir_; }
+  const model::ModelConfig& model_config() const { return served_.config(); }
+  const std::filesystem::path& step_dir() const { return served_.step_dir; }
 
  private:
-  std::filesystem::path step_dir_;
-  std::unique_ptr<model::Transformer> model_;
-  std::unique_ptr<PagedKvCache> cache_;
-  std::unique_ptr<data::Tokenizer> tokenizer_;
+  ServedModel served_;
+  PagedKvCache cache_;
 };
 
 }  // namespace tessera::serve

@@ -5,6 +5,7 @@
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/error.h"
+#include "tessera/train/run_config.h"
 
 namespace tessera::train {
 
@@ -74,6 +75,23 @@ std::string state_part_prefix(StatePart part) {
 
 std::string shard_tensor_name(StatePart part, int rank) {
   return fmt::format("shard.{}.{}", rank, part_name(part));
+}
+
+std::filesystem::path checkpoint_step_dir(const std::filesystem::path& checkpoint) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(checkpoint / "checkpoints", ec)) {
+    return ckpt::resolve(checkpoint / "checkpoints");
+  }
+  return ckpt::resolve(checkpoint);
+}
+
+model::ModelConfig checkpoint_model_config(const std::filesystem::path& step_dir,
+                                           const ckpt::Manifest& manifest) {
+  check(manifest.metadata.contains("config"), "{}: manifest.json has no run config",
+        step_dir.string());
+  Config config(run_config_schema());
+  config.load_json(manifest.metadata["config"]);
+  return run_config_from(config).model;
 }
 
 void read_state_range(const std::filesystem::path& step_dir, const model::ParameterLayout& layout,

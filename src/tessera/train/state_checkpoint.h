@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tessera/ckpt/manifest.h"
+#include "tessera/model/model_config.h"
 #include "tessera/model/parameters.h"
 
 namespace tessera::train {
@@ -19,6 +21,13 @@ std::string state_part_prefix(StatePart part);
 // "shard.<rank>.adamw.m", "shard.<rank>.adamw.v"; the manifest's metadata "zero" holds each
 // rank's [begin, end) of the flat layout under "shards".
 std::string shard_tensor_name(StatePart part, int rank);
+
+// The step directory a user names as a run directory (its latest committed step), its
+// checkpoints/ folder, or one step directory.
+std::filesystem::path checkpoint_step_dir(const std::filesystem::path& checkpoint);
+// The model a committed step holds, from the run config its manifest records.
+model::ModelConfig checkpoint_model_config(const std::filesystem::path& step_dir,
+                                           const ckpt::Manifest& manifest);
 
 // Fills out[0, end - begin) with elements [begin, end) of the flat layout from a committed step
 // written unsharded or by any ZeRO stage and rank count. Every tensor read is checksummed.

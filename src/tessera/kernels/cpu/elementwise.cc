@@ -6,11 +6,14 @@ namespace tessera::kernels {
 namespace {
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
+// Below this many elements (a decoding step's single rows) waking the thread team costs more than
+// the work.
+constexpr int64_t kParallelFrom = 1 << 15;
 }  // namespace
 
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kGeluCubic) * x[i] * x[i] * x[i]);
     y[i] = T(0.5) * x[i] * (T(1) + tanh_fast(u));
@@ -31,7 +34,7 @@ void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
 
 template <typename T>
 void add(const T* a, const T* b, T* out, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 

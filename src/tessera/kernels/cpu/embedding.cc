@@ -8,7 +8,8 @@ namespace tessera::kernels {
 template <typename T>
 void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
                        int64_t T_, int64_t C) {
-#pragma omp parallel for schedule(static)
+  // One row (a decoding step) is not worth waking the thread team.
+#pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     const T* tok = wte + int64_t(tokens[bt]) * C;
     T* out = x + bt * C;

@@ -12,7 +12,8 @@ constexpr double kLayerNormEps = 1e-5;
 template <typename T>
 void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t M,
                        int64_t C) {
-#pragma omp parallel for schedule(static)
+  // One row (a decoding step) is not worth waking the thread team.
+#pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
     const T* xr = x + m * C;
     T sum = 0;

@@ -1,11 +1,26 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::kernels {
 
+namespace {
+// Below this many rows of x (decoding), reading the weights once in skinny_linear beats gemm_low,
+// which on its portable path widens the whole weight matrix first (measured for d_model 768).
+constexpr int64_t kSkinnyBelowRows = 32;
+}  // namespace
+
 void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
                         int64_t in, int64_t out, LowPrecision p) {
+  if (M < kSkinnyBelowRows) {
+    if (p == LowPrecision::kBf16) {
+      skinny_linear<Bf16Product>(x, w, nullptr, b, y, M, in, out);
+    } else {
+      skinny_linear<Widened<F16Operand, F16Operand>>(x, w, nullptr, b, y, M, in, out);
+    }
+    return;
+  }
   if (b != nullptr) {
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; ++m) {

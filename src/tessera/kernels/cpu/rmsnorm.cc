@@ -7,7 +7,8 @@ namespace tessera::kernels {
 
 template <typename T>
 void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64_t C, T eps) {
-#pragma omp parallel for schedule(static)
+  // One row (a decoding step) is not worth waking the thread team.
+#pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
     const T* xr = x + m * C;
     T sum_sq = 0;

@@ -19,7 +19,8 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
   const int64_t half = hd / 2, ld = (H + 2 * KVH) * hd, rotated_heads = H + KVH;
   double inv_freq[kMaxPairs];
   for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(hd));
-#pragma omp parallel for schedule(static)
+    // One row (a decoding step) is not worth waking the thread team.
+#pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     // Angles in double: pos * freq loses too many bits in float at long positions.
     const double pos = double(pos0 + bt % T_);

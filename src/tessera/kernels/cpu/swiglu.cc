@@ -5,7 +5,8 @@ namespace tessera::kernels {
 
 template <typename T>
 void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F) {
-#pragma omp parallel for schedule(static)
+  // One row (a decoding step) is not worth waking the thread team.
+#pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
     const T* gate = gate_up + m * 2 * F;
     const T* up = gate + F;

@@ -1,0 +1,194 @@
+// Batch-1 decoding as the server runs it: a model read from a run config (configs/gpt2-124m.toml
+// by default) with random weights, a short prompt prefilled through the paged KV cache, then
+// --steps single-token steps, each feeding back the greedy token. Every weight format runs in
+// the same process, alternating, --repeats times after a warm-up; each keeps its best and median
+// tokens/s of the decode steps (the prefill is not timed).
+//
+// Decoding one token reads every matmul weight once, so memory bandwidth bounds it: the bench
+// also measures the copy bandwidth with the same threads (STREAM convention: bytes read plus
+// bytes written per second, over buffers far larger than the caches) and prints each format's
+// bound, bandwidth / weight bytes per token, and how close it came. One 'RESULT {...}' line last.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/core/config.h"
+#include "tessera/core/threading.h"
+#include "tessera/model/transformer.h"
+#include "tessera/serve/kv_cache.h"
+#include "tessera/train/run_config.h"
+
+using namespace tessera;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Copies one buffer into another, each thread its own contiguous part; returns bytes read plus
+// bytes written per second.
+double copy_bandwidth(const std::vector<char>& from, std::vector<char>& to) {
+  const int64_t bytes = int64_t(from.size());
+  const auto t0 = Clock::now();
+#pragma omp parallel
+  {
+    const int64_t part = bytes / omp_get_num_threads(), begin = part * omp_get_thread_num();
+    const int64_t n = omp_get_thread_num() + 1 == omp_get_num_threads() ? bytes - begin : part;
+    std::memcpy(to.data() + begin, from.data() + begin, n);
+  }
+  return 2.0 * double(bytes) / seconds_since(t0);
+}
+
+struct Format {
+  std::string name;
+  model::ModelOptions options;
+};
+
+Format format_named(const std::string& name) {
+  if (name == "int8") return {name, {.weights = model::WeightFormat::kInt8}};
+  return {name, {.precision = model::precision_from_name(name)}};
+}
+
+// One format's model and cache, and the tokens/s of each timed run.
+struct Runner {
+  Format format;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<serve::PagedKvCache> cache;
+  std::vector<double> tokens_per_s;
+
+  // Prefills the prompt, then decodes `steps` tokens one at a time; returns their tokens/s.
+  double run(const std::vector<int32_t>& prompt, int64_t steps) {
+    const int64_t V = model->config().vocab_size;
+    const int64_t seq = cache->add_sequence();
+    std::vector<int32_t> tokens = prompt;
+    tokens.reserve(prompt.size() + steps);
+    auto step = [&](int64_t n) {
+      const std::span<const int32_t> fresh(tokens.end() - n, tokens.end());
+      cache->reserve(seq, n);
+      const model::DecodeChunk chunk = cache->chunk(seq, fresh);
+      const float* logits = model->decode(cache->view(), {&chunk, 1});
+      cache->advance(seq, n);
+      tokens.push_back(int32_t(std::max_element(logits, logits + V) - logits));
+    };
+    step(int64_t(prompt.size()));
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) step(1);
+    const double elapsed = seconds_since(t0);
+    cache->release(seq);
+    return double(steps) / elapsed;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path = "configs/gpt2-124m.toml", formats = "f32,bf16,int8";
+  int64_t prompt_tokens = 8, steps = 128, repeats = 5, copy_mib = 1024;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") {
+      config_path = v;
+    } else if (k == "--formats") {
+      formats = v;
+    } else if (k == "--prompt") {
+      prompt_tokens = std::stoll(v);
+    } else if (k == "--steps") {
+      steps = std::stoll(v);
+    } else if (k == "--repeats") {
+      repeats = std::stoll(v);
+    } else if (k == "--copy-mib") {
+      copy_mib = std::stoll(v);
+    } else if (k == "--threads") {
+      set_num_threads(std::stoi(v));
+    } else {
+      std::fprintf(stderr,
+                   "unknown flag %s (--config --formats --prompt --steps --repeats --copy-mib "
+                   "--threads)\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  try {
+    Config config(train::run_config_schema());
+    config.load_file(config_path);
+    const model::ModelConfig mc = train::run_config_from(config).model;
+    const int64_t context = prompt_tokens + steps;
+    std::vector<int32_t> prompt(prompt_tokens);
+    for (int64_t i = 0; i < prompt_tokens; ++i)
+      prompt[i] = int32_t((1000 * i + 13) % mc.vocab_size);
+
+    std::vector<Runner> runners;
+    size_t comma = 0;
+    for (size_t begin = 0; begin <= formats.size(); begin = comma + 1) {
+      comma = std::min(formats.find(',', begin), formats.size());
+      Runner r;
+      r.format = format_named(formats.substr(begin, comma - begin));
+      r.model = std::make_unique<model::Transformer>(mc, 1, context, /*training=*/false,
+                                                     r.format.options);
+      r.model->init_weights(1337);
+      r.cache = std::make_unique<serve::PagedKvCache>(mc, context);
+      r.run(prompt, steps);  // warm-up: quantises or casts the weights, touches every page
+      runners.push_back(std::move(r));
+    }
+    // The machine's bandwidth varies with what else runs on it: it is measured in every round,
+    // between the formats' runs, and like them keeps its best.
+    const std::vector<char> from(copy_mib << 20, 1);
+    std::vector<char> to(from.size(), 2);
+    double bandwidth = 0;
+    for (int64_t rep = 0; rep < repeats; ++rep) {
+      bandwidth = std::max(bandwidth, copy_bandwidth(from, to));
+      for (Runner& r : runners) r.tokens_per_s.push_back(r.run(prompt, steps));
+    }
+
+    std::printf(
+        "copy bandwidth %.1f GB/s (STREAM convention: bytes read + bytes written per second; "
+        "best memcpy of %ld MiB, %d threads)\n",
+        bandwidth / 1e9, long(copy_mib), num_threads());
+    std::printf("batch-1 decode, %s, %ld-token prompt then %ld steps, best and median of %ld\n",
+                config_path.c_str(), long(prompt_tokens), long(steps), long(repeats));
+    std::printf("%-6s %10s %10s %14s %12s %11s %14s\n", "format", "tok/s", "median",
+                "weight MB/tok", "bound tok/s", "% of bound", "params MB");
+    nlohmann::json result = {{"config", config_path},
+                             {"threads", num_threads()},
+                             {"prompt", prompt_tokens},
+                             {"steps", steps},
+                             {"repeats", repeats},
+                             {"copy_bandwidth_gbs", bandwidth / 1e9},
+                             {"formats", nlohmann::json::object()}};
+    for (const Runner& r : runners) {
+      const double best = *std::max_element(r.tokens_per_s.begin(), r.tokens_per_s.end());
+      const double weight_bytes = double(r.model->matmul_weight_bytes_per_token());
+      const double bound = bandwidth / weight_bytes;
+      std::printf("%-6s %10.1f %10.1f %14.1f %12.1f %10.0f%% %14.1f\n", r.format.name.c_str(), best,
+                  median(r.tokens_per_s), weight_bytes / 1e6, bound, 100 * best / bound,
+                  double(r.model->resident_parameter_bytes()) / 1e6);
+      result["formats"][r.format.name] = {
+          {"tokens_per_s", best},
+          {"tokens_per_s_median", median(r.tokens_per_s)},
+          {"weight_bytes_per_token", weight_bytes},
+          {"bound_tokens_per_s", bound},
+          {"fraction_of_bound", best / bound},
+          {"resident_parameter_bytes", r.model->resident_parameter_bytes()}};
+    }
+    std::printf("RESULT %s\n", result.dump().c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,378 @@
+#include "tessera/serve/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "tessera/core/threading.h"
+#include "tessera/serve/text_stream.h"
+
+namespace tessera::serve {
+
+using Clock = std::chrono::steady_clock;
+
+bool RequestStream::wait(std::vector<GeneratedToken>& out, std::chrono::milliseconds timeout) {
+  out.clear();
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
+  out.swap(pending_);
+  return finished_ && out.empty();
+}
+
+void RequestStream::cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+}
+
+bool RequestStream::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+int64_t RequestStream::completion_tokens() const {
+  std::lock_guard lock(mutex_);
+  return completion_tokens_;
+}
+
+FinishReason RequestStream::finish_reason() const {
+  std::lock_guard lock(mutex_);
+  return finish_reason_;
+}
+
+const std::string& RequestStream::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void RequestStream::append(GeneratedToken token) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.push_back(std::move(token));
+    ++completion_tokens_;
+  }
+  changed_.notify_all();
+}
+
+void RequestStream::finish(FinishReason reason, std::string error) {
+  {
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+    finish_reason_ = reason;
+    error_ = std::move(error);
+  }
+  changed_.notify_all();
+}
+
+// A request inside the engine: its prompt and generated tokens, how many of them the cache
+// holds, and its own sampler and text stream.
+struct Engine::Sequence {
+  Sequence(GenerationRequest r, const data::Tokenizer& tokenizer, int64_t vocab)
+      : request(std::move(r)),
+        out(std::make_shared<RequestStream>(int64_t(request.prompt.size()))),
+        tokens(request.prompt),
+        sampler(vocab, request.sampling),
+        text(tokenizer, request.stop),
+        submitted(Clock::now()) {}
+
+  int64_t generated() const { return int64_t(tokens.size() - request.prompt.size()); }
+
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> out;
+  std::vector<int32_t> tokens;  // the prompt, then what was generated
+  int64_t cache_id = -1;        // -1 while waiting
+  int64_t cached = 0;           // leading tokens whose keys and values the cache holds
+  int64_t admission = 0;        // larger is younger
+  Sampler sampler;
+  TextStream text;
+  Clock::time_point submitted, last_token;
+  std::optional<FinishReason> finished;
+};
+
+namespace {
+
+int64_t pool_tokens(const EngineOptions& options, const model::ModelConfig& config) {
+  if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
+  const int64_t per_token = PagedKvCache::bytes_per_token(config);
+  if (options.kv_cache_bytes > 0) {
+    check(options.kv_cache_bytes >= per_token,
+          "a KV cache of {} bytes cannot hold one token, which takes {} bytes",
+          options.kv_cache_bytes, per_token);
+    return options.kv_cache_bytes / per_token;
+  }
+  return std::max(config.max_seq, std::min(options.max_running * config.max_seq,
+                                           EngineOptions::kDefaultKvCacheBytes / per_token));
+}
+
+}  // namespace
+
+Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics)
+    : served_(served),
+      options_(options),
+      metrics_(metrics),
+      context_(served.config().max_seq),
+      cache_(served.config(), pool_tokens(options, served.config()), options.block_tokens) {
+  check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
+        options.max_running);
+  check(options.max_step_tokens >= options.max_running,
+        "a step's {} tokens cannot hold one decode for each of {} running sequences",
+        options.max_step_tokens, options.max_running);
+  check(options.max_queue >= 0, "the queue bound must be at least 0, not {}", options.max_queue);
+  chunks_.reserve(options.max_running);
+  planned_.reserve(options.max_running);
+  publish_gauges();
+  // OpenMP's thread count is per thread: the engine's takes the one the model was built with.
+  thread_ = std::thread([this, threads = num_threads()] {
+    set_num_threads(threads);
+    loop();
+  });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+  fail_all("the server is shutting down");
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+  const int64_t prompt = int64_t(request.prompt.size());
+  check(prompt >= 1, "the prompt is empty: give at least one token");
+  check(prompt < context_,
+        "the prompt is {} tokens but the model's context is {} tokens, leaving no room to "
+        "generate",
+        prompt, context_);
+  check(request.max_tokens >= 1, "max_tokens must be at least 1, not {}", request.max_tokens);
+  const int64_t longest = std::min(prompt + request.max_tokens, context_);
+  const int64_t capacity = cache_.blocks_total() * cache_.block_tokens();
+  check(longest <= capacity,
+        "the request may grow to {} tokens but the whole KV cache holds {} (--kv-cache-tokens)",
+        longest, capacity);
+  auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer,
+                                        served_.tokenizer->vocab_size());
+  std::shared_ptr<RequestStream> out = seq->out;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (int64_t(waiting_.size()) >= options_.max_queue) {
+      throw QueueFull(fmt::format("{} requests are already waiting (--max-queue {}); retry later",
+                                  waiting_.size(), options_.max_queue));
+    }
+    waiting_.push_back(std::move(seq));
+    metrics_.set_waiting(int64_t(waiting_.size()));
+  }
+  metrics_.prompt_tokens(prompt);
+  work_.notify_one();
+  return out;
+}
+
+bool Engine::queue_full() const {
+  std::lock_guard lock(queue_mutex_);
+  return int64_t(waiting_.size()) >= options_.max_queue;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(queue_mutex_);
+      work_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      if (stopping_) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      spdlog::error("serve: a step failed: {}", e.what());
+      fail_all(e.what());
+    }
+  }
+}
+
+void Engine::step() {
+  drop_cancelled();
+  admit();
+  chunks_.clear();
+  planned_.clear();
+  // Decodes first, oldest first, then prompts (new or preempted) in what the step has left.
+  int64_t budget = options_.max_step_tokens;
+  for (const bool decoding : {true, false}) {
+    // plan may preempt younger sequences, or this one, which removes them from running_.
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      Sequence& seq = *running_[i];
+      const int64_t want = int64_t(seq.tokens.size()) - seq.cached;
+      if ((want == 1) != decoding) {
+        ++i;
+        continue;
+      }
+      const int64_t n = std::min(want, budget);
+      if (plan(seq, n)) {
+        budget -= n;
+        ++i;
+      }
+    }
+  }
+  publish_gauges();  // before any token of this step reaches a client
+  if (!planned_.empty()) {
+    for (const PlannedChunk& p : planned_) {
+      const std::span<const int32_t> tokens(p.seq->tokens.data() + p.seq->cached, p.n);
+      chunks_.push_back(cache_.chunk(p.seq->cache_id, tokens));
+    }
+    const float* logits = served_.model->decode(cache_.view(), chunks_);
+    const int64_t vocab = served_.config().vocab_size;
+    for (size_t c = 0; c < planned_.size(); ++c) {
+      Sequence& seq = *planned_[c].seq;
+      cache_.advance(seq.cache_id, planned_[c].n);
+      seq.cached += planned_[c].n;
+      if (seq.cached == int64_t(seq.tokens.size())) emit(seq, logits + c * vocab);
+    }
+  }
+  retire_finished();
+  publish_gauges();
+}
+
+void Engine::drop_cancelled() {
+  for (auto& seq : running_) {
+    if (seq->out->cancelled()) finish(*seq, FinishReason::kCancelled);
+  }
+  retire_finished();
+  std::lock_guard lock(queue_mutex_);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->out->cancelled()) {
+      (*it)->out->finish(FinishReason::kCancelled);
+      metrics_.request_finished(finish_reason_name(FinishReason::kCancelled));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// A waiting sequence joins when the pool can hold its tokens so far plus one block of headroom
+// for every running sequence, so admitting it does not immediately force a preemption.
+void Engine::admit() {
+  std::lock_guard lock(queue_mutex_);
+  while (!waiting_.empty() && int64_t(running_.size()) < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    const int64_t blocks =
+        (int64_t(seq.tokens.size()) + cache_.block_tokens()) / cache_.block_tokens();
+    if (!running_.empty() && blocks + int64_t(running_.size()) > cache_.blocks_free()) break;
+    seq.cache_id = cache_.add_sequence();
+    seq.cached = 0;
+    seq.admission = next_admission_++;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  metrics_.set_waiting(int64_t(waiting_.size()));
+}
+
+// Reserves room for seq's next n tokens, preempting younger sequences with nothing planned this
+// step until it fits; when none is left, seq itself waits. Returns whether seq runs this step.
+bool Engine::plan(Sequence& seq, int64_t n) {
+  while (!cache_.reserve(seq.cache_id, n)) {
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Sequence& candidate = **it;
+      const bool planned = std::any_of(planned_.begin(), planned_.end(),
+                                       [&](const PlannedChunk& p) { return p.seq == &candidate; });
+      if (!planned && candidate.cache_id >= 0 && !candidate.finished) {
+        victim = &candidate;
+        break;
+      }
+    }
+    if (victim == nullptr || victim->admission < seq.admission) victim = &seq;
+    preempt(*victim);
+    if (victim == &seq) return false;
+  }
+  planned_.push_back({&seq, n});
+  return true;
+}
+
+// Frees seq's blocks and sends it back to the front of the queue; its tokens so far are
+// recomputed when it is admitted again.
+void Engine::preempt(Sequence& seq) {
+  cache_.release(seq.cache_id);
+  seq.cache_id = -1;
+  seq.cached = 0;
+  metrics_.preemption();
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& s) { return s.get() == &seq; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  std::lock_guard lock(queue_mutex_);
+  waiting_.push_front(std::move(owned));
+}
+
+void Engine::emit(Sequence& seq, const float* logits) {
+  const int64_t position = int64_t(seq.tokens.size());
+  const int32_t id =
+      seq.sampler.sample(logits, position, seq.tokens, int64_t(seq.request.prompt.size()));
+  GeneratedToken token;
+  token.id = id;
+  if (seq.request.top_logprobs >= 0) {
+    token_logprobs(logits, served_.tokenizer->vocab_size(), id, seq.request.top_logprobs,
+                   token.logprobs);
+  }
+  seq.tokens.push_back(id);
+  const auto end_of_text = served_.tokenizer->end_of_text();
+  const bool ends = end_of_text.has_value() && id == *end_of_text;
+  if (!ends) token.text = seq.text.push(id);
+  const Clock::time_point now = Clock::now();
+  const double since =
+      std::chrono::duration<double>(now - (seq.generated() == 1 ? seq.submitted : seq.last_token))
+          .count();
+  if (seq.generated() == 1) {
+    metrics_.time_to_first_token(since);
+  } else {
+    metrics_.inter_token_latency(since);
+  }
+  seq.last_token = now;
+  metrics_.generated_tokens(1);
+  if (ends || seq.text.stopped()) {
+    finish(seq, FinishReason::kStop);
+  } else if (seq.generated() == seq.request.max_tokens || position + 1 == context_) {
+    finish(seq, FinishReason::kLength);
+  }
+  if (seq.finished) token.text += seq.text.finish();
+  seq.out->append(std::move(token));
+  if (seq.finished) seq.out->finish(*seq.finished);
+}
+
+// Marks seq finished and frees its blocks; the caller tells its stream once the last token is
+// in. retire_finished then removes it from the batch.
+void Engine::finish(Sequence& seq, FinishReason reason) {
+  seq.finished = reason;
+  metrics_.request_finished(finish_reason_name(reason));
+  cache_.release(seq.cache_id);
+  seq.cache_id = -1;
+  // Before the client hears of the end, so it finds the blocks back in /metrics.
+  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free());
+  metrics_.request_latency(std::chrono::duration<double>(Clock::now() - seq.submitted).count());
+  if (reason == FinishReason::kCancelled) seq.out->finish(reason);
+}
+
+void Engine::retire_finished() {
+  std::erase_if(running_, [](const auto& seq) { return seq->finished.has_value(); });
+}
+
+void Engine::fail_all(const std::string& message) {
+  for (auto& seq : running_) {
+    if (seq->cache_id >= 0) cache_.release(seq->cache_id);
+    seq->out->finish(FinishReason::kError, message);
+    metrics_.request_finished(finish_reason_name(FinishReason::kError));
+  }
+  running_.clear();
+  std::lock_guard lock(queue_mutex_);
+  for (auto& seq : waiting_) {
+    seq->out->finish(FinishReason::kError, message);
+    metrics_.request_finished(finish_reason_name(FinishReason::kError));
+  }
+  waiting_.clear();
+  publish_gauges();
+}
+
+void Engine::publish_gauges() {
+  metrics_.set_running(int64_t(running_.size()));
+  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free());
+}
+
+}  // namespace tessera::serve

@@ -1,0 +1,159 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/serve/kv_cache.h"
+#include "tessera/serve/logprobs.h"
+#include "tessera/serve/sampler.h"
+#include "tessera/serve/serve_metrics.h"
+#include "tessera/serve/served_model.h"
+
+namespace tessera::serve {
+
+struct EngineOptions {
+  // The pool, in tokens (rounded up to whole blocks) or, when that is 0, in bytes. With both 0:
+  // a full context for every running sequence, within kDefaultKvCacheBytes.
+  int64_t kv_cache_tokens = 0;
+  int64_t kv_cache_bytes = 0;
+  static constexpr int64_t kDefaultKvCacheBytes = int64_t(1) << 30;
+  int64_t block_tokens = PagedKvCache::kDefaultBlockTokens;
+  int64_t max_running = 64;  // sequences in the batch at once
+  // Tokens one model step runs: every running decode first, then prompt chunks in what is left,
+  // so a long prompt is spread over steps instead of stalling the decodes.
+  int64_t max_step_tokens = 256;
+  int64_t max_queue = 256;  // waiting requests beyond which submit refuses
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  SamplerParams sampling;
+  std::vector<std::string> stop;
+  // -1: no log-probabilities; 0 to kMaxTopLogprobs: the sampled token's and that many of the
+  // most likely alternatives.
+  int64_t top_logprobs = -1;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+// OpenAI's words: "stop", "length"; then "cancelled" and "error".
+constexpr std::string_view finish_reason_name(FinishReason reason) {
+  constexpr std::string_view names[] = {"stop", "length", "cancelled", "error"};
+  return names[static_cast<int>(reason)];
+}
+
+struct GeneratedToken {
+  int32_t id = 0;
+  // Text this token releases: held back while it may be part of a UTF-8 character or of a stop
+  // string, so it can be empty and a later token can release more.
+  std::string text;
+  TokenLogprobs logprobs;  // filled when the request asked for them
+};
+
+// One request's output, shared by the engine, which appends to it, and the thread answering the
+// client, which takes from it.
+class RequestStream {
+ public:
+  explicit RequestStream(int64_t prompt_tokens) : prompt_tokens_(prompt_tokens) {}
+
+  // Waits up to timeout for new tokens or the end and moves what arrived into out (cleared
+  // first). Returns true once the request has finished and everything has been taken.
+  bool wait(std::vector<GeneratedToken>& out, std::chrono::milliseconds timeout);
+  // The client went away: the engine drops the sequence and frees its blocks at its next step.
+  void cancel();
+  bool cancelled() const;
+
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  // Valid once wait has returned true.
+  int64_t completion_tokens() const;
+  FinishReason finish_reason() const;
+  const std::string& error() const;  // why the engine failed the request (FinishReason::kError)
+
+ private:
+  friend class Engine;
+  void append(GeneratedToken token);
+  void finish(FinishReason reason, std::string error = {});
+
+  const int64_t prompt_tokens_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<GeneratedToken> pending_;
+  int64_t completion_tokens_ = 0;
+  bool finished_ = false, cancelled_ = false;
+  FinishReason finish_reason_ = FinishReason::kStop;
+  std::string error_;
+};
+
+// Refused for want of room in the queue; the client should retry later.
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+// Continuous batching over a paged KV cache: one thread steps the model over every running
+// sequence at once, and requests join and leave between steps. A sequence's blocks are taken as
+// it grows; when the pool runs dry the youngest sequence is preempted, its blocks freed, and it
+// is recomputed when room returns. Each sequence samples with its own seed at its own
+// positions, so its text does not depend on what else runs beside it.
+class Engine {
+ public:
+  Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a tokenized request. Throws QueueFull when max_queue requests already wait, and an
+  // Error naming the problem when the request can never run (a prompt that leaves no room in
+  // the context, a sequence larger than the whole KV pool).
+  std::shared_ptr<RequestStream> submit(GenerationRequest request);
+  bool queue_full() const;
+
+  const PagedKvCache& cache() const { return cache_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  struct PlannedChunk {
+    Sequence* seq;
+    int64_t n;
+  };
+
+  void loop();
+  void step();
+  void admit();
+  void drop_cancelled();
+  bool plan(Sequence& seq, int64_t n);
+  void preempt(Sequence& seq);
+  void emit(Sequence& seq, const float* logits);
+  void finish(Sequence& seq, FinishReason reason);
+  void retire_finished();
+  void fail_all(const std::string& message);
+  void publish_gauges();
+
+  ServedModel& served_;
+  const EngineOptions options_;
+  ServeMetrics& metrics_;
+  const int64_t context_;
+  PagedKvCache cache_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::vector<model::DecodeChunk> chunks_;          // of the step in progress
+  std::vector<PlannedChunk> planned_;
+  int64_t next_admission_ = 0;
+
+  mutable std::mutex queue_mutex_;
+  std::condition_variable work_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;  // preempted sequences go back to the front
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::serve

@@ -1,0 +1,100 @@
+// The OpenAI wire format: request bodies of /v1/completions and /v1/chat/completions checked and
+// turned into generation requests, and the engine's output turned into response objects and
+// stream chunks.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/serve/engine.h"
+
+namespace tessera::serve {
+
+// A request the server answers with an HTTP error status and OpenAI's error object.
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string message, std::string type = "invalid_request_error",
+           std::string param = {}, std::string code = {});
+  int status() const { return status_; }
+  // {"error": {"message", "type", "param", "code"}}, param and code null when empty.
+  nlohmann::json body() const;
+
+ private:
+  int status_;
+  std::string type_, param_, code_;
+};
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// What the server accepts, for checking requests.
+struct ApiLimits {
+  std::string model_name;
+  int64_t context = 0;         // the model's max_seq
+  int64_t max_tokens_cap = 0;  // the largest max_tokens a request may ask for
+};
+
+// A checked request: the engine's part still needs its prompt tokenized.
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string prompt;                  // text; for chat, the rendered conversation
+  std::vector<int32_t> prompt_tokens;  // given directly as token ids (completions only)
+  std::optional<int64_t>
+      max_tokens;                // absent: 16 for completions, the rest of the context for chat
+  GenerationRequest generation;  // every field but prompt and max_tokens
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses and checks a request body; throws ApiError (400, or 404 for an unknown model) naming
+// the parameter at fault.
+ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLimits& limits);
+
+// Tokenizes the prompt and fixes max_tokens against the context: a prompt that fills the context,
+// or an explicit max_tokens that runs past it, is a 400 (code context_length_exceeded).
+GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& tokenizer,
+                                const ApiLimits& limits);
+
+// The chat template: each message as "System: ...", "User: ..." or "Assistant: ..." on its own
+// line, then "Assistant:" for the model to continue. Chat requests also stop at "\nUser:" and
+// "\nSystem:", so the model answers one turn.
+std::string render_chat(const nlohmann::json& messages);
+inline const std::vector<std::string> kChatStops = {"\nUser:", "\nSystem:"};
+
+// Builds the response objects of one request, streamed as chunks or whole.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(Endpoint endpoint, std::string model_name, const data::Tokenizer& tokenizer,
+                  bool with_logprobs);
+
+  // A stream chunk carrying tokens' text (and log-probabilities); the first chat chunk also
+  // carries the assistant role.
+  nlohmann::json chunk(const std::vector<GeneratedToken>& tokens);
+  // The stream's last choice chunk, with the finish reason.
+  nlohmann::json final_chunk(FinishReason reason) const;
+  // The usage-only chunk sent when stream_options.include_usage is set.
+  nlohmann::json usage_chunk(int64_t prompt_tokens, int64_t completion_tokens) const;
+  // A non-streamed response holding every token.
+  nlohmann::json response(const std::vector<GeneratedToken>& tokens, FinishReason reason,
+                          int64_t prompt_tokens, int64_t completion_tokens) const;
+
+ private:
+  nlohmann::json envelope(const char* object) const;
+  nlohmann::json choice(const std::vector<GeneratedToken>& tokens, bool delta) const;
+  nlohmann::json logprobs(const std::vector<GeneratedToken>& tokens) const;
+
+  Endpoint endpoint_;
+  std::string model_name_, id_;
+  int64_t created_;
+  const data::Tokenizer& tokenizer_;
+  bool with_logprobs_;
+  bool role_sent_ = false;
+  int64_t text_offset_ = 0;  // completions' logprobs.text_offset
+};
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace tessera::serve

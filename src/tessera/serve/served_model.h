@@ -1,0 +1,37 @@
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "tessera/data/tokenizer.h"
+#include "tessera/model/transformer.h"
+
+namespace tessera::serve {
+
+// How the served model holds its weights: f32, bf16 matmuls, or int8 weight-only matmuls.
+struct ServingFormat {
+  model::Precision precision = model::Precision::kF32;
+  model::WeightFormat weights = model::WeightFormat::kDense;
+};
+// The format of the --precision (f32, bf16) and --quantize (none, int8) flags; throws naming the
+// flag at fault.
+ServingFormat serving_format(const std::string& precision, const std::string& quantize);
+std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" or "int8"
+
+// A checkpoint made ready to answer requests: the inference model built for chunks of up to
+// max_step_tokens tokens at once (and at least one full context), its parameters read, and the
+// tokenizer the run trained with.
+struct ServedModel {
+  std::filesystem::path step_dir;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+
+  const model::ModelConfig& config() const { return model->config(); }
+};
+
+// checkpoint: a run directory, its checkpoints/ folder or one step directory.
+ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t max_step_tokens,
+                              const ServingFormat& format = {});
+
+}  // namespace tessera::serve

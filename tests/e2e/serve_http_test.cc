@@ -1,0 +1,187 @@
+// `tessera serve` over real HTTP: bad requests, greedy agreement with `tessera generate`,
+// back-pressure and client disconnects.
+#include <httplib.h>
+
+#include <future>
+#include <regex>
+
+#include "tests/e2e/server_process.h"
+
+namespace tessera::testing {
+namespace {
+
+using nlohmann::json;
+
+const httplib::Headers kAuth = {{"Authorization", "Bearer secret"}};
+
+class ServeHttp : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("serve-http");
+    run_ = new std::string(train_servable_checkpoint(*dir_, 1024));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete dir_;
+  }
+  static std::string serve_args(const std::string& extra = "") {
+    // One compute thread: CTest runs another test beside this one on the two cores.
+    return "--checkpoint " + *run_ + " --model-name tiny --api-key secret --threads 1 " + extra;
+  }
+
+  static TempDir* dir_;
+  static std::string* run_;
+};
+
+TempDir* ServeHttp::dir_ = nullptr;
+std::string* ServeHttp::run_ = nullptr;
+
+double metric(const std::string& text, const std::string& series) {
+  const std::regex line("(^|\n)" + std::regex_replace(series, std::regex(R"([{}"])"), R"(\$&)") +
+                        " ([0-9.e+-]+)");
+  std::smatch m;
+  return std::regex_search(text, m, line) ? std::stod(m[2]) : -1;
+}
+
+std::string metrics(httplib::Client& client) {
+  auto r = client.Get("/metrics", kAuth);
+  return r ? r->body : "";
+}
+
+TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
+  ServerProcess server(serve_args());
+  httplib::Client client("127.0.0.1", server.port());
+  const std::string huge_prompt(2000, 'a');  // longer than the 1024-token context
+  const std::vector<std::tuple<std::string, std::string, int>> cases = {
+      {"/v1/completions", "{\"model\": \"tiny\", \"prompt\": ", 400},  // truncated JSON
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "max_tokens": "ten"})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": ["a", "b"]})", 400},
+      {"/v1/chat/completions", R"({"model": "tiny"})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": ""})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "max_tokens": -5})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "max_tokens": 99999999})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "temperature": -1})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "top_p": 1.5})", 400},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "top_p": 0})", 400},
+      {"/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})", 404},
+      {"/v1/completions", R"({"model": "tiny", "prompt": ")" + huge_prompt + R"("})", 400},
+      {"/v1/completions", std::string(10 << 20, ' '), 413},
+  };
+  for (const auto& [path, body, status] : cases) {
+    auto r = client.Post(path, kAuth, body, "application/json");
+    ASSERT_TRUE(r) << body.substr(0, 80);
+    EXPECT_EQ(r->status, status) << body.substr(0, 80) << "\n" << r->body;
+    const json error = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(error.contains("error")) << r->body;
+    EXPECT_TRUE(error["error"]["message"].is_string()) << r->body;
+    EXPECT_TRUE(error["error"]["type"].is_string()) << r->body;
+    EXPECT_TRUE(error["error"].contains("param") && error["error"].contains("code")) << r->body;
+  }
+  const std::string valid = R"({"model": "tiny", "prompt": "In the", "max_tokens": 3})";
+  for (const httplib::Headers& headers :
+       {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+    auto r = client.Post("/v1/completions", headers, valid, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
+  }
+  EXPECT_EQ(client.Get("/health")->status, 200);  // open without the key
+  EXPECT_EQ(client.Get("/v1/models")->status, 401);
+  auto ok = client.Post("/v1/completions", kAuth, valid, "application/json");
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"], 3);
+  EXPECT_GE(metric(metrics(client),
+                   R"(tessera_http_requests_total{route="/v1/completions",status="400"})"),
+            10);
+}
+
+TEST_F(ServeHttp, GreedyTextEqualsTesseraGenerate) {
+  const CliResult generated = run_cli("generate --checkpoint " + *run_ +
+                                      " --prompt 'And it was' --max-tokens 48 --temperature 0");
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  ServerProcess server(serve_args());
+  httplib::Client client("127.0.0.1", server.port());
+  auto r = client.Post(
+      "/v1/completions", kAuth,
+      R"({"model": "tiny", "prompt": "And it was", "max_tokens": 48, "temperature": 0})",
+      "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json body = json::parse(r->body);
+  EXPECT_EQ("And it was" + body["choices"][0]["text"].get<std::string>() + "\n", generated.output);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 48);
+}
+
+TEST_F(ServeHttp, AFullQueueAnswers429WithRetryAfter) {
+  ServerProcess server(serve_args("--max-running 1 --max-queue 1"));
+  const std::string body =
+      R"({"model": "tiny", "prompt": "In the", "max_tokens": 200, "stream": true})";
+  std::vector<std::future<std::pair<int, std::string>>> replies;
+  for (int i = 0; i < 6; ++i) {
+    replies.push_back(std::async(std::launch::async, [&] {
+      httplib::Client client("127.0.0.1", server.port());
+      auto r = client.Post("/v1/completions", kAuth, body, "application/json");
+      if (!r) return std::make_pair(-1, std::string());
+      return std::make_pair(r->status, r->get_header_value("Retry-After") + " " + r->body);
+    }));
+  }
+  int ok = 0, refused = 0;
+  for (auto& f : replies) {
+    const auto [status, text] = f.get();
+    if (status == 200) ++ok;
+    if (status == 429) {
+      ++refused;
+      EXPECT_EQ(text.substr(0, 2), "1 ") << text;
+      EXPECT_NE(text.find("rate_limit_exceeded"), std::string::npos) << text;
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(refused, 1);
+  EXPECT_EQ(ok + refused, 6);
+}
+
+TEST_F(ServeHttp, ADisconnectedStreamReturnsItsKvBlocks) {
+  ServerProcess server(serve_args());
+  httplib::Client client("127.0.0.1", server.port());
+  httplib::Client scraper("127.0.0.1", server.port());
+  double used_while_streaming = -1;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = kAuth;
+  req.body = R"({"model": "tiny", "prompt": "In the", "max_tokens": 1000, "stream": true})";
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    used_while_streaming = metric(metrics(scraper), "tessera_kv_cache_blocks_used");
+    return false;  // hang up after the first chunk
+  };
+  client.send(req);
+  EXPECT_GT(used_while_streaming, 0);
+  std::string m;
+  for (int i = 0; i < 100; ++i) {
+    m = metrics(scraper);
+    if (metric(m, R"(tessera_requests_finished_total{reason="cancelled"})") == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(metric(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
+  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
+  EXPECT_EQ(metric(m, "tessera_requests_running"), 0) << m;
+}
+
+TEST_F(ServeHttp, ReadyAndModelsDescribeTheServer) {
+  ServerProcess server(serve_args());
+  httplib::Client client("127.0.0.1", server.port());
+  auto ready = client.Get("/ready", kAuth);
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  auto models = client.Get("/v1/models", kAuth);
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body);
+  EXPECT_EQ(list["data"][0]["id"], "tiny");
+  EXPECT_EQ(list["data"][0]["max_model_len"], 1024);
+  EXPECT_NE(server.output().find("KV cache:"), std::string::npos) << server.output();
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,39 @@
+// The official OpenAI client (npm `openai`) against `tessera serve`: completions and chat, whole
+// and streamed, and seeded text that holds under concurrent requests. The checks live in
+// tests/serve/openai_client/client_test.mjs; scripts/setup.sh --test installs node and the client.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/e2e/cli_runner.h"
+#include "tests/e2e/server_process.h"
+
+namespace tessera::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kClientDir = fs::path(TESSERA_SOURCE_DIR) / "tests" / "serve" / "openai_client";
+
+TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
+  if (run_command("node --version").exit_code != 0) {
+    GTEST_SKIP() << "node is missing: run scripts/setup.sh --test";
+  }
+  if (!fs::exists(kClientDir / "node_modules" / "openai")) {
+    GTEST_SKIP() << kClientDir / "node_modules"
+                 << " is missing: run scripts/setup.sh --test";
+  }
+  TempDir dir("serve-openai-client");
+  const std::string run = train_servable_checkpoint(dir, /*max_seq=*/128);
+  ServerProcess server("--checkpoint " + run +
+                       " --api-key client-test-key --model-name tiny-lm --threads 1");
+
+  const CliResult client = run_command("node '" + (kClientDir / "client_test.mjs").string() +
+                                       "' http://127.0.0.1:" + std::to_string(server.port()) +
+                                       "/v1 client-test-key tiny-lm");
+  EXPECT_EQ(client.exit_code, 0) << client.output << "\n--- server ---\n" << server.output();
+}
+
+}  // namespace
+}  // namespace tessera::testing

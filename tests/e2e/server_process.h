@@ -1,0 +1,107 @@
+// A `tessera serve` process for end-to-end tests: started on a free port, its output collected,
+// stopped with SIGTERM and reaped when the object goes.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "tests/e2e/cli_runner.h"
+
+namespace tessera::testing {
+
+class ServerProcess {
+ public:
+  // args follow `tessera serve --port 0`; waits up to a minute for "listening on".
+  explicit ServerProcess(const std::string& args) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      close(fds[1]);
+      const std::string command = std::string("exec ") + TESSERA_BINARY + " serve --port 0 " + args;
+      execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    std::smatch m;
+    const std::regex listening("listening on http://[^:]+:([0-9]+)");
+    while (!std::regex_search(output_, m, listening)) {
+      if (std::chrono::steady_clock::now() > deadline || !read_some(1000)) {
+        throw std::runtime_error("tessera serve did not start:\n" + output_);
+      }
+    }
+    port_ = std::stoi(m[1]);
+    drain_ = std::thread([this] {
+      while (read_some(-1)) {
+      }
+    });
+  }
+
+  ~ServerProcess() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    drain_.join();
+    close(fd_);
+  }
+
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  std::string output() const {
+    std::lock_guard lock(mutex_);
+    return output_;
+  }
+
+ private:
+  // Appends what the server printed; false once its output has ended (or on timeout).
+  bool read_some(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return timeout_ms >= 0 && pid_alive();
+    char buffer[4096];
+    const ssize_t n = read(fd_, buffer, sizeof buffer);
+    if (n <= 0) return false;
+    std::lock_guard lock(mutex_);
+    output_.append(buffer, size_t(n));
+    return true;
+  }
+  bool pid_alive() const { return waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int port_ = 0;
+  mutable std::mutex mutex_;
+  std::string output_;
+  std::thread drain_;
+};
+
+// Trains a small model for a few steps into dir/run and returns the run directory. max_seq sets
+// the context a server will have.
+inline std::string train_servable_checkpoint(const TempDir& dir, int max_seq = 64) {
+  write_file(dir / "corpus.txt", small_corpus());
+  const std::string size = std::to_string(max_seq);
+  const CliResult r = run_cli(
+      "train --data " + (dir / "corpus.txt") + " --out " + (dir / "run") +
+      " --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.max_seq=" +
+      size + " --set train.batch_size=2 --set train.seq_len=" + size +
+      " --set train.steps=3 --set train.eval_every=0 --set train.log_every=1");
+  if (r.exit_code != 0) throw std::runtime_error("training failed:\n" + r.output);
+  return dir / "run";
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,219 @@
+// Inference with int8 weights (ModelOptions.weights = kInt8): every matmul reads the quantised
+// matrices, the results follow the f32 model closely, and what int8 cannot serve is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tessera/kernels/int8_linear.h"
+#include "tessera/model/transformer.h"
+#include "tests/expect_error.h"
+#include "tests/model/small_configs.h"
+
+namespace tessera::model {
+namespace {
+
+constexpr ModelOptions kInt8{.weights = WeightFormat::kInt8};
+
+// Shapes wide enough for quantisation error to average out as it does in real models.
+std::vector<ModelConfig> configs() {
+  auto [gpt2, llama, moe] = small_configs(32);
+  for (ModelConfig* c : {&gpt2, &llama}) {
+    c->vocab_size = 97;
+    c->d_model = 64;
+    c->ffn_hidden = c == &llama ? 96 : 0;
+  }
+  return {gpt2, llama};
+}
+
+// One sequence, its positions in blocks 0, 1, 2, ... of a cache that holds the whole context.
+class OneSequenceCache {
+ public:
+  static constexpr int64_t kBlockTokens = 4;
+  explicit OneSequenceCache(const ModelConfig& c) {
+    const int64_t blocks = (c.max_seq + kBlockTokens - 1) / kBlockTokens;
+    const int64_t layer = blocks * kBlockTokens * c.kv_heads() * c.head_dim();
+    storage_.assign(2 * c.n_layer * layer, 0.0f);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      k_.push_back(storage_.data() + 2 * l * layer);
+      v_.push_back(storage_.data() + (2 * l + 1) * layer);
+    }
+    for (int64_t b = 0; b < blocks; ++b) table_.push_back(int32_t(b));
+  }
+  // Runs tokens [start, end) through the model and returns its next-token logits.
+  const float* decode(Transformer& model, const std::vector<int32_t>& tokens, int64_t start,
+                      int64_t end) const {
+    const DecodeChunk chunk{tokens.data() + start, end - start, start, table_};
+    return model.decode({k_, v_, kBlockTokens}, {&chunk, 1});
+  }
+
+ private:
+  std::vector<float> storage_;
+  std::vector<float*> k_, v_;
+  std::vector<int32_t> table_;
+};
+
+int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
+
+// The int8 model's logits against the f32 model's, step by step along the f32 model's greedy
+// continuation of a prompt (so that one early disagreement does not change every later input).
+TEST(Int8Weights, DecodeFollowsTheF32ModelClosely) {
+  for (const ModelConfig& c : configs()) {
+    SCOPED_TRACE(architecture_name(c.arch));
+    Transformer f32(c, 1, c.max_seq, /*training=*/false);
+    Transformer int8(c, 1, c.max_seq, /*training=*/false, kInt8);
+    f32.init_weights(7);
+    int8.init_weights(7);
+    OneSequenceCache f32_cache(c), int8_cache(c);
+    std::vector<int32_t> tokens = {3, 14, 15, 92, 65};
+    const int64_t V = c.vocab_size, prompt = int64_t(tokens.size());
+    int64_t agree = 0, steps = 0;
+    double worst = 0;
+    for (int64_t end = prompt; end < c.max_seq; ++end) {
+      const int64_t start = end == prompt ? 0 : end - 1;
+      const float* f = f32_cache.decode(f32, tokens, start, end);
+      const std::vector<float> reference(f, f + V);
+      const float* q = int8_cache.decode(int8, tokens, start, end);
+      const auto [lo, hi] = std::minmax_element(reference.begin(), reference.end());
+      double diff = 0;
+      for (int64_t v = 0; v < V; ++v) diff = std::max(diff, double(std::fabs(q[v] - reference[v])));
+      worst = std::max(worst, diff / (*hi - *lo));
+      const int64_t next = argmax(reference.data(), V);
+      agree += argmax(q, V) == next;
+      ++steps;
+      tokens.push_back(int32_t(next));
+    }
+    // Each weight moves by at most half a step, 1/254 of its row's largest magnitude, and the
+    // independent errors partly cancel in every dot product: measured, the logits move by at most
+    // 0.5% of their spread on these shapes, so 2% leaves room. Greedy choices may flip only
+    // where the top two logits nearly tie.
+    EXPECT_GT(worst, 0) << "the int8 model computed with the f32 weights";
+    EXPECT_LT(worst, 0.02);
+    EXPECT_GE(agree, steps * 9 / 10) << "of " << steps << " greedy tokens";
+  }
+}
+
+// An f32 model whose matrices hold the dequantised int8 values multiplies by exactly the int8
+// model's weights: the two agree to f32 rounding in every entry point, so every matmul reads the
+// int8 copy. The token embedding, which the lookup reads in f32, gets the dequantised values in
+// both models (it quantises to the same int8 again), so GPT-2's tied head is covered too.
+TEST(Int8Weights, EqualsAnF32ModelOfTheDequantizedWeights) {
+  for (const ModelConfig& c : configs()) {
+    SCOPED_TRACE(architecture_name(c.arch));
+    const int64_t B = 2, T = 20, V = c.vocab_size;  // B * T rows take the dequantising path
+    Transformer int8(c, B, c.max_seq, /*training=*/false, kInt8);
+    Transformer dequantized(c, B, c.max_seq, /*training=*/false);
+    int8.init_weights(5);
+    dequantized.init_weights(5);
+    const std::span<float> p = dequantized.params();
+    for (const ParamInfo& info : dequantized.layout().entries()) {
+      if (info.shape.rank() != 2 || info.name == "wpe.weight") continue;
+      const int64_t rows = info.shape[0], cols = info.shape[1];
+      std::vector<int8_t> q(rows * cols);
+      std::vector<float> scales(rows);
+      float* w = p.data() + info.offset;
+      kernels::quantize_int8_rows(w, rows, cols, q.data(), scales.data());
+      for (int64_t i = 0; i < rows * cols; ++i) w[i] = scales[i / cols] * q[i];
+    }
+    const ParamInfo& wte = int8.layout().find("wte.weight");
+    std::copy_n(p.begin() + wte.offset, wte.shape.numel(), int8.params().begin() + wte.offset);
+    std::vector<int32_t> tokens(B * T);
+    for (int64_t i = 0; i < B * T; ++i) tokens[i] = int32_t((11 * i + 2) % V);
+    auto expect_equal = [&](const float* got, const float* want, int64_t n, const char* what) {
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << what << " " << i;
+    };
+
+    int8.forward(tokens.data(), nullptr, B, T);
+    dequantized.forward(tokens.data(), nullptr, B, T);
+    expect_equal(int8.logits(), dequantized.logits(), B * T * V, "forward logit");
+    std::vector<float> want(dequantized.next_token_logits(tokens.data(), 7),
+                            dequantized.next_token_logits(tokens.data(), 7) + V);
+    expect_equal(int8.next_token_logits(tokens.data(), 7), want.data(), V, "next-token logit");
+    OneSequenceCache int8_cache(c), f32_cache(c);
+    for (int64_t end : {6, 7, 8}) {
+      const int64_t start = end == 6 ? 0 : end - 1;
+      const float* f = f32_cache.decode(dequantized, tokens, start, end);
+      want.assign(f, f + V);
+      expect_equal(int8_cache.decode(int8, tokens, start, end), want.data(), V, "decode logit");
+    }
+  }
+}
+
+TEST(Int8Weights, ParametersWrittenAfterUseAreQuantizedAgain) {
+  const ModelConfig c = configs()[0];
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  Transformer reused(c, 1, c.max_seq, /*training=*/false, kInt8);
+  Transformer fresh(c, 1, c.max_seq, /*training=*/false, kInt8);
+  reused.init_weights(1);
+  reused.next_token_logits(tokens.data(), 4);
+  reused.init_weights(2);
+  fresh.init_weights(2);
+  const float* got = reused.next_token_logits(tokens.data(), 4);
+  const std::vector<float> want(got, got + c.vocab_size);
+  got = fresh.next_token_logits(tokens.data(), 4);
+  for (int64_t v = 0; v < c.vocab_size; ++v) ASSERT_EQ(want[v], got[v]) << "vocab entry " << v;
+}
+
+// Matmul weights are every matrix but the position table, and the token embedding only when it
+// is also the head.
+TEST(Int8Weights, ReportsTheWeightBytesEachTokenReads) {
+  for (const ModelConfig& c : configs()) {
+    SCOPED_TRACE(architecture_name(c.arch));
+    int64_t values = 0, rows = 0;
+    const ModelLayout layout = model_layout(c);
+    for (const ParamInfo& p : layout.params.entries()) {
+      if (p.shape.rank() != 2 || p.name == "wpe.weight") continue;
+      if (p.name == "wte.weight" && !c.tie_embeddings) continue;
+      values += p.shape.numel();
+      rows += p.shape[0];
+    }
+    const int64_t total = layout.params.total();
+    const Transformer f32(c, 1, 8, /*training=*/false);
+    const Transformer bf16(c, 1, 8, /*training=*/false, {.precision = Precision::kBf16});
+    const Transformer int8(c, 1, 8, /*training=*/false, kInt8);
+    EXPECT_EQ(f32.matmul_weight_bytes_per_token(), 4 * values);
+    EXPECT_EQ(bf16.matmul_weight_bytes_per_token(), 2 * values);
+    EXPECT_EQ(int8.matmul_weight_bytes_per_token(), values + 4 * rows);
+    EXPECT_EQ(f32.resident_parameter_bytes(), 4 * total);
+    EXPECT_EQ(bf16.resident_parameter_bytes(), 6 * total);
+    EXPECT_EQ(int8.resident_parameter_bytes(), 4 * total + values + 4 * rows);
+  }
+}
+
+TEST(Int8Weights, RefusesWhatItCannotServe) {
+  const auto [gpt2, llama, moe] = small_configs(16);
+  testing::expect_error([&] { Transformer(gpt2, 1, 16, /*training=*/true, kInt8); },
+                        {"int8", "training=false"});
+  testing::expect_error([&] { Transformer(moe, 1, 16, /*training=*/false, kInt8); },
+                        {"int8", "dense MLPs", "model.moe.n_experts"});
+  testing::expect_error(
+      [&] {
+        Transformer(gpt2, 1, 16, /*training=*/false,
+                    {.precision = Precision::kBf16, .weights = WeightFormat::kInt8});
+      },
+      {"int8", "precision f32", "bf16"});
+  ResidentParameters store(model_layout(gpt2), std::nullopt, /*with_gradients=*/false);
+  testing::expect_error(
+      [&] {
+        Transformer(gpt2, 1, 16, /*training=*/false,
+                    {.weights = WeightFormat::kInt8, .store = &store});
+      },
+      {"int8", "without a parameter store"});
+  testing::expect_error([] { weight_format_from_name("int4"); }, {"\"dense\" or \"int8\"", "int4"});
+}
+
+TEST(Int8Weights, NamesAMatrixThatCannotBeQuantized) {
+  const ModelConfig c = configs()[1];
+  Transformer model(c, 1, c.max_seq, /*training=*/false, kInt8);
+  model.init_weights(3);
+  const ParamInfo& fc = model.layout().find("blocks.1.mlp.gate_up.weight");
+  model.params()[fc.offset + 5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<int32_t> tokens = {1, 2};
+  testing::expect_error([&] { model.next_token_logits(tokens.data(), 2); },
+                        {"blocks.1.mlp.gate_up.weight", "inf or NaN", "int8"});
+}
+
+}  // namespace
+}  // namespace tessera::model

@@ -1,0 +1,239 @@
+#include "tessera/serve/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "tests/expect_error.h"
+
+namespace tessera::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A byte-level Llama small enough that a few hundred decode steps take milliseconds.
+ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
+                        const model::ModelOptions& options = {}) {
+  model::ModelConfig c;
+  c.arch = model::Architecture::kLlama;
+  c.vocab_size = 256;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_model = 32;
+  c.max_seq = max_seq;
+  ServedModel served;
+  const int64_t max_batch = (max_step_tokens + c.max_seq - 1) / c.max_seq;
+  served.model = std::make_unique<model::Transformer>(c, max_batch, c.max_seq, false, options);
+  served.model->init_weights(7);
+  served.tokenizer = data::load_tokenizer("byte");
+  return served;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason;
+};
+
+Result collect(RequestStream& out) {
+  Result r;
+  std::vector<GeneratedToken> fresh;
+  while (!out.wait(fresh, 10s)) {
+    for (const GeneratedToken& t : fresh) {
+      r.tokens.push_back(t.id);
+      r.text += t.text;
+    }
+  }
+  r.reason = out.finish_reason();
+  return r;
+}
+
+GenerationRequest request(const std::string& prompt, int64_t max_tokens, double temperature = 0,
+                          uint64_t seed = 0) {
+  GenerationRequest g;
+  g.prompt.assign(prompt.begin(), prompt.end());
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = temperature;
+  g.sampling.seed = seed;
+  return g;
+}
+
+// Greedy continuation by rerunning the whole prefix for every token, without any cache.
+std::vector<int32_t> greedy_reference(model::Transformer& m, const std::string& prompt, int n) {
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const float* logits = m.next_token_logits(tokens.data(), int64_t(tokens.size()));
+    const int32_t next = int32_t(std::max_element(logits, logits + 256) - logits);
+    tokens.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+double metric(const std::string& text, const std::string& series) {
+  std::smatch m;
+  const std::regex line("(^|\n)" + std::regex_replace(series, std::regex(R"([{}"])"), R"(\$&)") +
+                        " ([0-9.e+-]+)");
+  return std::regex_search(text, m, line) ? std::stod(m[2]) : -1;
+}
+
+TEST(Engine, BatchedGreedyEqualsRecomputingEachSequenceAlone) {
+  ServedModel served = small_model(64);
+  ServeMetrics metrics;
+  std::vector<std::string> prompts = {"In the beginning", "And God said", "x",
+                                      std::string(70, 'a')};  // longer than a step's chunk
+  std::vector<std::shared_ptr<RequestStream>> outs;
+  {
+    Engine engine(served, {.max_running = 8, .max_step_tokens = 64}, metrics);
+    for (const auto& p : prompts) outs.push_back(engine.submit(request(p, 20)));
+    std::vector<Result> results;
+    for (auto& out : outs) results.push_back(collect(*out));
+    model::Transformer reference(served.config(), 1, 96, false);
+    reference.init_weights(7);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(results[i].tokens, greedy_reference(reference, prompts[i], 20)) << prompts[i];
+      EXPECT_EQ(results[i].reason, FinishReason::kLength);
+      EXPECT_EQ(outs[i]->completion_tokens(), 20);
+    }
+  }
+  const std::string m = metrics.render();
+  EXPECT_EQ(metric(m, "tessera_generation_tokens_total"), 80);
+  EXPECT_EQ(metric(m, "tessera_time_to_first_token_seconds_count"), 4);
+  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0);
+}
+
+// In bf16 and int8 the batch changes rounding, so each token is checked against the same
+// format's full recomputation of the engine's own prefix: it must be the most likely token or
+// within rounding of it.
+TEST(Engine, ServesBf16AndInt8Weights) {
+  for (const model::ModelOptions options :
+       {model::ModelOptions{.precision = model::Precision::kBf16},
+        model::ModelOptions{.weights = model::WeightFormat::kInt8}}) {
+    ServedModel served = small_model(64, 96, options);
+    ServeMetrics metrics;
+    Engine engine(served, {.max_running = 8, .max_step_tokens = 64}, metrics);
+    const std::vector<std::string> prompts = {"In the beginning", "And God said", "x"};
+    std::vector<std::shared_ptr<RequestStream>> outs;
+    for (const auto& p : prompts) outs.push_back(engine.submit(request(p, 24)));
+    model::Transformer reference(served.config(), 1, 96, false, options);
+    reference.init_weights(7);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const Result r = collect(*outs[i]);
+      ASSERT_EQ(r.tokens.size(), 24u);
+      std::vector<int32_t> prefix(prompts[i].begin(), prompts[i].end());
+      for (int32_t token : r.tokens) {
+        const float* logits = reference.next_token_logits(prefix.data(), int64_t(prefix.size()));
+        const float best = *std::max_element(logits, logits + 256);
+        EXPECT_GE(logits[token], best - 0.02f) << prompts[i] << " at " << prefix.size();
+        prefix.push_back(token);
+      }
+    }
+  }
+}
+
+TEST(Engine, SameSeedGivesTheSameTextWhateverRunsBeside) {
+  ServedModel served = small_model(128);
+  ServeMetrics metrics;
+  Engine engine(served, {.max_running = 16, .max_step_tokens = 128}, metrics);
+  const Result alone = collect(*engine.submit(request("The seed", 40, 1.0, 1234)));
+  std::vector<std::shared_ptr<RequestStream>> others;
+  for (int i = 0; i < 8; ++i) {
+    others.push_back(engine.submit(request(std::string(5 + 7 * i, 'q'), 30 + i, 0.9, i)));
+  }
+  const Result crowded = collect(*engine.submit(request("The seed", 40, 1.0, 1234)));
+  for (auto& o : others) collect(*o);
+  EXPECT_EQ(alone.tokens, crowded.tokens);
+  EXPECT_EQ(alone.text, crowded.text);
+  const Result other_seed = collect(*engine.submit(request("The seed", 40, 1.0, 99)));
+  EXPECT_NE(alone.tokens, other_seed.tokens);
+}
+
+TEST(Engine, PreemptsWhenTheCacheRunsDryAndStillGivesTheSameTokens) {
+  ServedModel served = small_model(64);
+  ServeMetrics metrics;
+  // Four sequences growing to 70 tokens need 20 blocks of 16; the pool has 10.
+  Engine engine(served, {.kv_cache_tokens = 160, .max_running = 4, .max_step_tokens = 64}, metrics);
+  std::vector<std::shared_ptr<RequestStream>> outs;
+  for (int i = 0; i < 4; ++i)
+    outs.push_back(engine.submit(request("seq " + std::to_string(i), 64)));
+  model::Transformer reference(served.config(), 1, 96, false);
+  reference.init_weights(7);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(collect(*outs[i]).tokens,
+              greedy_reference(reference, "seq " + std::to_string(i), 64));
+  }
+  const std::string m = metrics.render();
+  EXPECT_GT(metric(m, "tessera_preemptions_total"), 0) << m;
+  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
+}
+
+TEST(Engine, StopStringsAndMaxTokensEndRequests) {
+  ServedModel served = small_model(64);
+  ServeMetrics metrics;
+  Engine engine(served, {.max_running = 4, .max_step_tokens = 64}, metrics);
+  const Result free_run = collect(*engine.submit(request("abc", 30)));
+  ASSERT_GE(free_run.text.size(), 6u);
+  GenerationRequest stopped = request("abc", 30);
+  stopped.stop = {free_run.text.substr(3, 2)};
+  const Result r = collect(*engine.submit(stopped));
+  EXPECT_EQ(r.reason, FinishReason::kStop);
+  EXPECT_EQ(r.text, free_run.text.substr(0, free_run.text.find(stopped.stop[0])));
+  EXPECT_EQ(collect(*engine.submit(request("abc", 5))).tokens.size(), 5u);
+  // The context (96) ends a request before max_tokens does.
+  const Result full = collect(*engine.submit(request(std::string(90, 'z'), 30)));
+  EXPECT_EQ(full.tokens.size(), 6u);
+  EXPECT_EQ(full.reason, FinishReason::kLength);
+}
+
+TEST(Engine, CancellingFreesTheSequenceAndItsBlocks) {
+  // Long enough that it is still running when the cancel arrives.
+  ServedModel served = small_model(64, 1024);
+  ServeMetrics metrics;
+  Engine engine(served, {.max_running = 4, .max_step_tokens = 64}, metrics);
+  auto out = engine.submit(request(std::string(40, 'c'), 900));
+  std::vector<GeneratedToken> first;
+  while (first.empty()) ASSERT_FALSE(out->wait(first, 10s));
+  out->cancel();
+  std::vector<GeneratedToken> rest;
+  while (!out->wait(rest, 10s)) {
+  }
+  EXPECT_EQ(out->finish_reason(), FinishReason::kCancelled);
+  EXPECT_LT(out->completion_tokens(), 900);
+  const std::string m = metrics.render();
+  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
+  EXPECT_EQ(metric(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
+}
+
+TEST(Engine, RefusesWhenTheQueueIsFull) {
+  ServedModel served = small_model(64);
+  ServeMetrics metrics;
+  Engine engine(served, {.max_running = 1, .max_step_tokens = 64, .max_queue = 2}, metrics);
+  std::vector<std::shared_ptr<RequestStream>> outs;
+  bool refused = false;
+  for (int i = 0; i < 8 && !refused; ++i) {
+    try {
+      outs.push_back(engine.submit(request("long", 90)));
+    } catch (const QueueFull& e) {
+      refused = true;
+      EXPECT_NE(std::string(e.what()).find("--max-queue 2"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(refused);
+  for (auto& out : outs) out->cancel();
+}
+
+TEST(Engine, RejectsRequestsThatCanNeverRun) {
+  ServedModel served = small_model(64);
+  ServeMetrics metrics;
+  Engine engine(served, {.kv_cache_tokens = 32, .max_running = 4, .max_step_tokens = 64}, metrics);
+  testing::expect_error([&] { engine.submit(request("", 4)); }, {"prompt is empty"});
+  testing::expect_error([&] { engine.submit(request(std::string(96, 'x'), 4)); },
+                        {"96 tokens", "context is 96"});
+  testing::expect_error([&] { engine.submit(request("abc", 60)); },
+                        {"63 tokens", "KV cache holds 32", "--kv-cache-tokens"});
+}
+
+}  // namespace
+}  // namespace tessera::serve
