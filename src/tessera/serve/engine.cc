@@ -66,11 +66,11 @@ void RequestStream::finish(FinishReason reason, std::string error) {
 // A request inside the engine: its prompt and generated tokens, how many of them the cache
 // holds, and its own sampler and text stream.
 struct Engine::Sequence {
-  Sequence(GenerationRequest r, const data::Tokenizer& tokenizer, int64_t vocab)
+  Sequence(GenerationRequest r, const data::Tokenizer& tokenizer)
       : request(std::move(r)),
         out(std::make_shared<RequestStream>(int64_t(request.prompt.size()))),
         tokens(request.prompt),
-        sampler(vocab, request.sampling),
+        sampler(tokenizer.vocab_size(), request.sampling),
         text(tokenizer, request.stop),
         submitted(Clock::now()) {}
 
@@ -150,8 +150,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   check(longest <= capacity,
         "the request may grow to {} tokens but the whole KV cache holds {} (--kv-cache-tokens)",
         longest, capacity);
-  auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer,
-                                        served_.tokenizer->vocab_size());
+  auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer);
   std::shared_ptr<RequestStream> out = seq->out;
   {
     std::lock_guard lock(queue_mutex_);

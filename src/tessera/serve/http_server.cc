@@ -131,8 +131,6 @@ void HttpServer::add_routes() {
         } catch (const QueueFull& e) {
           res.set_header("Retry-After", "1");
           throw ApiError(429, e.what(), "rate_limit_error", "", "rate_limit_exceeded");
-        } catch (const ApiError&) {
-          throw;
         } catch (const Error& e) {
           throw ApiError(400, e.what());
         }
