@@ -77,7 +77,7 @@ struct Runner {
       cache->reserve(seq, n);
       const model::DecodeChunk chunk = cache->chunk(seq, fresh);
       const float* logits = model->decode(cache->view(), {&chunk, 1});
-      cache->advance(seq, n);
+      cache->advance(seq, fresh);
       tokens.push_back(int32_t(std::max_element(logits, logits + V) - logits));
     };
     step(int64_t(prompt.size()));

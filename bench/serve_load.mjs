@@ -3,11 +3,13 @@
 // finish_reason chunk, a usage chunk and `data: [DONE]`, and the usage must count exactly the
 // tokens that arrived. Requests ask `logprobs: 0` because each chunk then lists its tokens, and
 // one chunk can carry several when the client reads slower than the engine steps.
-// Prints completed/failed/truncated requests, output tokens/s, requests/s, and p50/p99 time to
-// first token and inter-token latency. Latencies are the client's: tokens arrive when a read of
+// Prints completed/failed/truncated/dropped requests (dropped: the connection was refused or
+// reset), output tokens/s, requests/s, and p50/p99 time to first token and inter-token latency,
+// then the server's own p99 time to first token read from its /metrics histogram the way
+// Prometheus' histogram_quantile reads it, and the client's p99 over it. Latencies are the client's: tokens arrive when a read of
 // the socket brings them, and chunks that one read brings together arrive together, so the
 // inter-token latency is the gap between reads that bring new tokens.
-// Exits 1 when any request failed or was truncated.
+// Exits 1 when any request failed, was truncated or dropped.
 //   node serve_load.mjs --url http://127.0.0.1:8000 [--model NAME] [--api-key KEY]
 //                       [--clients 64] [--duration 30] [--max-tokens 64]
 import { parseArgs } from 'node:util';
@@ -116,7 +118,9 @@ async function client(id, model, deadline, stats) {
       await streamOnce(model, prompt, id * 1_000_000 + i, stats);
       stats.completed += 1;
     } catch (e) {
-      const kind = e instanceof LoadError ? e.kind : 'failed';
+      const network = ['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'UND_ERR_SOCKET'];
+      const kind = e instanceof LoadError ? e.kind
+                   : network.includes(e.cause?.code) ? 'dropped' : 'failed';
       stats[kind] += 1;
       if (stats.errors.length < 5) stats.errors.push(`${kind}: ${e.message}`);
     }
@@ -135,9 +139,38 @@ function latencyLine(label, samples) {
   return `${label.padEnd(22)} p50 ${ms(percentile(sorted, 50))}   p99 ${ms(percentile(sorted, 99))}`;
 }
 
+// The q-quantile of a Prometheus histogram's cumulative buckets [[upper bound, count]...], by
+// linear interpolation inside the bucket it falls in, as histogram_quantile does.
+function histogramQuantile(q, buckets) {
+  const total = buckets[buckets.length - 1][1];
+  if (total === 0) return NaN;
+  const rank = q * total;
+  let lower = 0, below = 0;
+  for (const [upper, count] of buckets) {
+    if (count >= rank) {
+      if (!Number.isFinite(upper)) return lower;
+      return lower + (upper - lower) * (rank - below) / Math.max(1, count - below);
+    }
+    lower = upper;
+    below = count;
+  }
+  return lower;
+}
+
+async function serverTtftP99() {
+  const r = await fetch(`${opts.url}/metrics`, { headers });
+  if (!r.ok) return NaN;
+  const buckets = [];
+  for (const line of (await r.text()).split('\n')) {
+    const m = line.match(/^tessera_time_to_first_token_seconds_bucket\{.*le="([^"]+)"\} (\S+)/);
+    if (m) buckets.push([m[1] === '+Inf' ? Infinity : Number(m[1]), Number(m[2])]);
+  }
+  return buckets.length ? 1000 * histogramQuantile(0.99, buckets) : NaN;
+}
+
 const model = await modelName();
 const stats = {
-  completed: 0, failed: 0, truncated: 0, tokens: 0, arrivals: 0, ttft: [], itl: [], errors: [],
+  completed: 0, failed: 0, truncated: 0, dropped: 0, tokens: 0, arrivals: 0, ttft: [], itl: [], errors: [],
   lastEnd: 0,
 };
 console.log(`${clients} clients streaming completions of ${maxTokens} tokens for ` +
@@ -148,11 +181,16 @@ await Promise.all(Array.from({ length: clients },
 const seconds = (stats.lastEnd - start) / 1000;
 
 console.log(`requests               completed ${stats.completed}   failed ${stats.failed}   ` +
-            `truncated ${stats.truncated}   (${(stats.completed / seconds).toFixed(1)} requests/s)`);
+            `truncated ${stats.truncated}   dropped ${stats.dropped}   ` +
+            `(${(stats.completed / seconds).toFixed(1)} requests/s)`);
 console.log(`output tokens          ${stats.tokens} in ${seconds.toFixed(1)} s = ` +
             `${(stats.tokens / seconds).toFixed(0)} tokens/s ` +
             `(${(stats.tokens / Math.max(1, stats.arrivals)).toFixed(2)} tokens per arrival)`);
 console.log(latencyLine('time to first token', stats.ttft));
 console.log(latencyLine('inter-token latency', stats.itl));
+const serverP99 = await serverTtftP99();
+const clientP99 = percentile(Float64Array.from(stats.ttft).sort(), 99);
+console.log(`server p99 time to first token (its histogram) ${serverP99.toFixed(1)} ms; ` +
+            `client p99 / server p99 = ${(clientP99 / serverP99).toFixed(2)}`);
 for (const e of stats.errors) console.log(`  ${e}`);
-if (stats.failed || stats.truncated || !stats.completed) process.exit(1);
+if (stats.failed || stats.truncated || stats.dropped || !stats.completed) process.exit(1);

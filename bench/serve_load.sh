@@ -61,9 +61,10 @@ node "$root/bench/serve_load.mjs" --url "$url" --clients "${CLIENTS:-64}" \
 echo "server /metrics:"
 curl -sf "$url/metrics" | awk '
   /^#/ || /_bucket/ { next }
-  /_seconds_sum / { sub(/_sum$/, "", $1); sum[$1] = $2; next }
-  /_seconds_count / { sub(/_count$/, "", $1); count[$1] = $2; next }
-  /^tessera_(requests_finished|generation_tokens|prompt_tokens|preemptions|http_requests)_total/ {
+  /_seconds_sum[{ ]/ { sub(/\{.*/, "", $1); sub(/_sum$/, "", $1); sum[$1] = $2; next }
+  /_seconds_count[{ ]/ { sub(/\{.*/, "", $1); sub(/_count$/, "", $1); count[$1] = $2; next }
+  /^tessera_(requests_finished|generation_tokens|prompt_tokens|prefill_tokens|preemptions|http_requests)_total/ ||
+  /^tessera_prefix_cache_hit_rate/ {
     print "  " $0
   }
   END {

@@ -18,7 +18,8 @@ targets=(
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/data/mapped_file.cc src/tessera/data/utf8.cc|-lfmt"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc|-lfmt"
+  "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
+  "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -45,6 +46,12 @@ PY
       echo '{"model": "tiny", "prompt": "In the", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true}, "seed": 3}' >"$dir/completion.json"
       echo '{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 4, "logprobs": true, "top_logprobs": 2}' >"$dir/chat.json"
       echo '{"model": "tiny", "prompt": [72, 105], "min_p": 0.1, "repetition_penalty": 1.2}' >"$dir/tokens.json"
+      ;;
+    http_request_fuzz)
+      # The first byte of each input sets the read size the parser is fed in.
+      printf '\x10POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 33\r\n\r\n{"model":"tiny","prompt":"In"}   ' >"$dir/post.http"
+      printf '\x07POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1c\r\n{"model":"tiny","messages":[\r\n1b\r\n{"role":"user","content":"a"}]}\r\n0\r\n\r\n' >"$dir/chunked.http"
+      printf '\xffGET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.0\r\nAuthorization: Bearer key\r\n\r\n' >"$dir/pipelined.http"
       ;;
     manifest_fuzz)
       cat >"$dir/manifest.json" <<'JSON'

@@ -3,9 +3,9 @@
 #include <httplib.h>
 
 #include <future>
-#include <regex>
 
 #include "tests/e2e/server_process.h"
+#include "tests/metric_value.h"
 
 namespace tessera::testing {
 namespace {
@@ -14,34 +14,14 @@ using nlohmann::json;
 
 const httplib::Headers kAuth = {{"Authorization", "Bearer secret"}};
 
-class ServeHttp : public ::testing::Test {
+class ServeHttp : public ServedCheckpointTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("serve-http");
-    run_ = new std::string(train_servable_checkpoint(*dir_, 1024));
-  }
-  static void TearDownTestSuite() {
-    delete run_;
-    delete dir_;
-  }
   static std::string serve_args(const std::string& extra = "") {
-    // One compute thread: CTest runs another test beside this one on the two cores.
-    return "--checkpoint " + *run_ + " --model-name tiny --api-key secret --threads 1 " + extra;
+    return ServedCheckpointTest::serve_args("--api-key secret " + extra);
   }
-
-  static TempDir* dir_;
-  static std::string* run_;
 };
 
-TempDir* ServeHttp::dir_ = nullptr;
-std::string* ServeHttp::run_ = nullptr;
-
-double metric(const std::string& text, const std::string& series) {
-  const std::regex line("(^|\n)" + std::regex_replace(series, std::regex(R"([{}"])"), R"(\$&)") +
-                        " ([0-9.e+-]+)");
-  std::smatch m;
-  return std::regex_search(text, m, line) ? std::stod(m[2]) : -1;
-}
+using testing::metric_value;
 
 std::string metrics(httplib::Client& client) {
   auto r = client.Get("/metrics", kAuth);
@@ -65,7 +45,7 @@ TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"model": "tiny", "prompt": "hi", "top_p": 0})", 400},
       {"/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})", 404},
       {"/v1/completions", R"({"model": "tiny", "prompt": ")" + huge_prompt + R"("})", 400},
-      {"/v1/completions", std::string(10 << 20, ' '), 413},
+      // Bodies over --max-body-bytes are refused as their headers arrive (serve_hostile_test).
   };
   for (const auto& [path, body, status] : cases) {
     auto r = client.Post(path, kAuth, body, "application/json");
@@ -91,8 +71,8 @@ TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
   ASSERT_TRUE(ok);
   ASSERT_EQ(ok->status, 200) << ok->body;
   EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"], 3);
-  EXPECT_GE(metric(metrics(client),
-                   R"(tessera_http_requests_total{route="/v1/completions",status="400"})"),
+  EXPECT_GE(metric_value(metrics(client),
+                         R"(tessera_http_requests_total{route="/v1/completions",status="400"})"),
             10);
 }
 
@@ -153,7 +133,7 @@ TEST_F(ServeHttp, ADisconnectedStreamReturnsItsKvBlocks) {
   req.body = R"({"model": "tiny", "prompt": "In the", "max_tokens": 1000, "stream": true})";
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-    used_while_streaming = metric(metrics(scraper), "tessera_kv_cache_blocks_used");
+    used_while_streaming = metric_value(metrics(scraper), "tessera_kv_cache_blocks_used");
     return false;  // hang up after the first chunk
   };
   client.send(req);
@@ -161,12 +141,54 @@ TEST_F(ServeHttp, ADisconnectedStreamReturnsItsKvBlocks) {
   std::string m;
   for (int i = 0; i < 100; ++i) {
     m = metrics(scraper);
-    if (metric(m, R"(tessera_requests_finished_total{reason="cancelled"})") == 1) break;
+    if (metric_value(m, R"(tessera_requests_finished_total{reason="cancelled"})") == 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(metric(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
-  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
-  EXPECT_EQ(metric(m, "tessera_requests_running"), 0) << m;
+  EXPECT_EQ(metric_value(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
+  EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
+  EXPECT_EQ(metric_value(m, "tessera_requests_running"), 0) << m;
+}
+
+// 32 concurrent requests sharing a 200-token prefix, against a server with the prefix cache and
+// one without: the same greedy text, at least 5x fewer tokens prefilled, and the hit rate in
+// /metrics.
+TEST_F(ServeHttp, PrefixCacheSavesPrefillWithTheSameGreedyText) {
+  std::string prefix;
+  for (int i = 0; prefix.size() < 200; ++i) prefix += "And the " + std::to_string(i) + " day ";
+  prefix.resize(200);
+  auto run = [&](const std::string& flag, std::string& scraped) {
+    ServerProcess server(serve_args(flag));
+    std::vector<std::future<std::string>> replies;
+    for (int i = 0; i < 32; ++i) {
+      replies.push_back(std::async(std::launch::async, [&, i] {
+        httplib::Client client("127.0.0.1", server.port());
+        const json body = {{"model", "tiny"},
+                           {"prompt", prefix + "and " + std::to_string(i)},
+                           {"max_tokens", 8},
+                           {"temperature", 0}};
+        auto r = client.Post("/v1/completions", kAuth, body.dump(), "application/json");
+        return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>()
+                                     : std::string("failed");
+      }));
+    }
+    std::vector<std::string> texts;
+    for (auto& f : replies) texts.push_back(f.get());
+    httplib::Client scraper("127.0.0.1", server.port());
+    scraped = metrics(scraper);
+    return texts;
+  };
+  std::string with_metrics, without_metrics;
+  const std::vector<std::string> with = run("--prefix-cache on", with_metrics);
+  const std::vector<std::string> without = run("--prefix-cache off", without_metrics);
+  EXPECT_EQ(with, without);
+  EXPECT_EQ(std::count(with.begin(), with.end(), "failed"), 0);
+  const double prefill_with = metric_value(with_metrics, "tessera_prefill_tokens_total");
+  const double prefill_without = metric_value(without_metrics, "tessera_prefill_tokens_total");
+  EXPECT_GE(prefill_without, 5 * prefill_with) << prefill_without << " vs " << prefill_with;
+  std::printf("prefill tokens: %.0f without the prefix cache, %.0f with it (%.1fx fewer)\n",
+              prefill_without, prefill_with, prefill_without / prefill_with);
+  EXPECT_GT(metric_value(with_metrics, "tessera_prefix_cache_hit_rate"), 0.8) << with_metrics;
+  EXPECT_EQ(metric_value(without_metrics, "tessera_prefix_cache_hit_rate"), 0);
 }
 
 TEST_F(ServeHttp, ReadyAndModelsDescribeTheServer) {

@@ -1,5 +1,6 @@
 // A `tessera serve` process for end-to-end tests: started on a free port, its output collected,
-// stopped with SIGTERM and reaped when the object goes.
+// stopped with SIGTERM (a drain of at most 2 s unless args say otherwise) and reaped when the
+// object goes.
 #pragma once
 
 #include <fcntl.h>
@@ -21,7 +22,12 @@ namespace tessera::testing {
 class ServerProcess {
  public:
   // args follow `tessera serve --port 0`; waits up to a minute for "listening on".
-  explicit ServerProcess(const std::string& args) {
+  explicit ServerProcess(const std::string& given_args) {
+    // A client writing to a connection the server has closed gets EPIPE, not a fatal signal.
+    signal(SIGPIPE, SIG_IGN);
+    const std::string args = given_args.find("--drain-seconds") == std::string::npos
+                                 ? "--drain-seconds 2 " + given_args
+                                 : given_args;
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
@@ -51,12 +57,21 @@ class ServerProcess {
     });
   }
 
-  ~ServerProcess() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    drain_.join();
-    close(fd_);
+  ~ServerProcess() { stop(); }
+
+  // Sends the signal once and waits for the process to end; returns its exit code (128 + the
+  // signal when a signal killed it).
+  int stop(int signal = SIGTERM) {
+    if (pid_ > 0) {
+      kill(pid_, signal);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      pid_ = -1;
+      drain_.join();
+      close(fd_);
+    }
+    return exit_code_;
   }
 
   ServerProcess(const ServerProcess&) = delete;
@@ -80,9 +95,10 @@ class ServerProcess {
     output_.append(buffer, size_t(n));
     return true;
   }
-  bool pid_alive() const { return waitpid(pid_, nullptr, WNOHANG) == 0; }
+  bool pid_alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
 
   pid_t pid_ = -1;
+  int exit_code_ = -1;
   int fd_ = -1;
   int port_ = 0;
   mutable std::mutex mutex_;
@@ -92,16 +108,43 @@ class ServerProcess {
 
 // Trains a small model for a few steps into dir/run and returns the run directory. max_seq sets
 // the context a server will have.
-inline std::string train_servable_checkpoint(const TempDir& dir, int max_seq = 64) {
+inline std::string train_servable_checkpoint(const TempDir& dir, int max_seq = 64, int d_model = 32,
+                                             int n_layer = 2) {
   write_file(dir / "corpus.txt", small_corpus());
   const std::string size = std::to_string(max_seq);
   const CliResult r = run_cli(
       "train --data " + (dir / "corpus.txt") + " --out " + (dir / "run") +
-      " --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.max_seq=" +
-      size + " --set train.batch_size=2 --set train.seq_len=" + size +
+      " --set model.n_layer=" + std::to_string(n_layer) +
+      " --set model.n_head=2 --set model.d_model=" + std::to_string(d_model) +
+      " --set model.max_seq=" + size + " --set train.batch_size=2 --set train.seq_len=" + size +
       " --set train.steps=3 --set train.eval_every=0 --set train.log_every=1");
   if (r.exit_code != 0) throw std::runtime_error("training failed:\n" + r.output);
   return dir / "run";
 }
+
+// A test suite whose tests serve one small checkpoint with a 1024-token context, trained once
+// for the suite (a suite that needs a larger model defines SetUpTestSuite calling train_once).
+// serve_args gives the flags every server of the suite shares.
+class ServedCheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { train_once(32, 2); }
+  static void train_once(int d_model, int n_layer) {
+    dir_ = new TempDir("served-checkpoint");
+    run_ = new std::string(train_servable_checkpoint(*dir_, 1024, d_model, n_layer));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete dir_;
+    run_ = nullptr;
+    dir_ = nullptr;
+  }
+  // One compute thread: CTest runs another test beside this one on the two cores.
+  static std::string serve_args(const std::string& extra = "") {
+    return "--checkpoint " + *run_ + " --model-name tiny --threads 1 " + extra;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string* run_ = nullptr;  // the run directory
+};
 
 }  // namespace tessera::testing

@@ -2,9 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <atomic>
 
 #include "tests/expect_error.h"
+#include "tests/metric_value.h"
 
 namespace tessera::serve {
 namespace {
@@ -72,12 +73,7 @@ std::vector<int32_t> greedy_reference(model::Transformer& m, const std::string& 
   return out;
 }
 
-double metric(const std::string& text, const std::string& series) {
-  std::smatch m;
-  const std::regex line("(^|\n)" + std::regex_replace(series, std::regex(R"([{}"])"), R"(\$&)") +
-                        " ([0-9.e+-]+)");
-  return std::regex_search(text, m, line) ? std::stod(m[2]) : -1;
-}
+using testing::metric_value;
 
 TEST(Engine, BatchedGreedyEqualsRecomputingEachSequenceAlone) {
   ServedModel served = small_model(64);
@@ -99,9 +95,9 @@ TEST(Engine, BatchedGreedyEqualsRecomputingEachSequenceAlone) {
     }
   }
   const std::string m = metrics.render();
-  EXPECT_EQ(metric(m, "tessera_generation_tokens_total"), 80);
-  EXPECT_EQ(metric(m, "tessera_time_to_first_token_seconds_count"), 4);
-  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0);
+  EXPECT_EQ(metric_value(m, "tessera_generation_tokens_total"), 80);
+  EXPECT_EQ(metric_value(m, "tessera_time_to_first_token_seconds_count"), 4);
+  EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0);
 }
 
 // In bf16 and int8 the batch changes rounding, so each token is checked against the same
@@ -150,23 +146,31 @@ TEST(Engine, SameSeedGivesTheSameTextWhateverRunsBeside) {
   EXPECT_NE(alone.tokens, other_seed.tokens);
 }
 
+// With and without the prefix cache: the prompts share their first block, so with it cached
+// blocks are shared, evicted for room and recomputed, and no output changes.
 TEST(Engine, PreemptsWhenTheCacheRunsDryAndStillGivesTheSameTokens) {
-  ServedModel served = small_model(64);
-  ServeMetrics metrics;
-  // Four sequences growing to 70 tokens need 20 blocks of 16; the pool has 10.
-  Engine engine(served, {.kv_cache_tokens = 160, .max_running = 4, .max_step_tokens = 64}, metrics);
-  std::vector<std::shared_ptr<RequestStream>> outs;
-  for (int i = 0; i < 4; ++i)
-    outs.push_back(engine.submit(request("seq " + std::to_string(i), 64)));
-  model::Transformer reference(served.config(), 1, 96, false);
-  reference.init_weights(7);
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(collect(*outs[i]).tokens,
-              greedy_reference(reference, "seq " + std::to_string(i), 64));
+  for (const bool caching : {false, true}) {
+    ServedModel served = small_model(64);
+    ServeMetrics metrics;
+    // Four sequences growing to 81 tokens need 24 blocks of 16; the pool has 10.
+    Engine engine(served,
+                  {.kv_cache_tokens = 160,
+                   .max_running = 4,
+                   .max_step_tokens = 64,
+                   .prefix_caching = caching},
+                  metrics);
+    auto prompt = [](int i) { return "a shared start " + std::to_string(i); };
+    std::vector<std::shared_ptr<RequestStream>> outs;
+    for (int i = 0; i < 4; ++i) outs.push_back(engine.submit(request(prompt(i), 64)));
+    model::Transformer reference(served.config(), 1, 96, false);
+    reference.init_weights(7);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(collect(*outs[i]).tokens, greedy_reference(reference, prompt(i), 64)) << caching;
+    }
+    const std::string m = metrics.render();
+    EXPECT_GT(metric_value(m, "tessera_preemptions_total"), 0) << m;
+    EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
   }
-  const std::string m = metrics.render();
-  EXPECT_GT(metric(m, "tessera_preemptions_total"), 0) << m;
-  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
 }
 
 TEST(Engine, StopStringsAndMaxTokensEndRequests) {
@@ -202,8 +206,8 @@ TEST(Engine, CancellingFreesTheSequenceAndItsBlocks) {
   EXPECT_EQ(out->finish_reason(), FinishReason::kCancelled);
   EXPECT_LT(out->completion_tokens(), 900);
   const std::string m = metrics.render();
-  EXPECT_EQ(metric(m, "tessera_kv_cache_blocks_used"), 0) << m;
-  EXPECT_EQ(metric(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
+  EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
+  EXPECT_EQ(metric_value(m, R"(tessera_requests_finished_total{reason="cancelled"})"), 1) << m;
 }
 
 TEST(Engine, RefusesWhenTheQueueIsFull) {
@@ -233,6 +237,81 @@ TEST(Engine, RejectsRequestsThatCanNeverRun) {
                         {"96 tokens", "context is 96"});
   testing::expect_error([&] { engine.submit(request("abc", 60)); },
                         {"63 tokens", "KV cache holds 32", "--kv-cache-tokens"});
+}
+
+// 32 requests arriving together, sharing a 200-token prefix: with the prefix cache they prefill
+// at least 5x fewer tokens, and every greedy continuation is the same as without it.
+TEST(Engine, PrefixCacheSavesPrefillAndKeepsGreedyOutputs) {
+  ServedModel served = small_model(256, 320);
+  const std::string prefix = [] {
+    std::string p;
+    for (int i = 0; p.size() < 200; ++i) p += "verse " + std::to_string(i) + " ";
+    return p.substr(0, 200);
+  }();
+  auto run = [&](bool caching, ServeMetrics& metrics) {
+    Engine engine(served, {.max_running = 32, .max_step_tokens = 256, .prefix_caching = caching},
+                  metrics);
+    std::vector<std::shared_ptr<RequestStream>> outs;
+    for (int i = 0; i < 32; ++i) {
+      outs.push_back(engine.submit(request(prefix + "question " + std::to_string(i), 12)));
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& out : outs) tokens.push_back(collect(*out).tokens);
+    return tokens;
+  };
+  ServeMetrics without_metrics, with_metrics;
+  const auto without = run(false, without_metrics);
+  const auto with = run(true, with_metrics);
+  EXPECT_EQ(with, without);
+  const std::string m_without = without_metrics.render(), m_with = with_metrics.render();
+  const double prefill_without = metric_value(m_without, "tessera_prefill_tokens_total");
+  const double prefill_with = metric_value(m_with, "tessera_prefill_tokens_total");
+  EXPECT_EQ(prefill_without, metric_value(m_without, "tessera_prompt_tokens_total"));
+  EXPECT_GE(prefill_without, 5 * prefill_with) << prefill_without << " vs " << prefill_with;
+  std::printf("prefill tokens: %.0f without the prefix cache, %.0f with it (%.1fx fewer)\n",
+              prefill_without, prefill_with, prefill_without / prefill_with);
+  const double hits = metric_value(m_with, "tessera_prefix_cache_hits_total");
+  EXPECT_EQ(hits + prefill_with, prefill_without);
+  EXPECT_NEAR(metric_value(m_with, "tessera_prefix_cache_hit_rate"),
+              hits / metric_value(m_with, "tessera_prefix_cache_queries_total"), 1e-9);
+  EXPECT_GT(metric_value(m_with, "tessera_prefix_cache_hit_rate"), 0.8);
+  EXPECT_EQ(metric_value(m_without, "tessera_prefix_cache_hits_total"), 0);
+  EXPECT_EQ(metric_value(m_with, "tessera_kv_cache_blocks_used"), 0) << m_with;
+  EXPECT_GT(metric_value(m_with, "tessera_kv_cache_blocks_cached"), 0) << m_with;
+}
+
+TEST(Engine, StopEndsUnfinishedRequestsAndRefusesNewOnes) {
+  ServedModel served = small_model(64, 1024);
+  ServeMetrics metrics;
+  Engine engine(served, {.max_running = 1, .max_step_tokens = 64}, metrics);
+  auto running = engine.submit(request("long", 1000));
+  auto waiting = engine.submit(request("queued", 1000));
+  EXPECT_EQ(engine.unfinished(), 2);
+  engine.stop("going away");
+  for (auto* out : {running.get(), waiting.get()}) {
+    collect(*out);
+    EXPECT_EQ(out->finish_reason(), FinishReason::kShutdown);
+    EXPECT_EQ(out->error(), "going away");
+  }
+  EXPECT_EQ(engine.unfinished(), 0);
+  testing::expect_error([&] { engine.submit(request("late", 4)); }, {"going away"});
+  const std::string m = metrics.render();
+  EXPECT_EQ(metric_value(m, R"(tessera_requests_finished_total{reason="shutdown"})"), 2) << m;
+}
+
+TEST(Engine, AListenerHearsEveryTokenAndTheEnd) {
+  ServedModel served = small_model(64, 1024);
+  ServeMetrics metrics;
+  // One sequence at a time: the second request waits behind the first while its listener is set.
+  Engine engine(served, {.max_running = 1, .max_step_tokens = 64}, metrics);
+  auto first = engine.submit(request("ahead", 400));
+  auto out = engine.submit(request("listen", 10));
+  std::atomic<int> calls = 0;
+  out->set_listener([&] { ++calls; });
+  collect(*first);
+  EXPECT_EQ(collect(*out).tokens.size(), 10u);
+  EXPECT_EQ(calls.load(), 11);  // each token, then the end
+  out->set_listener({});
 }
 
 }  // namespace

@@ -19,6 +19,13 @@ model::ModelConfig small_config() {
   return c;
 }
 
+// Token ids 0, 1, 2, ... n-1 shifted by `from`.
+std::vector<int32_t> tokens(int64_t n, int32_t from = 0) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = from + int32_t(i);
+  return t;
+}
+
 TEST(PagedKvCache, AllocatesWholeBlocksUpFront) {
   const PagedKvCache cache(small_config(), 33, 8);
   EXPECT_EQ(cache.blocks_total(), 5);
@@ -34,21 +41,21 @@ TEST(PagedKvCache, ReserveTakesBlocksOnlyAsTheSequenceGrows) {
   ASSERT_TRUE(cache.reserve(a, 5));
   EXPECT_EQ(cache.block_table(a).size(), 2u);
   EXPECT_EQ(cache.length(a), 0);
-  cache.advance(a, 5);
+  cache.advance(a, tokens(5));
   EXPECT_EQ(cache.length(a), 5);
   ASSERT_TRUE(cache.reserve(a, 3));  // positions 5..7 still fit the second block
   EXPECT_EQ(cache.blocks_used(), 2);
-  cache.advance(a, 3);
+  cache.advance(a, tokens(3));
   ASSERT_TRUE(cache.reserve(a, 1));
   EXPECT_EQ(cache.blocks_used(), 3);
-  testing::expect_error([&] { cache.advance(a, 5); }, {"only 12 are reserved"});
+  testing::expect_error([&] { cache.advance(a, tokens(5)); }, {"only 12 are reserved"});
 }
 
 TEST(PagedKvCache, ExhaustionReturnsFalseAndChangesNothing) {
   PagedKvCache cache(small_config(), 16, 4);
   const int64_t a = cache.add_sequence(), b = cache.add_sequence();
   ASSERT_TRUE(cache.reserve(a, 10));
-  cache.advance(a, 10);
+  cache.advance(a, tokens(10));
   EXPECT_FALSE(cache.reserve(b, 9));
   EXPECT_TRUE(cache.block_table(b).empty());
   EXPECT_EQ(cache.blocks_free(), 1);
@@ -96,6 +103,94 @@ TEST(PagedKvCache, RowsOfDifferentPositionsAndLayersDoNotOverlap) {
   EXPECT_EQ(view.k.size(), 2u);
   EXPECT_EQ(view.block_tokens, 4);
   testing::expect_error([&] { cache.k_row(0, a, 8); }, {"position 8"});
+}
+
+// Runs a sequence over `prompt` the way the engine does: cached blocks first, then the rest.
+// Returns its id and how many tokens came from the cache.
+std::pair<int64_t, int64_t> fill(PagedKvCache& cache, const std::vector<int32_t>& prompt) {
+  const int64_t seq = cache.add_sequence();
+  const int64_t reused = cache.attach_cached_prefix(seq, prompt);
+  const std::span<const int32_t> rest(prompt.begin() + reused, prompt.end());
+  EXPECT_TRUE(cache.reserve(seq, int64_t(rest.size())));
+  cache.advance(seq, rest);
+  return {seq, reused};
+}
+
+TEST(PrefixCache, ASharedPrefixReusesFullBlocksButNeverTheLastToken) {
+  PagedKvCache cache(small_config(), 64, 4, /*prefix_caching=*/true);
+  std::vector<int32_t> prompt = tokens(10);
+  const auto [a, none] = fill(cache, prompt);
+  EXPECT_EQ(none, 0);
+  // The same 8 leading tokens: the two full blocks are shared, the partial third is not.
+  std::vector<int32_t> other = tokens(8);
+  other.push_back(99);
+  const auto [b, reused] = fill(cache, other);
+  EXPECT_EQ(reused, 8);
+  EXPECT_EQ(cache.block_table(b)[0], cache.block_table(a)[0]);
+  EXPECT_EQ(cache.block_table(b)[1], cache.block_table(a)[1]);
+  EXPECT_NE(cache.block_table(b)[2], cache.block_table(a)[2]);
+  EXPECT_EQ(cache.blocks_used(), 4);  // 3 of a, 1 of b's own
+  // A prompt that is exactly two cached blocks keeps its last block to compute its logits.
+  const auto [c, reused_c] = fill(cache, tokens(8));
+  EXPECT_EQ(reused_c, 4);
+  EXPECT_EQ(cache.length(c), 8);
+}
+
+TEST(PrefixCache, ADifferentEarlierTokenMeansNoReuseOfLaterBlocks) {
+  PagedKvCache cache(small_config(), 64, 4, true);
+  fill(cache, tokens(12));
+  std::vector<int32_t> changed = tokens(12);
+  changed[1] = 77;  // the second block's tokens still agree, but not what comes before them
+  const auto [b, reused] = fill(cache, changed);
+  EXPECT_EQ(reused, 0);
+}
+
+TEST(PrefixCache, EndedSequencesStayCachedUntilTheirRoomIsNeeded) {
+  PagedKvCache cache(small_config(), 16, 4, true);  // 4 blocks
+  const auto [a, none] = fill(cache, tokens(9));    // 2 full blocks and a partial one
+  cache.release(a);
+  EXPECT_EQ(cache.blocks_free(), 4);
+  EXPECT_EQ(cache.blocks_cached(), 2);  // the partial block went back as free
+  const auto [b, reused] = fill(cache, tokens(9));
+  EXPECT_EQ(reused, 8);
+  cache.release(b);
+  // A sequence that needs every block takes the cached ones, later blocks first.
+  const auto [c, reused_c] = fill(cache, tokens(16, 100));
+  EXPECT_EQ(reused_c, 0);
+  EXPECT_EQ(cache.blocks_cached(), 0);
+  cache.release(c);
+  const auto [d, reused_d] = fill(cache, tokens(9));
+  EXPECT_EQ(reused_d, 0);
+}
+
+TEST(PrefixCache, SharedBlocksReturnOnlyWhenTheLastHolderLetsGo) {
+  PagedKvCache cache(small_config(), 32, 4, true);
+  const auto [a, ra] = fill(cache, tokens(9));
+  const auto [b, rb] = fill(cache, tokens(9));
+  EXPECT_EQ(rb, 8);
+  EXPECT_EQ(cache.blocks_used(), 4);
+  cache.release(a);
+  EXPECT_EQ(cache.blocks_used(), 3);  // b still holds the shared pair
+  EXPECT_EQ(cache.blocks_cached(), 0);
+  cache.release(b);
+  EXPECT_EQ(cache.blocks_used(), 0);
+  EXPECT_EQ(cache.blocks_cached(), 2);
+}
+
+TEST(PrefixCache, OffByDefault) {
+  PagedKvCache cache(small_config(), 64, 4);
+  fill(cache, tokens(12));
+  const auto [b, reused] = fill(cache, tokens(12));
+  EXPECT_EQ(reused, 0);
+  EXPECT_EQ(cache.blocks_cached(), 0);
+}
+
+TEST(BlockKey, ChainsOverTheWholePrefix) {
+  const std::vector<int32_t> x = {1, 2, 3, 4}, y = {1, 2, 3, 5};
+  const BlockKey kx = chain_block_key(kRootBlockKey, x);
+  EXPECT_EQ(kx, chain_block_key(kRootBlockKey, x));
+  EXPECT_NE(kx, chain_block_key(kRootBlockKey, y));
+  EXPECT_NE(chain_block_key(kx, x), chain_block_key(chain_block_key(kRootBlockKey, y), x));
 }
 
 }  // namespace

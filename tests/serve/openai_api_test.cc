@@ -166,5 +166,56 @@ TEST(OpenAiApi, BuildsResponsesAndStreamChunksInOpenAisShape) {
   EXPECT_EQ(lp["text_offset"], json({0, 1}));
 }
 
+// A hostile body: deep nesting in each field is refused before parsing, and no error message
+// grows with the value it names.
+TEST(OpenAiApi, DeepNestingAndHugeValuesGetShortErrors) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string deep_object = [] {
+    std::string s;
+    for (int i = 0; i < 50000; ++i) s += "{\"a\":";
+    return s + "1" + std::string(50000, '}');
+  }();
+  const std::string huge(200000, 'x');
+  auto expect_short_error = [](const std::string& field, const std::string& value) {
+    const std::string body = std::string(R"({"model": "tiny", "prompt": "hi", "messages": [], ")") +
+                             field + "\": " + value + "}";
+    for (const Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+      try {
+        parse_request(endpoint, body, kLimits);
+        ADD_FAILURE() << "accepted " << field << " = " << value.substr(0, 20);
+      } catch (const ApiError& e) {
+        EXPECT_LT(std::string(e.what()).size(), 400u) << field << ": " << e.what();
+        EXPECT_GE(e.status(), 400);
+        EXPECT_LT(e.status(), 500);
+      }
+    }
+  };
+  for (const char* field : {"model", "prompt", "messages", "max_tokens", "temperature", "stop",
+                            "stream", "stream_options", "seed", "logit_bias", "anything"}) {
+    expect_short_error(field, deep);
+    expect_short_error(field, deep_object);
+  }
+  for (const char* field : {"model", "max_tokens", "temperature", "top_p", "stream", "seed"}) {
+    for (const std::string& value :
+         {"\"" + huge + "\"", "[\"" + huge + "\"]", "{\"" + huge + "\": 1}"}) {
+      expect_short_error(field, value);
+    }
+  }
+  expect_short_error("model", "{\"a\": " + std::string(30, '[') + std::string(30, ']') + "}");
+  // A body cut inside a long string: the parser's message quotes its last token.
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": "tiny", "prompt": ")" + huge, kLimits);
+    ADD_FAILURE() << "a cut body was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u) << e.what();
+  }
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": "tiny", "prompt": )" + deep + "}", kLimits);
+    ADD_FAILURE() << "deep nesting accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 32 deep"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::serve

@@ -1,7 +1,7 @@
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +26,37 @@ sigset_t block_stop_signals() {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+// A connection takes a file descriptor: the soft limit is raised to hold max_connections of them
+// beside the model's files, within the hard limit, which may lower the cap.
+int64_t connection_cap(int64_t max_connections) {
+  constexpr int64_t kSpare = 64;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return max_connections;
+  const rlim_t wanted = rlim_t(max_connections + kSpare);
+  if (files.rlim_cur < wanted) {
+    files.rlim_cur = std::min(wanted, files.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  const int64_t cap = std::min<int64_t>(max_connections, int64_t(files.rlim_cur) - kSpare);
+  check(cap >= 1, "the open-file limit ({}) leaves no room for connections; raise ulimit -n",
+        files.rlim_cur);
+  if (cap < max_connections) {
+    std::printf("--max-connections %lld lowered to %lld by the open-file limit (ulimit -n %llu)\n",
+                static_cast<long long>(max_connections), static_cast<long long>(cap),
+                static_cast<unsigned long long>(files.rlim_cur));
+  }
+  return cap;
+}
+
+std::chrono::milliseconds seconds_flag(const Flags& flags, const std::string& name,
+                                       std::chrono::milliseconds fallback) {
+  const double seconds = flags.get_double(name, double(fallback.count()) / 1000);
+  check(seconds > 0 && seconds <= 86400, "--{} must lie in (0, 86400] seconds, got {}", name,
+        seconds);
+  return std::chrono::milliseconds(int64_t(seconds * 1000));
 }
 
 std::string default_model_name(const std::string& checkpoint) {
@@ -57,9 +88,24 @@ int serve_command(int argc, char** argv) {
         "tokens one model step runs, decodes and prompt chunks (default 256)"},
        {"max-queue", "N", "requests that may wait; beyond it, 429 (default 256)"},
        {"max-tokens-cap", "N", "the largest max_tokens a request may ask (default: the context)"},
-       {"max-body-bytes", "N", "the largest request body accepted (default 1048576)"},
-       {"threads", "N", "compute threads (default: every core but one, left to the HTTP threads)"},
-       {"http-threads", "N", "connections served at once (default max-running + max-queue + 8)"},
+       {"prefix-cache", "on|off",
+        "share the KV cache of prompts' common prefixes between requests (default on)"},
+       {"max-body-bytes", "N",
+        "the largest request body accepted, chunked or not; beyond it, 413 (default 1048576)"},
+       {"max-connections", "N", "connections open at once; beyond it, 503 (default 1024)"},
+       {"header-timeout", "S",
+        "seconds a request's line and headers may take to arrive (default 10)"},
+       {"body-timeout", "S", "seconds a request's body may take to arrive (default 30)"},
+       {"idle-timeout", "S",
+        "seconds a keep-alive connection may wait between requests (default 60)"},
+       {"write-timeout", "S",
+        "seconds one write to a client may take before it is dropped (default 30)"},
+       {"drain-seconds", "S",
+        "on SIGTERM or SIGINT, seconds running requests may take to finish before they are ended "
+        "(default 30)"},
+       {"protect-metrics", "", "require the API key on /metrics too (default: /metrics is open)"},
+       {"threads", "N", "compute threads (default: every core but one, left to the HTTP thread)"},
+       {"http-threads", "N", "threads running the HTTP event loop (default 1)"},
        {"help", "", "show this help"}},
       argc, argv);
   if (flags.has("help")) {
@@ -74,6 +120,8 @@ int serve_command(int argc, char** argv) {
   const auto checkpoint = flags.get("checkpoint");
   check(checkpoint.has_value(), "tessera serve: --checkpoint DIR is required");
   const sigset_t stop_signals = block_stop_signals();
+  // A closed client socket or output pipe must end a write, never the server.
+  std::signal(SIGPIPE, SIG_IGN);
 
   // A compute thread that shares its core with the HTTP threads stalls every step at OpenMP's
   // barriers, so by default one core is left to them.
@@ -92,31 +140,47 @@ int serve_command(int argc, char** argv) {
   engine_options.max_queue = flags.get_int("max-queue", engine_options.max_queue);
   check(engine_options.kv_cache_tokens >= 0 && engine_options.kv_cache_bytes >= 0,
         "--kv-cache-tokens and --kv-cache-bytes must be at least 0");
+  const std::string prefix_cache = flags.get_or("prefix-cache", "on");
+  check(prefix_cache == "on" || prefix_cache == "off", "--prefix-cache must be on or off, not '{}'",
+        prefix_cache);
+  engine_options.prefix_caching = prefix_cache == "on";
 
   serve::ServedModel served =
       serve::load_served_model(*checkpoint, engine_options.max_step_tokens, format);
   const model::ModelConfig& mc = served.config();
-  serve::ApiLimits limits;
+  serve::RouteOptions routes;
+  serve::ApiLimits& limits = routes.limits;
   limits.model_name = flags.get_or("model-name", default_model_name(*checkpoint));
   limits.context = mc.max_seq;
   limits.max_tokens_cap = flags.get_int("max-tokens-cap", mc.max_seq);
   check(limits.max_tokens_cap >= 1, "--max-tokens-cap must be at least 1, got {}",
         limits.max_tokens_cap);
+  const char* env_key = std::getenv("TESSERA_API_KEY");
+  routes.api_key = flags.get_or("api-key", env_key != nullptr ? env_key : "");
+  routes.open_metrics = !flags.has("protect-metrics");
   serve::HttpOptions http;
   http.host = flags.get_or("host", http.host);
   http.port = int(flags.get_int("port", http.port));
   check(http.port >= 0 && http.port <= 65535, "--port must lie in [0, 65535], got {}", http.port);
-  const char* env_key = std::getenv("TESSERA_API_KEY");
-  http.api_key = flags.get_or("api-key", env_key != nullptr ? env_key : "");
-  http.max_body_bytes = flags.get_int("max-body-bytes", http.max_body_bytes);
-  check(http.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024, got {}",
-        http.max_body_bytes);
-  http.threads = int(flags.get_int("http-threads", 0));
-  check(http.threads >= 0, "--http-threads must be at least 0, got {}", http.threads);
+  http.limits.max_body_bytes = flags.get_int("max-body-bytes", http.limits.max_body_bytes);
+  check(http.limits.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024, got {}",
+        http.limits.max_body_bytes);
+  const int64_t max_connections = flags.get_int("max-connections", http.max_connections);
+  check(max_connections >= 1, "--max-connections must be at least 1, got {}", max_connections);
+  http.max_connections = connection_cap(max_connections);
+  http.header_timeout = seconds_flag(flags, "header-timeout", http.header_timeout);
+  http.body_timeout = seconds_flag(flags, "body-timeout", http.body_timeout);
+  http.idle_timeout = seconds_flag(flags, "idle-timeout", http.idle_timeout);
+  http.write_timeout = seconds_flag(flags, "write-timeout", http.write_timeout);
+  const auto drain = seconds_flag(flags, "drain-seconds", std::chrono::seconds(30));
+  http.threads = int(flags.get_int("http-threads", http.threads));
+  check(http.threads >= 1 && http.threads <= 256, "--http-threads must lie in [1, 256], got {}",
+        http.threads);
 
-  serve::ServeMetrics metrics;
+  serve::ServeMetrics metrics(limits.model_name);
   serve::Engine engine(served, engine_options, metrics);
-  serve::HttpServer server(served, engine, metrics, limits, http);
+  serve::ApiService service(served, engine, metrics, routes);
+  serve::HttpServer server(service, metrics, http);
   const int port = server.bind();
   const serve::PagedKvCache& cache = engine.cache();
   std::printf(
@@ -128,27 +192,30 @@ int serve_command(int argc, char** argv) {
       serve::serving_format_name(format).c_str(),
       double(served.model->matmul_weight_bytes_per_token()) / (1 << 20),
       static_cast<long long>(mc.max_seq), num_threads());
-  std::printf("KV cache: %lld blocks of %lld tokens = %lld tokens, %.1f MiB\n",
+  std::printf("KV cache: %lld blocks of %lld tokens = %lld tokens, %.1f MiB, prefix caching %s\n",
               static_cast<long long>(cache.blocks_total()),
               static_cast<long long>(cache.block_tokens()),
               static_cast<long long>(cache.blocks_total() * cache.block_tokens()),
-              double(cache.bytes()) / (1 << 20));
+              double(cache.bytes()) / (1 << 20), prefix_cache.c_str());
   std::printf("listening on http://%s:%d%s\n", http.host.c_str(), port,
-              http.api_key.empty() ? "" : " (API key required)");
+              routes.api_key.empty() ? "" : " (API key required)");
   std::fflush(stdout);
 
-  std::atomic<bool> signalled = false;
+  // The first signal drains; a second one while draining ends the process at once.
   std::thread stopper([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    signalled = true;
-    server.stop();
+    std::printf("signal %d: draining for up to %.0f s (a second signal stops at once)\n", signal,
+                double(drain.count()) / 1000);
+    std::fflush(stdout);
+    server.drain(drain);
+    sigwait(&stop_signals, &signal);
+    std::_Exit(128 + signal);
   });
+  stopper.detach();
   server.run();
-  // run() also returns when listening fails; wake the stopper so it can be joined.
-  if (!signalled) pthread_kill(stopper.native_handle(), SIGTERM);
-  stopper.join();
   std::printf("stopped\n");
+  std::fflush(stdout);
   return 0;
 }
 

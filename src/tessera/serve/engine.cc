@@ -19,6 +19,21 @@ bool RequestStream::wait(std::vector<GeneratedToken>& out, std::chrono::millisec
   return finished_ && out.empty();
 }
 
+void RequestStream::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
+void RequestStream::notify() {
+  std::function<void()> listener;
+  {
+    std::lock_guard lock(mutex_);
+    listener = listener_;
+  }
+  if (listener) listener();
+  changed_.notify_all();
+}
+
 void RequestStream::cancel() {
   std::lock_guard lock(mutex_);
   cancelled_ = true;
@@ -50,7 +65,7 @@ void RequestStream::append(GeneratedToken token) {
     pending_.push_back(std::move(token));
     ++completion_tokens_;
   }
-  changed_.notify_all();
+  notify();
 }
 
 void RequestStream::finish(FinishReason reason, std::string error) {
@@ -60,7 +75,7 @@ void RequestStream::finish(FinishReason reason, std::string error) {
     finish_reason_ = reason;
     error_ = std::move(error);
   }
-  changed_.notify_all();
+  notify();
 }
 
 // A request inside the engine: its prompt and generated tokens, how many of them the cache
@@ -72,7 +87,7 @@ struct Engine::Sequence {
         tokens(request.prompt),
         sampler(tokenizer.vocab_size(), request.sampling),
         text(tokenizer, request.stop),
-        submitted(Clock::now()) {}
+        submitted(request.arrival) {}
 
   int64_t generated() const { return int64_t(tokens.size() - request.prompt.size()); }
 
@@ -82,6 +97,7 @@ struct Engine::Sequence {
   int64_t cache_id = -1;        // -1 while waiting
   int64_t cached = 0;           // leading tokens whose keys and values the cache holds
   int64_t admission = 0;        // larger is younger
+  bool admitted_before = false;
   Sampler sampler;
   TextStream text;
   Clock::time_point submitted, last_token;
@@ -110,7 +126,8 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
       options_(options),
       metrics_(metrics),
       context_(served.config().max_seq),
-      cache_(served.config(), pool_tokens(options, served.config()), options.block_tokens) {
+      cache_(served.config(), pool_tokens(options, served.config()), options.block_tokens,
+             options.prefix_caching) {
   check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
         options.max_running);
   check(options.max_step_tokens >= options.max_running,
@@ -127,15 +144,21 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
   });
 }
 
-Engine::~Engine() {
+Engine::~Engine() { stop("the server is shutting down"); }
+
+void Engine::stop(const std::string& message) {
   {
     std::lock_guard lock(queue_mutex_);
+    if (stopping_) return;
     stopping_ = true;
+    stop_message_ = message;
   }
   work_.notify_all();
   thread_.join();
-  fail_all("the server is shutting down");
+  fail_all(FinishReason::kShutdown, message);
 }
+
+int64_t Engine::unfinished() const { return unfinished_.load(); }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   const int64_t prompt = int64_t(request.prompt.size());
@@ -154,11 +177,13 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   std::shared_ptr<RequestStream> out = seq->out;
   {
     std::lock_guard lock(queue_mutex_);
+    check(!stopping_, "{}", stop_message_);
     if (int64_t(waiting_.size()) >= options_.max_queue) {
       throw QueueFull(fmt::format("{} requests are already waiting (--max-queue {}); retry later",
                                   waiting_.size(), options_.max_queue));
     }
     waiting_.push_back(std::move(seq));
+    unfinished_.fetch_add(1);
     metrics_.set_waiting(int64_t(waiting_.size()));
   }
   metrics_.prompt_tokens(prompt);
@@ -182,7 +207,7 @@ void Engine::loop() {
       step();
     } catch (const std::exception& e) {
       spdlog::error("serve: a step failed: {}", e.what());
-      fail_all(e.what());
+      fail_all(FinishReason::kError, e.what());
     }
   }
 }
@@ -198,6 +223,9 @@ void Engine::step() {
     // plan may preempt younger sequences, or this one, which removes them from running_.
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       Sequence& seq = *running_[i];
+      if (!decoding && int64_t(seq.tokens.size()) - seq.cached > 1) {
+        reuse_cached_prefix(seq, /*joining=*/false);
+      }
       const int64_t want = int64_t(seq.tokens.size()) - seq.cached;
       if ((want == 1) != decoding) {
         ++i;
@@ -212,15 +240,22 @@ void Engine::step() {
   }
   publish_gauges();  // before any token of this step reaches a client
   if (!planned_.empty()) {
+    int64_t prefill = 0;
     for (const PlannedChunk& p : planned_) {
       const std::span<const int32_t> tokens(p.seq->tokens.data() + p.seq->cached, p.n);
       chunks_.push_back(cache_.chunk(p.seq->cache_id, tokens));
+      // A chunk ending at a generated token decodes that one; the rest is prefill.
+      const bool decodes =
+          p.seq->generated() > 0 && p.seq->cached + p.n == int64_t(p.seq->tokens.size());
+      prefill += decodes ? p.n - 1 : p.n;
     }
+    metrics_.prefill_tokens(prefill);
     const float* logits = served_.model->decode(cache_.view(), chunks_);
     const int64_t vocab = served_.config().vocab_size;
     for (size_t c = 0; c < planned_.size(); ++c) {
       Sequence& seq = *planned_[c].seq;
-      cache_.advance(seq.cache_id, planned_[c].n);
+      cache_.advance(seq.cache_id,
+                     std::span<const int32_t>(seq.tokens.data() + seq.cached, planned_[c].n));
       seq.cached += planned_[c].n;
       if (seq.cached == int64_t(seq.tokens.size())) emit(seq, logits + c * vocab);
     }
@@ -237,7 +272,7 @@ void Engine::drop_cancelled() {
   std::lock_guard lock(queue_mutex_);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if ((*it)->out->cancelled()) {
-      (*it)->out->finish(FinishReason::kCancelled);
+      end_stream(**it, FinishReason::kCancelled);
       metrics_.request_finished(finish_reason_name(FinishReason::kCancelled));
       it = waiting_.erase(it);
     } else {
@@ -258,10 +293,25 @@ void Engine::admit() {
     seq.cache_id = cache_.add_sequence();
     seq.cached = 0;
     seq.admission = next_admission_++;
+    if (!seq.admitted_before) {
+      metrics_.queue_time(std::chrono::duration<double>(Clock::now() - seq.submitted).count());
+      seq.admitted_before = true;
+    }
+    reuse_cached_prefix(seq, /*joining=*/true);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   metrics_.set_waiting(int64_t(waiting_.size()));
+}
+
+// Takes cached blocks for the tokens seq has yet to compute: when it joins, and again whenever
+// its prefill reaches a block boundary, since a sequence ahead of it may have filled the blocks
+// it is about to compute.
+void Engine::reuse_cached_prefix(Sequence& seq, bool joining) {
+  if (!cache_.prefix_caching()) return;
+  const int64_t hits = cache_.attach_cached_prefix(seq.cache_id, seq.tokens);
+  seq.cached += hits;
+  metrics_.prefix_cache_lookup(joining ? int64_t(seq.tokens.size()) : 0, hits);
 }
 
 // Reserves room for seq's next n tokens, preempting younger sequences with nothing planned this
@@ -333,7 +383,7 @@ void Engine::emit(Sequence& seq, const float* logits) {
   }
   if (seq.finished) token.text += seq.text.finish();
   seq.out->append(std::move(token));
-  if (seq.finished) seq.out->finish(*seq.finished);
+  if (seq.finished) end_stream(seq, *seq.finished);
 }
 
 // Marks seq finished and frees its blocks; the caller tells its stream once the last token is
@@ -344,26 +394,32 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
   cache_.release(seq.cache_id);
   seq.cache_id = -1;
   // Before the client hears of the end, so it finds the blocks back in /metrics.
-  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free());
+  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free(), cache_.blocks_cached());
   metrics_.request_latency(std::chrono::duration<double>(Clock::now() - seq.submitted).count());
-  if (reason == FinishReason::kCancelled) seq.out->finish(reason);
+  if (reason == FinishReason::kCancelled) end_stream(seq, reason);
+}
+
+void Engine::end_stream(Sequence& seq, FinishReason reason, const std::string& error) {
+  unfinished_.fetch_sub(1);
+  seq.out->finish(reason, error);
 }
 
 void Engine::retire_finished() {
   std::erase_if(running_, [](const auto& seq) { return seq->finished.has_value(); });
 }
 
-void Engine::fail_all(const std::string& message) {
+void Engine::fail_all(FinishReason reason, const std::string& message) {
   for (auto& seq : running_) {
+    if (seq->finished) continue;  // its stream has ended; a failed step left it unretired
     if (seq->cache_id >= 0) cache_.release(seq->cache_id);
-    seq->out->finish(FinishReason::kError, message);
-    metrics_.request_finished(finish_reason_name(FinishReason::kError));
+    end_stream(*seq, reason, message);
+    metrics_.request_finished(finish_reason_name(reason));
   }
   running_.clear();
   std::lock_guard lock(queue_mutex_);
   for (auto& seq : waiting_) {
-    seq->out->finish(FinishReason::kError, message);
-    metrics_.request_finished(finish_reason_name(FinishReason::kError));
+    end_stream(*seq, reason, message);
+    metrics_.request_finished(finish_reason_name(reason));
   }
   waiting_.clear();
   publish_gauges();
@@ -371,7 +427,7 @@ void Engine::fail_all(const std::string& message) {
 
 void Engine::publish_gauges() {
   metrics_.set_running(int64_t(running_.size()));
-  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free());
+  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free(), cache_.blocks_cached());
 }
 
 }  // namespace tessera::serve

@@ -1,9 +1,11 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +34,9 @@ struct EngineOptions {
   // so a long prompt is spread over steps instead of stalling the decodes.
   int64_t max_step_tokens = 256;
   int64_t max_queue = 256;  // waiting requests beyond which submit refuses
+  // Full KV blocks are shared between sequences whose prompts start alike, and kept after their
+  // sequences end until the room is needed (PagedKvCache).
+  bool prefix_caching = true;
 };
 
 struct GenerationRequest {
@@ -42,12 +47,15 @@ struct GenerationRequest {
   // -1: no log-probabilities; 0 to kMaxTopLogprobs: the sampled token's and that many of the
   // most likely alternatives.
   int64_t top_logprobs = -1;
+  // When the request arrived, from which its queue time and time to first token count.
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 
-enum class FinishReason { kStop, kLength, kCancelled, kError };
-// OpenAI's words: "stop", "length"; then "cancelled" and "error".
+// kShutdown: the server stopped before the request finished.
+enum class FinishReason { kStop, kLength, kCancelled, kError, kShutdown };
+// OpenAI's words: "stop", "length"; then "cancelled", "error" and "shutdown".
 constexpr std::string_view finish_reason_name(FinishReason reason) {
-  constexpr std::string_view names[] = {"stop", "length", "cancelled", "error"};
+  constexpr std::string_view names[] = {"stop", "length", "cancelled", "error", "shutdown"};
   return names[static_cast<int>(reason)];
 }
 
@@ -68,6 +76,10 @@ class RequestStream {
   // Waits up to timeout for new tokens or the end and moves what arrived into out (cleared
   // first). Returns true once the request has finished and everything has been taken.
   bool wait(std::vector<GeneratedToken>& out, std::chrono::milliseconds timeout);
+  // Called, on the engine's thread and with no lock held, after each token and at the end; an
+  // asynchronous server uses it to wake the connection that waits. Replaces any earlier one;
+  // an empty function removes it.
+  void set_listener(std::function<void()> listener);
   // The client went away: the engine drops the sequence and frees its blocks at its next step.
   void cancel();
   bool cancelled() const;
@@ -82,6 +94,7 @@ class RequestStream {
   friend class Engine;
   void append(GeneratedToken token);
   void finish(FinishReason reason, std::string error = {});
+  void notify();
 
   const int64_t prompt_tokens_;
   mutable std::mutex mutex_;
@@ -91,6 +104,7 @@ class RequestStream {
   bool finished_ = false, cancelled_ = false;
   FinishReason finish_reason_ = FinishReason::kStop;
   std::string error_;
+  std::function<void()> listener_;
 };
 
 // Refused for want of room in the queue; the client should retry later.
@@ -116,6 +130,11 @@ class Engine {
   // the context, a sequence larger than the whole KV pool).
   std::shared_ptr<RequestStream> submit(GenerationRequest request);
   bool queue_full() const;
+  // Requests waiting or running.
+  int64_t unfinished() const;
+  // Stops stepping and ends every unfinished request with FinishReason::kShutdown and this message;
+  // later submits are refused with it. The destructor does the same.
+  void stop(const std::string& message);
 
   const PagedKvCache& cache() const { return cache_; }
   const EngineOptions& options() const { return options_; }
@@ -133,10 +152,12 @@ class Engine {
   void drop_cancelled();
   bool plan(Sequence& seq, int64_t n);
   void preempt(Sequence& seq);
+  void reuse_cached_prefix(Sequence& seq, bool joining);
   void emit(Sequence& seq, const float* logits);
   void finish(Sequence& seq, FinishReason reason);
+  void end_stream(Sequence& seq, FinishReason reason, const std::string& error = {});
   void retire_finished();
-  void fail_all(const std::string& message);
+  void fail_all(FinishReason reason, const std::string& message);
   void publish_gauges();
 
   ServedModel& served_;
@@ -152,7 +173,9 @@ class Engine {
   mutable std::mutex queue_mutex_;
   std::condition_variable work_;
   std::deque<std::unique_ptr<Sequence>> waiting_;  // preempted sequences go back to the front
+  std::atomic<int64_t> unfinished_ = 0;            // submitted, and their streams not ended
   bool stopping_ = false;
+  std::string stop_message_;
   std::thread thread_;
 };
 

@@ -1,239 +1,374 @@
 #include "tessera/serve/http_server.h"
 
-#include <httplib.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
-#include <chrono>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <thread>
+#include <vector>
+
+#include "tessera/serve/http_parser.h"
 
 namespace tessera::serve {
 
-using nlohmann::json;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
-constexpr auto kKeepAliveEvery = std::chrono::milliseconds(1000);
+constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+// How often an idle connection looks for a drain, and a generation without news for a client
+// that has gone (a whole one) or sends a keep-alive comment (a streamed one).
+constexpr auto kPollEvery = std::chrono::milliseconds(1000);
+constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+// After a drain has ended the last generations, how long their final events may take to go out.
+constexpr auto kFlushAfterDrain = std::chrono::seconds(5);
+// Before closing, what the client still sends is read and dropped, within these bounds: closing
+// with unread bytes would reset the connection and could destroy the answer before it is read.
+constexpr auto kLingerTime = std::chrono::seconds(1);
+constexpr size_t kLingerBytes = size_t(1) << 20;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
+bool is_http_error(const beast::error_code& ec) {
+  return ec.category() == make_error_code(http::error::end_of_stream).category();
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.body()); }
-
-// The message of a status httplib answered by itself, before any handler ran.
-ApiError library_error(int status) {
-  switch (status) {
-    case 404:
-      return ApiError(404, "no such route", "invalid_request_error", "", "not_found");
-    case 413:
-      return ApiError(413, "the request body is larger than the server accepts (--max-body-bytes)",
-                      "invalid_request_error", "", "request_too_large");
-    default:
-      return ApiError(status, fmt::format("the request failed with HTTP status {}", status),
-                      status >= 500 ? "server_error" : "invalid_request_error");
-  }
+// An orderly close (or a reset) by the peer, seen without reading what it may have sent.
+bool peer_closed(tcp::socket& socket) {
+  char byte;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-// The route label of a request, from a fixed set so the metric's series stay few.
-std::string route_label(const std::string& path) {
-  for (const char* route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
-    if (path == route) return route;
-  }
-  return "other";
-}
-
-// One streamed response's state, kept alive by the content provider until the stream ends.
-struct StreamState {
-  std::shared_ptr<RequestStream> stream;
-  ResponseBuilder builder;
-  bool include_usage;
-  std::vector<GeneratedToken> tokens;
+// Clears a request stream's listener when the connection is done with it.
+struct ListenerGuard {
+  RequestStream& stream;
+  ~ListenerGuard() { stream.set_listener({}); }
 };
 
-bool write_event(httplib::DataSink& sink, const std::string& event) {
-  return sink.write(event.data(), event.size());
-}
+struct ConnectionCount {
+  std::atomic<int64_t>& open;
+  ServeMetrics& metrics;
+  int64_t now;
+  ConnectionCount(std::atomic<int64_t>& o, ServeMetrics& m) : open(o), metrics(m), now(++o) {
+    metrics.set_open_connections(now);
+  }
+  ~ConnectionCount() { metrics.set_open_connections(--open); }
+};
 
 }  // namespace
 
-HttpServer::HttpServer(ServedModel& served, Engine& engine, ServeMetrics& metrics,
-                       const ApiLimits& limits, const HttpOptions& options)
-    : served_(served),
-      engine_(engine),
-      metrics_(metrics),
-      limits_(limits),
-      options_(options),
-      server_(std::make_unique<httplib::Server>()) {
-  const EngineOptions& e = engine.options();
-  const int threads = options.threads > 0 ? options.threads : int(e.max_running + e.max_queue + 8);
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(size_t(options.max_body_bytes));
-  // Each streamed token is a small write; Nagle's algorithm would hold it for the client's
-  // delayed acknowledgement (40 ms).
-  server_->set_tcp_nodelay(true);
-  add_routes();
+class HttpServer::Impl {
+ public:
+  Impl(ApiService& service, ServeMetrics& metrics, const HttpOptions& options)
+      : service_(service), metrics_(metrics), options_(options) {}
+
+  int bind();
+  void run();
+  void drain(std::chrono::milliseconds grace);
+
+ private:
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<bool> wait_for_request(beast::tcp_stream& stream, Clock::duration timeout);
+  asio::awaitable<void> answer_unreadable(beast::tcp_stream& stream, const beast::error_code& ec);
+  asio::awaitable<bool> write_response(beast::tcp_stream& stream, int version,
+                                       std::string_view route, HttpResponse response,
+                                       bool keep_alive);
+  asio::awaitable<bool> write_generation(beast::tcp_stream& stream, const HttpRequest& request,
+                                         GenerationReply& reply, bool keep_alive);
+  asio::awaitable<void> close_gracefully(beast::tcp_stream& stream);
+  asio::awaitable<void> drain_then_stop(Clock::duration grace);
+  asio::awaitable<void> sleep(Clock::duration d);
+
+  ApiService& service_;
+  ServeMetrics& metrics_;
+  const HttpOptions options_;
+  std::atomic<int64_t> connections_ = 0;
+  std::atomic<bool> draining_ = false;
+  // Last, so that the coroutines it destroys find everything above still alive.
+  asio::io_context io_;
+  tcp::acceptor acceptor_{io_};
+};
+
+int HttpServer::Impl::bind() {
+  beast::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(options_.host, ec);
+  check(!ec, "cannot listen on {}: it is not an IP address (--host)", options_.host);
+  const tcp::endpoint endpoint(address, uint16_t(options_.port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  check(!ec, "cannot listen on {}:{}: {} (--host, --port)", options_.host, options_.port,
+        ec.message());
+  return acceptor_.local_endpoint().port();
 }
 
-HttpServer::~HttpServer() = default;
-
-int HttpServer::bind() {
-  int port = options_.port;
-  if (port == 0) {
-    port = server_->bind_to_any_port(options_.host);
-  } else if (!server_->bind_to_port(options_.host, port)) {
-    port = -1;
-  }
-  check(port > 0, "cannot listen on {}:{}: the address is taken or invalid (--host, --port)",
-        options_.host, options_.port);
-  return port;
+void HttpServer::Impl::run() {
+  asio::co_spawn(io_, accept_loop(), asio::detached);
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < options_.threads; ++i) helpers.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (std::thread& t : helpers) t.join();
 }
 
-void HttpServer::run() { server_->listen_after_bind(); }
-
-void HttpServer::stop() { server_->stop(); }
-
-bool HttpServer::authorized(const std::string& authorization) const {
-  if (options_.api_key.empty()) return true;
-  const std::string expected = "Bearer " + options_.api_key;
-  if (authorization.size() != expected.size()) return false;
-  unsigned char diff = 0;  // compared in full, so the time taken does not reveal the key
-  for (size_t i = 0; i < expected.size(); ++i) diff |= authorization[i] ^ expected[i];
-  return diff == 0;
+void HttpServer::Impl::drain(std::chrono::milliseconds grace) {
+  asio::post(io_, [this, grace] {
+    if (draining_.exchange(true)) return;
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    service_.begin_drain();
+    asio::co_spawn(io_, drain_then_stop(grace), asio::detached);
+  });
 }
 
-void HttpServer::add_routes() {
-  httplib::Server& s = *server_;
-  auto guarded = [this](auto handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req.get_header_value("Authorization"))) {
-        send_error(res, ApiError(401,
-                                 "missing or wrong API key: send the header 'Authorization: "
-                                 "Bearer <key>'",
-                                 "invalid_request_error", "", "invalid_api_key"));
-        return;
-      }
-      handler(req, res);
-    };
-  };
+asio::awaitable<void> HttpServer::Impl::sleep(Clock::duration d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(kAwait);
+}
 
-  auto generate = [this](Endpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+asio::awaitable<void> HttpServer::Impl::drain_then_stop(Clock::duration grace) {
+  const auto deadline = Clock::now() + grace;
+  spdlog::info("draining: no new connections; {} generations unfinished, {:.0f} s to finish",
+               service_.unfinished(), std::chrono::duration<double>(grace).count());
+  while (service_.unfinished() > 0 && Clock::now() < deadline) co_await sleep(kDrainPoll);
+  const int64_t cut = service_.unfinished();
+  service_.end_unfinished();
+  if (cut > 0) spdlog::info("draining: ended {} unfinished generations", cut);
+  const auto flush_deadline = Clock::now() + kFlushAfterDrain;
+  while (connections_ > 0 && Clock::now() < flush_deadline) co_await sleep(kDrainPoll);
+  io_.stop();
+}
+
+asio::awaitable<void> HttpServer::Impl::accept_loop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_), kAwait);
+    if (!acceptor_.is_open()) co_return;
+    if (ec) {
+      // Out of file descriptors, most likely: connections wait in the backlog meanwhile.
+      spdlog::warn("http: accepting a connection failed: {}", ec.message());
+      co_await sleep(std::chrono::milliseconds(50));
+      continue;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // each streamed token is a small write
+    const auto executor = socket.get_executor();
+    asio::co_spawn(executor, session(std::move(socket)), [](std::exception_ptr e) {
+      if (!e) return;
       try {
-        ApiRequest api = parse_request(endpoint, req.body, limits_);
-        const bool stream = api.stream, include_usage = api.include_usage;
-        GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, limits_);
-        const bool with_logprobs = g.top_logprobs >= 0;
-        std::shared_ptr<RequestStream> out;
-        try {
-          out = engine_.submit(std::move(g));
-        } catch (const QueueFull& e) {
-          res.set_header("Retry-After", "1");
-          throw ApiError(429, e.what(), "rate_limit_error", "", "rate_limit_exceeded");
-        } catch (const Error& e) {
-          throw ApiError(400, e.what());
-        }
-        ResponseBuilder builder(endpoint, limits_.model_name, *served_.tokenizer, with_logprobs);
-        if (!stream) {
-          std::vector<GeneratedToken> all, fresh;
-          while (!out->wait(fresh, std::chrono::hours(1))) {
-            all.insert(all.end(), std::make_move_iterator(fresh.begin()),
-                       std::make_move_iterator(fresh.end()));
-          }
-          if (out->finish_reason() == FinishReason::kError) {
-            throw ApiError(500, "generation failed: " + out->error(), "server_error");
-          }
-          send_json(res, 200,
-                    builder.response(all, out->finish_reason(), out->prompt_tokens(),
-                                     out->completion_tokens()));
-          return;
-        }
-        auto state =
-            std::make_shared<StreamState>(StreamState{out, std::move(builder), include_usage, {}});
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream",
-            [state](size_t, httplib::DataSink& sink) {
-              const bool finished = state->stream->wait(state->tokens, kKeepAliveEvery);
-              bool ok = true;
-              if (!state->tokens.empty()) {
-                ok = write_event(sink,
-                                 "data: " + dump(state->builder.chunk(state->tokens)) + "\n\n");
-              } else if (!finished) {
-                ok = write_event(sink, ": waiting\n\n");  // finds a client that has gone
-              }
-              if (!ok) return false;
-              if (!finished) return true;
-              const RequestStream& out = *state->stream;
-              if (out.finish_reason() == FinishReason::kError) {
-                ok = write_event(sink, "data: " +
-                                           dump(ApiError(500, "generation failed: " + out.error(),
-                                                         "server_error")
-                                                    .body()) +
-                                           "\n\n");
-              } else {
-                ok = write_event(
-                    sink,
-                    "data: " + dump(state->builder.final_chunk(out.finish_reason())) + "\n\n");
-                if (ok && state->include_usage) {
-                  ok = write_event(sink, "data: " +
-                                             dump(state->builder.usage_chunk(
-                                                 out.prompt_tokens(), out.completion_tokens())) +
-                                             "\n\n");
-                }
-              }
-              if (ok) ok = write_event(sink, "data: [DONE]\n\n");
-              if (ok) sink.done();
-              return ok;
-            },
-            [state](bool success) {
-              if (!success) state->stream->cancel();
-            });
-      } catch (const ApiError& e) {
-        send_error(res, e);
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        spdlog::error("http: a connection failed: {}", x.what());
       }
-    };
-  };
-
-  s.Post("/v1/completions", guarded(generate(Endpoint::kCompletions)));
-  s.Post("/v1/chat/completions", guarded(generate(Endpoint::kChatCompletions)));
-  s.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-          json model = {{"id", limits_.model_name},
-                        {"object", "model"},
-                        {"created", 0},
-                        {"owned_by", "tessera"},
-                        {"max_model_len", limits_.context}};
-          send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
-        }));
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"status", "ok"}});
-  });
-  s.Get("/ready", guarded([this](const httplib::Request&, httplib::Response& res) {
-          const bool full = engine_.queue_full();
-          send_json(res, full ? 503 : 200, {{"status", full ? "queue full" : "ready"}});
-        }));
-  s.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
-          res.set_content(metrics_.render(), "text/plain; version=0.0.4");
-        }));
-
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) send_error(res, library_error(res.status));
-  });
-  s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string message = "internal error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          message = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError(500, message, "server_error"));
-      });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.http_response(route_label(req.path), res.status);
-  });
+    });
+  }
 }
+
+asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
+  const ConnectionCount count(connections_, metrics_);
+  beast::tcp_stream stream(std::move(socket));
+  if (count.now > options_.max_connections) {
+    const ApiError full = ApiError(503,
+                                   fmt::format("the server has {} connections open, its limit "
+                                               "(--max-connections); retry later",
+                                               options_.max_connections),
+                                   "server_error", "", "too_many_connections")
+                              .with_header("Retry-After", "1");
+    co_await write_response(stream, 11, "other", error_response(full), false);
+    co_await close_gracefully(stream);
+    co_return;
+  }
+  beast::flat_buffer buffer(
+      size_t(std::max<int64_t>(2 * options_.limits.max_header_bytes, 1 << 16)));
+  for (bool first = true;; first = false) {
+    if (buffer.size() == 0 && !co_await wait_for_request(stream, first ? options_.header_timeout
+                                                                       : options_.idle_timeout)) {
+      co_return;  // nothing was sent: nothing to answer
+    }
+    const auto arrival = Clock::now();
+    BeastRequestParser parser;
+    configure_parser(parser, options_.limits);
+    stream.expires_after(options_.header_timeout);
+    auto [ec, bytes] = co_await http::async_read_header(stream, buffer, parser, kAwait);
+    if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> proceed{http::status::continue_, 11};
+      stream.expires_after(options_.write_timeout);
+      std::tie(ec, bytes) = co_await http::async_write(stream, proceed, kAwait);
+    }
+    if (!ec) {
+      stream.expires_after(options_.body_timeout);
+      std::tie(ec, bytes) = co_await http::async_read(stream, buffer, parser, kAwait);
+    }
+    if (ec) {
+      co_await answer_unreadable(stream, ec);
+      co_return;
+    }
+    stream.expires_never();
+    const HttpRequest request = to_http_request(parser.release(), arrival);
+    const bool keep_alive = request.keep_alive && !draining_;
+    ApiReply reply = service_.handle(request);
+    bool ok;
+    if (auto* whole = std::get_if<HttpResponse>(&reply)) {
+      ok = co_await write_response(stream, request.version, route_label(request.path()),
+                                   std::move(*whole), keep_alive);
+    } else {
+      ok = co_await write_generation(
+          stream, request, *std::get<std::shared_ptr<GenerationReply>>(reply), keep_alive);
+    }
+    if (!ok) co_return;
+    if (!keep_alive || draining_) break;
+  }
+  co_await close_gracefully(stream);
+}
+
+// Waits in slices of kPollEvery for the first byte of a request, so an idle connection closes
+// within a slice of a drain starting. False when the connection closed, timed out or drains.
+asio::awaitable<bool> HttpServer::Impl::wait_for_request(beast::tcp_stream& stream,
+                                                         Clock::duration timeout) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    timer.expires_after(std::min<Clock::duration>(kPollEvery, deadline - Clock::now()));
+    auto result = co_await (stream.socket().async_wait(tcp::socket::wait_read, kAwait) ||
+                            timer.async_wait(kAwait));
+    if (result.index() == 0) co_return !std::get<0>(std::get<0>(result));
+    if (draining_ || Clock::now() >= deadline) co_return false;
+  }
+}
+
+// A request that could not be read. After a timeout the stream has already closed the socket;
+// otherwise a malformed, oversized or cut-short request is told why before the connection closes.
+asio::awaitable<void> HttpServer::Impl::answer_unreadable(beast::tcp_stream& stream,
+                                                          const beast::error_code& ec) {
+  if (!is_http_error(ec)) co_return;
+  const std::optional<ApiError> error = read_error(ec, options_.limits);
+  if (!error) co_return;
+  if (co_await write_response(stream, 11, "other", error_response(*error), false)) {
+    co_await close_gracefully(stream);
+  }
+}
+
+// write_response and write_generation return whether the connection may carry another request.
+asio::awaitable<bool> HttpServer::Impl::write_response(beast::tcp_stream& stream, int version,
+                                                       std::string_view route,
+                                                       HttpResponse response, bool keep_alive) {
+  http::response<http::string_body> message;
+  message.version(unsigned(version));
+  message.result(unsigned(response.status));
+  message.set(http::field::server, "tessera");
+  message.set(http::field::content_type, response.content_type);
+  for (const auto& [name, value] : response.headers) message.set(name, value);
+  message.keep_alive(keep_alive);
+  message.body() = std::move(response.body);
+  message.prepare_payload();
+  stream.expires_after(options_.write_timeout);
+  auto [ec, bytes] = co_await http::async_write(stream, message, kAwait);
+  stream.expires_never();
+  metrics_.http_response(std::string(route), response.status);
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpServer::Impl::write_generation(beast::tcp_stream& stream,
+                                                         const HttpRequest& request,
+                                                         GenerationReply& reply, bool keep_alive) {
+  // The engine's thread wakes this coroutine by cancelling its timer on the connection's strand;
+  // tokens are always taken before waiting, so a wake-up that lands during a write is not lost.
+  auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
+  reply.stream().set_listener([weak = std::weak_ptr(timer), executor = timer->get_executor()] {
+    asio::post(executor, [weak] {
+      if (auto t = weak.lock()) t->cancel();
+    });
+  });
+  const ListenerGuard unlisten{reply.stream()};
+  const std::string route(route_label(request.path()));
+  std::vector<GeneratedToken> tokens;
+
+  if (!reply.streaming()) {
+    for (;;) {
+      const bool finished = reply.stream().wait(tokens, std::chrono::milliseconds(0));
+      reply.collect(tokens);
+      if (finished) break;
+      timer->expires_after(kPollEvery);
+      co_await timer->async_wait(kAwait);
+      if (peer_closed(stream.socket())) {
+        reply.stream().cancel();
+        co_return false;
+      }
+    }
+    co_return co_await write_response(stream, request.version, route, reply.response(), keep_alive);
+  }
+
+  // HTTP/1.0 has no chunked encoding: the stream ends when the connection closes.
+  const bool chunked = request.version >= 11;
+  http::response<http::empty_body> head{http::status::ok, unsigned(request.version)};
+  head.set(http::field::server, "tessera");
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  head.keep_alive(chunked && keep_alive);
+  if (chunked) head.chunked(true);
+  http::response_serializer<http::empty_body> serializer(head);
+  stream.expires_after(options_.write_timeout);
+  auto [ec, bytes] = co_await http::async_write_header(stream, serializer, kAwait);
+  metrics_.http_response(route, 200);
+  for (bool finished = false; !ec && !finished;) {
+    finished = reply.stream().wait(tokens, std::chrono::milliseconds(0));
+    std::string text = reply.events(tokens);
+    if (finished) text += reply.end_events();
+    if (text.empty()) {
+      timer->expires_after(kPollEvery);
+      const auto [woken] = co_await timer->async_wait(kAwait);
+      if (woken) continue;
+      text = GenerationReply::kKeepAliveEvent;
+    }
+    stream.expires_after(options_.write_timeout);
+    if (chunked) {
+      std::tie(ec, bytes) =
+          co_await asio::async_write(stream, http::make_chunk(asio::buffer(text)), kAwait);
+    } else {
+      std::tie(ec, bytes) = co_await asio::async_write(stream, asio::buffer(text), kAwait);
+    }
+  }
+  if (!ec && chunked) {
+    std::tie(ec, bytes) = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
+  }
+  stream.expires_never();
+  if (ec) {
+    reply.stream().cancel();  // the client went away or stopped reading
+    co_return false;
+  }
+  if (!chunked) co_await close_gracefully(stream);
+  co_return chunked;
+}
+
+asio::awaitable<void> HttpServer::Impl::close_gracefully(beast::tcp_stream& stream) {
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  std::vector<char> sink(1 << 14);
+  size_t dropped = 0;
+  stream.expires_after(kLingerTime);
+  while (dropped < kLingerBytes) {
+    auto [read_ec, n] = co_await stream.async_read_some(asio::buffer(sink), kAwait);
+    if (read_ec) break;
+    dropped += n;
+  }
+  stream.expires_never();
+}
+
+HttpServer::HttpServer(ApiService& service, ServeMetrics& metrics, const HttpOptions& options)
+    : impl_(std::make_unique<Impl>(service, metrics, options)) {}
+HttpServer::~HttpServer() = default;
+int HttpServer::bind() { return impl_->bind(); }
+void HttpServer::run() { impl_->run(); }
+void HttpServer::drain(std::chrono::milliseconds grace) { impl_->drain(grace); }
 
 }  // namespace tessera::serve

@@ -1,5 +1,6 @@
 #include "tessera/serve/kv_cache.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -11,25 +12,33 @@ int64_t PagedKvCache::bytes_per_token(const model::ModelConfig& config) {
   return 2 * config.n_layer * config.kv_heads() * config.head_dim() * int64_t(sizeof(float));
 }
 
-PagedKvCache::PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
-                           int64_t block_tokens)
-    : layers_(config.n_layer),
-      row_width_(config.kv_heads() * config.head_dim()),
-      block_tokens_(block_tokens) {
-  check(block_tokens_ >= 1, "KV cache: blocks must hold at least one token, got {}", block_tokens_);
+namespace {
+
+int64_t checked_blocks(int64_t capacity_tokens, int64_t block_tokens) {
+  check(block_tokens >= 1, "KV cache: blocks must hold at least one token, got {}", block_tokens);
   check(capacity_tokens >= 1, "KV cache: capacity must be at least one token, got {}",
         capacity_tokens);
-  num_blocks_ = (capacity_tokens + block_tokens_ - 1) / block_tokens_;
-  check(num_blocks_ <= std::numeric_limits<int32_t>::max(),
-        "KV cache: {} blocks exceed the block table's int32 ids; use larger blocks", num_blocks_);
+  const int64_t blocks = (capacity_tokens + block_tokens - 1) / block_tokens;
+  check(blocks <= std::numeric_limits<int32_t>::max(),
+        "KV cache: {} blocks exceed the block table's int32 ids; use larger blocks", blocks);
+  return blocks;
+}
+
+}  // namespace
+
+PagedKvCache::PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
+                           int64_t block_tokens, bool prefix_caching)
+    : layers_(config.n_layer),
+      row_width_(config.kv_heads() * config.head_dim()),
+      block_tokens_(block_tokens),
+      num_blocks_(checked_blocks(capacity_tokens, block_tokens)),
+      pool_(num_blocks_, block_tokens, prefix_caching) {
   const int64_t per_tensor = num_blocks_ * block_tokens_ * row_width_;
   storage_.assign(2 * layers_ * per_tensor, 0.0f);
   for (int64_t l = 0; l < layers_; ++l) {
     k_layers_.push_back(storage_.data() + 2 * l * per_tensor);
     v_layers_.push_back(storage_.data() + (2 * l + 1) * per_tensor);
   }
-  free_blocks_.reserve(num_blocks_);
-  for (int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(int32_t(b));
 }
 
 int64_t PagedKvCache::add_sequence() {
@@ -53,24 +62,53 @@ bool PagedKvCache::reserve(int64_t seq, int64_t new_tokens) {
   const int64_t needed_blocks = (s.length + new_tokens + block_tokens_ - 1) / block_tokens_;
   const int64_t missing = needed_blocks - int64_t(s.blocks.size());
   if (missing > blocks_free()) return false;
-  for (int64_t i = 0; i < missing; ++i) {
-    s.blocks.push_back(free_blocks_.back());
-    free_blocks_.pop_back();
-  }
+  for (int64_t i = 0; i < missing; ++i) s.blocks.push_back(*pool_.take());
   return true;
 }
 
-void PagedKvCache::advance(int64_t seq, int64_t tokens) {
+void PagedKvCache::advance(int64_t seq, std::span<const int32_t> tokens) {
   Sequence& s = sequence(seq);
-  check(tokens >= 0 && s.length + tokens <= int64_t(s.blocks.size()) * block_tokens_,
-        "KV cache: sequence {} cannot grow by {} tokens from {}: only {} are reserved", seq, tokens,
+  const int64_t n = int64_t(tokens.size());
+  check(s.length + n <= int64_t(s.blocks.size()) * block_tokens_,
+        "KV cache: sequence {} cannot grow by {} tokens from {}: only {} are reserved", seq, n,
         s.length, int64_t(s.blocks.size()) * block_tokens_);
-  s.length += tokens;
+  const int64_t full_before = s.length / block_tokens_;
+  s.length += n;
+  if (!pool_.prefix_caching()) return;
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  for (int64_t b = full_before; b < s.length / block_tokens_; ++b) {
+    const std::span<const int32_t> content(s.tokens.data() + b * block_tokens_, block_tokens_);
+    s.last_full_key = chain_block_key(s.last_full_key, content);
+    pool_.publish(s.blocks[b], s.last_full_key, content);
+  }
+}
+
+int64_t PagedKvCache::attach_cached_prefix(int64_t seq, std::span<const int32_t> tokens) {
+  Sequence& s = sequence(seq);
+  if (!pool_.prefix_caching() || s.length != int64_t(s.blocks.size()) * block_tokens_) return 0;
+  check(int64_t(tokens.size()) >= s.length &&
+            std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin()),
+        "KV cache: the tokens given for sequence {} do not start with the {} it holds", seq,
+        s.length);
+  const int64_t start = s.length;
+  while (s.length + block_tokens_ < int64_t(tokens.size())) {
+    const std::span<const int32_t> content(tokens.data() + s.length, block_tokens_);
+    const BlockKey key = chain_block_key(s.last_full_key, content);
+    const std::optional<int32_t> block = pool_.find(key, content);
+    if (!block) break;
+    s.blocks.push_back(*block);
+    s.tokens.insert(s.tokens.end(), content.begin(), content.end());
+    s.last_full_key = key;
+    s.length += block_tokens_;
+  }
+  return s.length - start;
 }
 
 void PagedKvCache::release(int64_t seq) {
   Sequence& s = sequence(seq);
-  free_blocks_.insert(free_blocks_.end(), s.blocks.rbegin(), s.blocks.rend());
+  // Last block first, so a sequence's later blocks are the first of its cached ones to go:
+  // an earlier block is worth more, as every later one is reached through it.
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
   sequences_.erase(seq);
 }
 

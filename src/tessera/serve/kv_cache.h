@@ -7,6 +7,7 @@
 
 #include "tessera/model/model_config.h"
 #include "tessera/model/transformer.h"
+#include "tessera/serve/block_pool.h"
 
 namespace tessera::serve {
 
@@ -15,13 +16,19 @@ namespace tessera::serve {
 // head_dim] f32. A sequence owns a block table (its blocks in position order) that grows a block
 // at a time, so sequences of any length share the pool without copying and a finished one hands
 // its blocks straight to the next.
+//
+// With prefix caching, every block a sequence fills is published under the key of its tokens and
+// all before them; a new sequence whose prompt starts the same way takes those blocks into its
+// table instead of recomputing them, and blocks whose sequences have ended stay findable until
+// their room is needed. Shared blocks are full and never written again: a sequence writes only
+// into blocks of its own, so sharing needs no copies.
 class PagedKvCache {
  public:
   static constexpr int64_t kDefaultBlockTokens = 16;
 
   // Room for capacity_tokens tokens in all, rounded up to whole blocks.
   PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
-               int64_t block_tokens = kDefaultBlockTokens);
+               int64_t block_tokens = kDefaultBlockTokens, bool prefix_caching = false);
 
   // Bytes one cached token takes: its keys and values in every layer.
   static int64_t bytes_per_token(const model::ModelConfig& config);
@@ -31,8 +38,13 @@ class PagedKvCache {
   // Makes room for new_tokens more tokens after the sequence's length, taking free blocks as
   // needed. Returns false, changing nothing, when the pool has too few.
   bool reserve(int64_t seq, int64_t new_tokens);
-  // Counts tokens whose keys and values the model has written into reserved room.
-  void advance(int64_t seq, int64_t tokens);
+  // Counts the tokens whose keys and values the model has just written into reserved room,
+  // publishing each block they fill.
+  void advance(int64_t seq, std::span<const int32_t> tokens);
+  // For a sequence whose blocks are all full, appends cached blocks that hold the next tokens of
+  // `tokens` (the sequence's whole token list), stopping before its last token, whose logits
+  // still have to be computed. Returns how many tokens the sequence gained.
+  int64_t attach_cached_prefix(int64_t seq, std::span<const int32_t> tokens);
   // Ends the sequence and returns its blocks to the pool.
   void release(int64_t seq);
 
@@ -48,14 +60,20 @@ class PagedKvCache {
 
   int64_t block_tokens() const { return block_tokens_; }
   int64_t blocks_total() const { return num_blocks_; }
-  int64_t blocks_free() const { return int64_t(free_blocks_.size()); }
+  // Blocks a sequence can take: free, or cached for a prefix nobody holds now.
+  int64_t blocks_free() const { return pool_.available(); }
+  // Blocks held by sequences; a block shared by several counts once.
   int64_t blocks_used() const { return num_blocks_ - blocks_free(); }
+  int64_t blocks_cached() const { return pool_.cached(); }
+  bool prefix_caching() const { return pool_.prefix_caching(); }
   int64_t bytes() const { return int64_t(storage_.size() * sizeof(float)); }
 
  private:
   struct Sequence {
     std::vector<int32_t> blocks;
     int64_t length = 0;
+    std::vector<int32_t> tokens;             // with prefix caching: the tokens written so far
+    BlockKey last_full_key = kRootBlockKey;  // the key of its last full block
   };
   const Sequence& sequence(int64_t seq) const;
   Sequence& sequence(int64_t seq);
@@ -64,7 +82,7 @@ class PagedKvCache {
   int64_t layers_, row_width_, block_tokens_, num_blocks_;
   std::vector<float> storage_;
   std::vector<float*> k_layers_, v_layers_;
-  std::vector<int32_t> free_blocks_;  // a stack: the most recently freed block is reused first
+  BlockPool pool_;
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;
 };

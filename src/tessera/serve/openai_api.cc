@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "tessera/core/json_nesting.h"
+
 namespace tessera::serve {
 
 using nlohmann::json;
@@ -25,11 +27,30 @@ json ApiError::body() const {
             {"code", or_null(code_)}}}};
 }
 
+ApiError& ApiError::with_header(std::string name, std::string value) {
+  headers_.emplace_back(std::move(name), std::move(value));
+  return *this;
+}
+
 namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& message,
                       const std::string& code = {}) {
   throw ApiError(400, message, "invalid_request_error", param, code);
+}
+
+// A value as an error message shows it: scalars as written (a string cut to a few dozen
+// characters), arrays and objects by their size alone, so no message grows with the input.
+std::string describe(const json& v) {
+  constexpr size_t kShown = 40;
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() <= kShown) return json_text(s);
+    return json_text(s.substr(0, kShown)) + fmt::format(" (cut from {} bytes)", s.size());
+  }
+  if (v.is_array()) return fmt::format("an array of {} items", v.size());
+  if (v.is_object()) return fmt::format("an object of {} fields", v.size());
+  return v.dump();
 }
 
 // A present, non-null field, or nullptr.
@@ -42,11 +63,11 @@ std::optional<double> number_field(const json& body, const char* name, double lo
                                    bool lo_open = false) {
   const json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) bad(name, fmt::format("'{}' must be a number, not {}", name, v->dump()));
+  if (!v->is_number()) bad(name, fmt::format("'{}' must be a number, not {}", name, describe(*v)));
   const double x = v->get<double>();
   const bool low_ok = lo_open ? x > lo : x >= lo;
   if (!std::isfinite(x) || !low_ok || x > hi) {
-    bad(name, fmt::format("'{}' is {} but must lie in {}{}, {}]", name, v->dump(),
+    bad(name, fmt::format("'{}' is {} but must lie in {}{}, {}]", name, describe(*v),
                           lo_open ? "(" : "[", lo, hi));
   }
   return x;
@@ -56,12 +77,12 @@ std::optional<int64_t> integer_field(const json& body, const char* name, int64_t
   const json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number_integer()) {
-    bad(name, fmt::format("'{}' must be an integer, not {}", name, v->dump()));
+    bad(name, fmt::format("'{}' must be an integer, not {}", name, describe(*v)));
   }
   // Unsigned values beyond int64 read as negative; compare in double to catch them too.
   const double x = v->get<double>();
   if (x < double(lo) || x > double(hi)) {
-    bad(name, fmt::format("'{}' is {} but must lie in [{}, {}]", name, v->dump(), lo, hi));
+    bad(name, fmt::format("'{}' is {} but must lie in [{}, {}]", name, describe(*v), lo, hi));
   }
   return v->get<int64_t>();
 }
@@ -70,7 +91,7 @@ std::optional<bool> bool_field(const json& body, const char* name) {
   const json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_boolean())
-    bad(name, fmt::format("'{}' must be true or false, not {}", name, v->dump()));
+    bad(name, fmt::format("'{}' must be true or false, not {}", name, describe(*v)));
   return v->get<bool>();
 }
 
@@ -187,7 +208,8 @@ std::string render_chat(const json& messages) {
                           : r == "assistant"                ? "Assistant"
                                                             : nullptr;
     if (speaker == nullptr) {
-      bad(param, fmt::format("'{}' is \"{}\"; use system, developer, user or assistant", param, r));
+      bad(param, fmt::format("'{}' is {}; use system, developer, user or assistant", param,
+                             describe(*role)));
     }
     text += fmt::format("{}: {}\n", speaker, message_content(m, i));
   }
@@ -195,11 +217,19 @@ std::string render_chat(const json& messages) {
 }
 
 ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const ApiLimits& limits) {
+  if (json_nesting_depth(body_text, kMaxJsonNesting) > kMaxJsonNesting) {
+    bad("", fmt::format("the request body nests arrays and objects more than {} deep",
+                        kMaxJsonNesting));
+  }
   json body;
   try {
     body = json::parse(body_text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-    bad("", fmt::format("the request body is not valid JSON: {}", e.what()));
+    // The parser's message quotes the last token it read, which may be most of the body.
+    constexpr size_t kShown = 160;
+    std::string why = e.what();
+    if (why.size() > kShown) why = why.substr(0, kShown) + "...";
+    bad("", fmt::format("the request body is not valid JSON: {}", why));
   }
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   ApiRequest r;
@@ -208,8 +238,8 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   if (model == nullptr || !model->is_string()) bad("model", "'model' must name the model");
   if (model->get<std::string>() != limits.model_name) {
     throw ApiError(404,
-                   fmt::format("the model '{}' does not exist; this server serves '{}'",
-                               model->get<std::string>(), limits.model_name),
+                   fmt::format("the model {} does not exist; this server serves '{}'",
+                               describe(*model), limits.model_name),
                    "invalid_request_error", "model", "model_not_found");
   }
   refuse_unsupported(body);
@@ -287,6 +317,10 @@ GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& token
     g.max_tokens = std::min(fallback, room);
   }
   return g;
+}
+
+std::string json_text(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {

@@ -22,10 +22,14 @@ class ApiError : public Error {
   int status() const { return status_; }
   // {"error": {"message", "type", "param", "code"}}, param and code null when empty.
   nlohmann::json body() const;
+  // HTTP headers the answer carries (Allow for a 405, Retry-After for a 429 or 503).
+  ApiError& with_header(std::string name, std::string value);
+  const std::vector<std::pair<std::string, std::string>>& headers() const { return headers_; }
 
  private:
   int status_;
   std::string type_, param_, code_;
+  std::vector<std::pair<std::string, std::string>> headers_;
 };
 
 enum class Endpoint { kCompletions, kChatCompletions };
@@ -48,6 +52,10 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
+
+// How deeply a request body's arrays and objects may nest (a chat message's text parts sit at
+// depth 4); deeper bodies are refused before they are parsed.
+constexpr int64_t kMaxJsonNesting = 32;
 
 // Parses and checks a request body; throws ApiError (400, or 404 for an unknown model) naming
 // the parameter at fault.
@@ -96,5 +104,8 @@ class ResponseBuilder {
 };
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// JSON text for the wire, with invalid UTF-8 (from a client's strings) replaced, never thrown on.
+std::string json_text(const nlohmann::json& j);
 
 }  // namespace tessera::serve

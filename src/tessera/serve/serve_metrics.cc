@@ -4,7 +4,7 @@ namespace tessera::serve {
 
 namespace {
 
-// From 1 ms to 1 minute, roughly doubling: first-token and request latencies span all of it.
+// From 1 ms to 1 minute, roughly doubling: first-token, queue and request latencies span it.
 const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                              0.5,   1,      2.5,   5,    10,    30,   60};
 // Inter-token latency sits between 100 us and a second.
@@ -13,52 +13,107 @@ const std::vector<double> kTokenBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.002
 
 }  // namespace
 
-ServeMetrics::ServeMetrics()
-    : waiting_(
-          registry_.gauge("tessera_requests_waiting", "Requests queued for a place in the batch")),
-      running_(registry_.gauge("tessera_requests_running", "Sequences in the running batch")),
-      kv_used_(
-          registry_.gauge("tessera_kv_cache_blocks_used", "KV cache blocks held by sequences")),
-      kv_free_(registry_.gauge("tessera_kv_cache_blocks_free", "KV cache blocks free")),
+obs::Labels ServeMetrics::labels(obs::Labels more) const {
+  more.insert(more.begin(), {"model_name", model_name_});
+  return more;
+}
+
+ServeMetrics::ServeMetrics(const std::string& model_name)
+    : model_name_(model_name),
+      connections_(registry_.gauge("tessera_http_connections", "HTTP connections open", labels())),
+      waiting_(registry_.gauge("tessera_requests_waiting",
+                               "Requests queued for a place in the batch", labels())),
+      running_(
+          registry_.gauge("tessera_requests_running", "Sequences in the running batch", labels())),
+      kv_used_(registry_.gauge("tessera_kv_cache_blocks_used",
+                               "KV cache blocks held by running sequences", labels())),
+      kv_free_(registry_.gauge("tessera_kv_cache_blocks_free",
+                               "KV cache blocks a sequence can take (free or cached)", labels())),
+      kv_cached_(registry_.gauge("tessera_kv_cache_blocks_cached",
+                                 "KV cache blocks no sequence holds that keep a prefix for reuse",
+                                 labels())),
+      kv_usage_(registry_.gauge("tessera_kv_cache_usage_ratio",
+                                "Share of the KV cache's blocks held by running sequences (0-1)",
+                                labels())),
+      queue_time_(registry_.histogram("tessera_request_queue_time_seconds",
+                                      "From a request's arrival to its first place in the batch",
+                                      kLatencyBuckets, labels())),
       ttft_(registry_.histogram("tessera_time_to_first_token_seconds",
                                 "From a request's arrival to its first generated token",
-                                kLatencyBuckets)),
+                                kLatencyBuckets, labels())),
       itl_(registry_.histogram("tessera_inter_token_latency_seconds",
-                               "Between consecutive generated tokens of a request", kTokenBuckets)),
+                               "Between consecutive generated tokens of a request", kTokenBuckets,
+                               labels())),
       latency_(registry_.histogram("tessera_request_latency_seconds",
-                                   "From a request's arrival to its last token", kLatencyBuckets)),
-      prompt_tokens_(registry_.counter("tessera_prompt_tokens_total", "Prompt tokens received")),
-      generated_tokens_(registry_.counter("tessera_generation_tokens_total", "Tokens generated")),
+                                   "From a request's arrival to its last token", kLatencyBuckets,
+                                   labels())),
+      prompt_tokens_(
+          registry_.counter("tessera_prompt_tokens_total", "Prompt tokens received", labels())),
+      prefill_tokens_(registry_.counter(
+          "tessera_prefill_tokens_total",
+          "Prompt tokens run through the model (recomputation after preemption included); "
+          "tokens found in the prefix cache are not run",
+          labels())),
+      prefix_queries_(registry_.counter(
+          "tessera_prefix_cache_queries_total",
+          "Tokens looked up in the prefix cache when a sequence joins the batch", labels())),
+      prefix_hits_(registry_.counter("tessera_prefix_cache_hits_total",
+                                     "Tokens found in the prefix cache, whose prefill was saved",
+                                     labels())),
+      generated_tokens_(
+          registry_.counter("tessera_generation_tokens_total", "Tokens generated", labels())),
       preemptions_(registry_.counter(
           "tessera_preemptions_total",
-          "Sequences sent back to the queue because the KV cache ran out of blocks")) {}
+          "Sequences sent back to the queue because the KV cache ran out of blocks", labels())) {
+  registry_.gauge_callback(
+      "tessera_prefix_cache_hit_rate",
+      "Share of looked-up prompt tokens found in the prefix cache since start (0-1)",
+      [this] {
+        const double queries = prefix_queries_.value();
+        return queries > 0 ? prefix_hits_.value() / queries : 0.0;
+      },
+      labels());
+}
 
 void ServeMetrics::http_response(const std::string& route, int status) {
   registry_
       .counter("tessera_http_requests_total", "HTTP requests answered, by route and status",
-               {{"route", route}, {"status", std::to_string(status)}})
+               labels({{"route", route}, {"status", std::to_string(status)}}))
       .inc();
 }
 
 void ServeMetrics::request_finished(std::string_view reason) {
   registry_
       .counter("tessera_requests_finished_total", "Generation requests finished, by reason",
-               {{"reason", std::string(reason)}})
+               labels({{"reason", std::string(reason)}}))
       .inc();
 }
 
+void ServeMetrics::set_open_connections(int64_t connections) {
+  connections_.set(double(connections));
+}
 void ServeMetrics::set_waiting(int64_t requests) { waiting_.set(double(requests)); }
 void ServeMetrics::set_running(int64_t sequences) { running_.set(double(sequences)); }
 
-void ServeMetrics::set_kv_blocks(int64_t used, int64_t free) {
+void ServeMetrics::set_kv_blocks(int64_t used, int64_t free, int64_t cached) {
   kv_used_.set(double(used));
   kv_free_.set(double(free));
+  kv_cached_.set(double(cached));
+  kv_usage_.set(double(used) / double(used + free));
 }
 
+void ServeMetrics::queue_time(double seconds) { queue_time_.observe(seconds); }
 void ServeMetrics::time_to_first_token(double seconds) { ttft_.observe(seconds); }
 void ServeMetrics::inter_token_latency(double seconds) { itl_.observe(seconds); }
 void ServeMetrics::request_latency(double seconds) { latency_.observe(seconds); }
 void ServeMetrics::prompt_tokens(int64_t n) { prompt_tokens_.inc(double(n)); }
+void ServeMetrics::prefill_tokens(int64_t n) { prefill_tokens_.inc(double(n)); }
+
+void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens) {
+  prefix_queries_.inc(double(queried_tokens));
+  prefix_hits_.inc(double(hit_tokens));
+}
+
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
 

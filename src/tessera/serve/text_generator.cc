@@ -58,7 +58,7 @@ void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
           "the KV cache has no room for {} more tokens", fresh.size());
     const model::DecodeChunk chunk = cache_.chunk(seq.id(), fresh);
     const float* logits = served_.model->decode(cache_.view(), {&chunk, 1});
-    cache_.advance(seq.id(), int64_t(fresh.size()));
+    cache_.advance(seq.id(), fresh);
     const int32_t next = sampler.sample(logits, int64_t(tokens.size()), tokens, prompt_size);
     tokens.push_back(next);
     on_text(served_.tokenizer->decode(std::span<const int32_t>(&tokens.back(), 1)));

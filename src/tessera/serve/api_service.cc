@@ -1,0 +1,93 @@
+#include "tessera/serve/api_service.h"
+
+namespace tessera::serve {
+
+using nlohmann::json;
+
+namespace {
+
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = json_text(body);
+  return r;
+}
+
+}  // namespace
+
+HttpResponse error_response(const ApiError& error) {
+  HttpResponse r = json_response(error.status(), error.body());
+  r.headers = error.headers();
+  return r;
+}
+
+ApiService::ApiService(ServedModel& served, Engine& engine, ServeMetrics& metrics,
+                       RouteOptions options)
+    : served_(served), engine_(engine), metrics_(metrics), options_(std::move(options)) {}
+
+ApiReply ApiService::handle(const HttpRequest& request) {
+  try {
+    RoutedRequest routed = route_request(request, options_);
+    switch (routed.route) {
+      case Route::kCompletions:
+      case Route::kChatCompletions:
+        return generate(std::move(routed), request.arrival);
+      case Route::kModels: {
+        const json model = {{"id", options_.limits.model_name},
+                            {"object", "model"},
+                            {"created", 0},
+                            {"owned_by", "tessera"},
+                            {"max_model_len", options_.limits.context}};
+        return json_response(200, {{"object", "list"}, {"data", json::array({model})}});
+      }
+      case Route::kHealth:
+        return json_response(200, {{"status", "ok"}});
+      case Route::kReady: {
+        const char* state = draining_ ? "draining" : engine_.queue_full() ? "queue full" : nullptr;
+        return json_response(state != nullptr ? 503 : 200, {{"status", state ? state : "ready"}});
+      }
+      case Route::kMetrics: {
+        HttpResponse r;
+        r.content_type = "text/plain; version=0.0.4";
+        r.body = metrics_.render();
+        return r;
+      }
+    }
+    throw ApiError(500, "unhandled route", "server_error");
+  } catch (const ApiError& e) {
+    return error_response(e);
+  } catch (const std::exception& e) {
+    return error_response(ApiError(500, e.what(), "server_error"));
+  }
+}
+
+ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::time_point arrival) {
+  if (draining_) {
+    throw ApiError(503, kShutdownMessage, "server_error", "", "server_shutting_down")
+        .with_header("Retry-After", "1");
+  }
+  ApiRequest api = std::move(*routed.api);
+  const bool stream = api.stream, include_usage = api.include_usage;
+  const Endpoint endpoint = api.endpoint;
+  GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, options_.limits);
+  const bool with_logprobs = g.top_logprobs >= 0;
+  g.arrival = arrival;
+  std::shared_ptr<RequestStream> out;
+  try {
+    out = engine_.submit(std::move(g));
+  } catch (const QueueFull& e) {
+    throw ApiError(429, e.what(), "rate_limit_error", "", "rate_limit_exceeded")
+        .with_header("Retry-After", "1");
+  } catch (const Error& e) {
+    if (draining_) {
+      throw ApiError(503, e.what(), "server_error", "", "server_shutting_down")
+          .with_header("Retry-After", "1");
+    }
+    throw ApiError(400, e.what());
+  }
+  return std::make_shared<GenerationReply>(
+      out, ResponseBuilder(endpoint, options_.limits.model_name, *served_.tokenizer, with_logprobs),
+      stream, include_usage);
+}
+
+}  // namespace tessera::serve

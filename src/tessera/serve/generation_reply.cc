@@ -1,0 +1,69 @@
+#include "tessera/serve/generation_reply.h"
+
+namespace tessera::serve {
+
+using nlohmann::json;
+
+namespace {
+
+std::string event(const json& payload) { return "data: " + json_text(payload) + "\n\n"; }
+
+}  // namespace
+
+ApiError generation_error(const RequestStream& stream) {
+  if (stream.finish_reason() == FinishReason::kShutdown) {
+    return ApiError(503, stream.error(), "server_error", "", "server_shutting_down")
+        .with_header("Retry-After", "1");
+  }
+  return ApiError(500, "generation failed: " + stream.error(), "server_error");
+}
+
+GenerationReply::GenerationReply(std::shared_ptr<RequestStream> stream, ResponseBuilder builder,
+                                 bool streaming, bool include_usage)
+    : stream_(std::move(stream)),
+      builder_(std::move(builder)),
+      streaming_(streaming),
+      include_usage_(include_usage) {}
+
+std::string GenerationReply::events(const std::vector<GeneratedToken>& tokens) {
+  return tokens.empty() ? std::string() : event(builder_.chunk(tokens));
+}
+
+std::string GenerationReply::end_events() const {
+  std::string text;
+  const RequestStream& out = *stream_;
+  if (out.finish_reason() == FinishReason::kError ||
+      out.finish_reason() == FinishReason::kShutdown) {
+    text = event(generation_error(out).body());
+  } else {
+    text = event(builder_.final_chunk(out.finish_reason()));
+    if (include_usage_) {
+      text += event(builder_.usage_chunk(out.prompt_tokens(), out.completion_tokens()));
+    }
+  }
+  return text + "data: [DONE]\n\n";
+}
+
+void GenerationReply::collect(std::vector<GeneratedToken>& tokens) {
+  collected_.insert(collected_.end(), std::make_move_iterator(tokens.begin()),
+                    std::make_move_iterator(tokens.end()));
+  tokens.clear();
+}
+
+HttpResponse GenerationReply::response() const {
+  const RequestStream& out = *stream_;
+  HttpResponse r;
+  if (out.finish_reason() == FinishReason::kError ||
+      out.finish_reason() == FinishReason::kShutdown) {
+    const ApiError e = generation_error(out);
+    r.status = e.status();
+    r.body = json_text(e.body());
+    r.headers = e.headers();
+    return r;
+  }
+  r.body = json_text(builder_.response(collected_, out.finish_reason(), out.prompt_tokens(),
+                                       out.completion_tokens()));
+  return r;
+}
+
+}  // namespace tessera::serve

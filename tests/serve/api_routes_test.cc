@@ -1,0 +1,87 @@
+#include "tessera/serve/api_routes.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::serve {
+namespace {
+
+RouteOptions options(bool open_metrics = true) {
+  RouteOptions o;
+  o.api_key = "secret";
+  o.open_metrics = open_metrics;
+  o.limits = {"tiny", 64, 48};
+  return o;
+}
+
+HttpRequest request(std::string method, std::string target, std::string key = "Bearer secret") {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.target = std::move(target);
+  r.authorization = std::move(key);
+  r.content_type = "application/json";
+  r.body = R"({"model": "tiny", "prompt": "hi"})";
+  return r;
+}
+
+// The status a request draws, with the value of one header of the answer.
+std::pair<int, std::string> status_of(const HttpRequest& r, const RouteOptions& o,
+                                      const std::string& header = "") {
+  try {
+    route_request(r, o);
+    return {200, ""};
+  } catch (const ApiError& e) {
+    for (const auto& [name, value] : e.headers()) {
+      if (name == header) return {e.status(), value};
+    }
+    return {e.status(), ""};
+  }
+}
+
+TEST(ApiRoutes, MatchesPathsAndMethods) {
+  const RouteOptions o = options();
+  EXPECT_EQ(route_request(request("POST", "/v1/completions"), o).route, Route::kCompletions);
+  EXPECT_TRUE(route_request(request("POST", "/v1/completions?x=1"), o).api.has_value());
+  EXPECT_EQ(route_request(request("GET", "/ready"), o).route, Route::kReady);
+  EXPECT_EQ(status_of(request("GET", "/v2/nothing"), o), std::make_pair(404, std::string()));
+  EXPECT_EQ(status_of(request("GET", "/v1/completions"), o, "Allow"),
+            std::make_pair(405, std::string("POST")));
+  EXPECT_EQ(status_of(request("DELETE", "/metrics"), o, "Allow"),
+            std::make_pair(405, std::string("GET")));
+}
+
+TEST(ApiRoutes, TheKeyGuardsAllButTheProbesAndOpenMetrics) {
+  const RouteOptions o = options();
+  EXPECT_EQ(status_of(request("POST", "/v1/completions", ""), o).first, 401);
+  EXPECT_EQ(status_of(request("POST", "/v1/completions", "Bearer secreT"), o).first, 401);
+  EXPECT_EQ(status_of(request("GET", "/v1/models", "secret"), o).first, 401);
+  EXPECT_EQ(status_of(request("GET", "/ready", ""), o).first, 200);
+  EXPECT_EQ(status_of(request("GET", "/health", ""), o).first, 200);
+  EXPECT_EQ(status_of(request("GET", "/metrics", ""), o).first, 200);
+  EXPECT_EQ(status_of(request("GET", "/metrics", ""), options(false)).first, 401);
+  RouteOptions no_key = options();
+  no_key.api_key.clear();
+  EXPECT_EQ(status_of(request("GET", "/v1/models", ""), no_key).first, 200);
+}
+
+TEST(ApiRoutes, GenerationBodiesMustBeJson) {
+  const RouteOptions o = options();
+  for (const char* type : {"text/plain", "", "application/x-www-form-urlencoded", "json"}) {
+    HttpRequest r = request("POST", "/v1/chat/completions");
+    r.content_type = type;
+    EXPECT_EQ(status_of(r, o).first, 415) << type;
+  }
+  for (const char* type : {"application/json", "Application/JSON; charset=utf-8"}) {
+    HttpRequest r = request("POST", "/v1/completions");
+    r.content_type = type;
+    EXPECT_EQ(status_of(r, o).first, 200) << type;
+  }
+}
+
+TEST(ApiRoutes, LabelsComeFromTheTable) {
+  EXPECT_EQ(route_label("/v1/completions"), "/v1/completions");
+  EXPECT_EQ(route_label("/v1/completions/../x"), "other");
+  EXPECT_EQ(route_label("/anything"), "other");
+}
+
+}  // namespace
+}  // namespace tessera::serve
