@@ -73,6 +73,27 @@ template <typename T>
 void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
                         int64_t C);
 
+// A vocabulary split over tensor-parallel ranks: wte holds the `count` ids from `first`.
+// x[i] = wte[tokens[i] - first] for the tokens this shard holds, 0 for the others, so the ranks'
+// rows sum to the embedding. Backward accumulates this shard's rows of dwte.
+template <typename T>
+void vocab_shard_embedding_forward(const int32_t* tokens, const T* wte, int64_t first,
+                                   int64_t count, T* x, int64_t N, int64_t C);
+template <typename T>
+void vocab_shard_embedding_backward(const T* dx, const int32_t* tokens, T* dwte, int64_t first,
+                                    int64_t count, int64_t N, int64_t C);
+// x[r] += wpe[(first_row + r) % T] for `rows` rows of a [B, T] batch flattened from first_row;
+// backward accumulates dwpe.
+template <typename T>
+void position_embedding_forward(const T* wpe, T* x, int64_t first_row, int64_t rows, int64_t T_,
+                                int64_t C);
+template <typename T>
+void position_embedding_backward(const T* dx, T* dwpe, int64_t first_row, int64_t rows, int64_t T_,
+                                 int64_t C);
+// y[m] += b for each of M rows of C.
+template <typename T>
+void add_bias(T* y, const T* b, int64_t M, int64_t C);
+
 // Rotary position embeddings in the Hugging Face Llama "rotate_half" layout: within a head of hd
 // channels, channel i < hd/2 pairs with channel i + hd/2 and turns by pos * theta^(-2i/hd).
 // qkv[B, T, (H + 2*KVH) * hd]: H query heads, then KVH key heads, then KVH value heads. Rotates q
@@ -108,6 +129,21 @@ void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* s
 template <typename T>
 void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t M, int64_t V,
                            T grad_scale);
+
+// Softmax cross-entropy over a vocabulary split over ranks: logits[M, ld] hold this shard's V
+// ids from `first` (columns V..ld are padding). The ranks exchange per-row values between the
+// passes: the row maxima (combine by max), then the sums of exponentials and the target logits
+// (combine by sum); the loss is log(sum) + max - target logit. keep_exponentials replaces the
+// logits by exp(logit - max) for the gradient pass, which writes
+// grad_scale * (softmax - onehot(target)) and zeroes the padding.
+template <typename T>
+void vocab_shard_row_max(const T* logits, int64_t M, int64_t V, int64_t ld, T* max);
+template <typename T>
+void vocab_shard_exp_sums(T* logits, const T* max, const int32_t* targets, int64_t first, int64_t M,
+                          int64_t V, int64_t ld, T* sums, T* target_logits, bool keep_exponentials);
+template <typename T>
+void vocab_shard_softmax_grad(T* exponentials, const int32_t* targets, int64_t first, const T* sums,
+                              int64_t M, int64_t V, int64_t ld, T grad_scale);
 
 // Sum of squares of x, accumulated in double over fixed-size chunks so the result does not
 // depend on the thread count.

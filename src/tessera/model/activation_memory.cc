@@ -1,27 +1,156 @@
 #include "tessera/model/activation_memory.h"
 
+#include <algorithm>
+
+#include "tessera/kernels/int8_linear.h"
+#include "tessera/kernels/ops.h"
+#include "tessera/kernels/paged_attention.h"
 #include "tessera/model/moe_layer.h"
 
 namespace tessera::model {
 
-int64_t saved_activation_bytes_per_layer(const ModelConfig& c, int64_t tokens, Precision p,
-                                         Recompute r) {
-  const int64_t C = c.d_model, H = c.n_head, HD = H * c.head_dim(), F = c.ffn();
-  const bool gpt2 = c.arch == Architecture::kGpt2, moe = c.is_moe();
-  // The block's output, which is the next block's input, is always kept.
-  int64_t f32_values = C;
-  int64_t matmul_inputs = 0;  // values stored in the precision of the matmuls
-  if (r != Recompute::kFull) {
-    const int64_t norm_stats = gpt2 ? 4 : 2;  // LayerNorm: mean and 1/std; RMSNorm: 1/rms
-    const int64_t mlp_pre = moe ? 0 : c.mlp_hidden_width();
-    f32_values += norm_stats + c.qkv_width() + H + C + mlp_pre;         // qkv, lse, mid residual
-    matmul_inputs += HD;                                                // attention output
-    if (r == Recompute::kNone) matmul_inputs += 2 * C + (moe ? 0 : F);  // norm outputs, act
+float* Allocator::floats(int64_t n) {
+  bytes_ += 4 * n;
+  return arena_.allocate({n}, DType::f32).as<float>();
+}
+
+uint16_t* Allocator::halves(int64_t n) {
+  bytes_ += 2 * n;
+  return static_cast<uint16_t*>(arena_.allocate({n}, DType::bf16).data);
+}
+
+ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& layout,
+                                      const ActivationOptions& o, Allocator& a) {
+  const BlockSpec& spec = layout.spec.block;
+  const Sharding& sharding = layout.sharding;
+  const BlockWidths w(spec, sharding);
+  const bool low = o.precision != Precision::kF32, moe = spec.moe.has_value();
+  const bool sp = o.sequence_parallel && sharding.tp > 1;
+  const bool layer_norm = spec.norm == NormKind::kLayerNorm;
+  const int64_t N = o.max_batch * o.max_seq, R = sp ? N / sharding.tp : N, C = w.C;
+  const int64_t HD = w.attention_out, Q = w.qkv, F = w.ffn, F_pre = w.mlp_in;
+  ModelActivations m;
+
+  auto matmul_input = [&](int64_t n, float* shared_f32) {
+    return MatmulInput{low ? shared_f32 : a.floats(n), low ? a.halves(n) : nullptr};
+  };
+  // A norm's output: the matmul input of R rows, or with sequence parallelism f32 rows that are
+  // gathered (and narrowed) when a matmul reads them.
+  auto norm_output = [&](float* shared_f32) {
+    if (sp) return MatmulInput{a.floats(R * C), nullptr};
+    return matmul_input(R * C, shared_f32);
+  };
+  // What a block keeps in f32 unless fully recomputed: norm statistics, q/k/v, the attention
+  // log-sum-exp, the residual after attention and the MLP's first matmul output.
+  auto allocate_f32_state = [&](BlockActivations& x) {
+    x.ln1_mean = layer_norm ? a.floats(R) : nullptr;
+    x.ln1_rstd = a.floats(R);
+    x.qkv = a.floats(N * Q);
+    x.lse = a.floats(N * w.heads);
+    x.res_mid = a.floats(R * C);
+    x.ln2_mean = layer_norm ? a.floats(R) : nullptr;
+    x.ln2_rstd = a.floats(R);
+    x.fch = moe ? nullptr : a.floats(N * F_pre);
+  };
+  // The working set every block shares: all of a block's activations when nothing is kept per
+  // block (inference, full recompute), and the transient f32 copies of matmul inputs.
+  const int64_t before_working = a.bytes();
+  BlockActivations shared;
+  shared.ln1 = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
+  shared.atty = {a.floats(N * HD), low ? a.halves(N * HD) : nullptr};
+  shared.ln2 = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
+  shared.act = moe ? MatmulInput{} : MatmulInput{a.floats(N * F), low ? a.halves(N * F) : nullptr};
+  allocate_f32_state(shared);
+  shared.res_out = a.floats(R * C);
+  m.working = a.bytes() - before_working;
+
+  m.blocks.assign(c.n_layer, shared);
+  if (o.training) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const int64_t before = a.bytes();
+      BlockActivations& b = m.blocks[l];
+      b.res_out = a.floats(R * C);
+      if (o.recompute != Recompute::kFull) {
+        if (o.recompute == Recompute::kNone) {
+          b.ln1 = norm_output(shared.ln1.f32);
+          b.ln2 = norm_output(shared.ln2.f32);
+          if (!moe) b.act = matmul_input(N * F, shared.act.f32);
+        }
+        b.atty = matmul_input(N * HD, shared.atty.f32);
+        allocate_f32_state(b);
+      }
+      m.saved_per_layer = a.bytes() - before;
+    }
   }
-  const int64_t matmul_bytes = p == Precision::kF32 ? 4 : 2;
-  int64_t bytes = tokens * (4 * f32_values + matmul_bytes * matmul_inputs);
-  if (moe && r != Recompute::kFull) bytes += 4 * MoeLayer<float>::activation_floats(c, tokens);
-  return bytes;
+
+  m.embedded = a.floats(R * C);
+  m.lnf = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
+  m.lnf_mean = layer_norm ? a.floats(R) : nullptr;
+  m.lnf_rstd = a.floats(R);
+  m.logits = a.floats(N * layout.vocab.local);
+  m.losses = a.floats(N);
+  if (sharding.tp > 1) {
+    m.row_stats = a.floats(3 * N);
+    m.rank_maxima = a.floats(sharding.tp * N);
+  }
+  BlockWorkspace& ws = m.workspace;
+  ws.attention_scratch = a.floats(kernels::attention_scratch_size(o.max_seq) * o.threads);
+  if (!o.training) {
+    ws.decode_scratch = a.floats(kernels::paged_attention_scratch_size(c.max_seq) * o.threads);
+  }
+  if (o.weights == WeightFormat::kInt8) {
+    ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F})));
+  }
+  if (sp) {
+    ws.full = {a.floats(N * C), low ? a.halves(N * C) : nullptr};
+    ws.partial = a.floats(N * C);
+  }
+  if (o.training) {
+    m.d_res = a.floats(R * C);
+    ws.d_c = a.floats(N * std::max(C, HD));
+    ws.d_qkv = a.floats(N * Q);
+    const int64_t hidden = F_pre + (spec.activation == Activation::kSwiglu ? F : 0);
+    ws.d_hidden = moe ? nullptr : a.floats(N * hidden);
+    if (low) ws.dy_low = a.halves(N * std::max({C, Q, F_pre, layout.vocab.local}));
+    if (sp) ws.d_rows = a.floats(R * C);
+    if (spec.attention.kv_heads < sharding.tp) {
+      ws.kv_grads = a.floats((Q + 2 * spec.attention.kv_heads * w.head_dim) * C);
+    }
+    if (sp && layer_norm) m.position_grads = a.floats(c.max_seq * C);
+  } else if (moe && sp) {
+    ws.d_c = a.floats(N * C);  // the mixture of experts' output before this rank's rows are kept
+  }
+  m.total = a.bytes();
+  return m;
+}
+
+ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
+                                 const ActivationOptions& o) {
+  const ModelLayout layout = model_layout(c, sharding);
+  Arena arena = Arena::counting();
+  Allocator counter(arena);
+  const ModelActivations m = allocate_activations(c, layout, o, counter);
+  ActivationBytes b{m.saved_per_layer, m.working, m.total};
+  if (c.is_moe()) {
+    // The MoE layers keep their values outside the arena: one per block when blocks keep their
+    // activations, else one that every block uses in turn.
+    const int64_t N = o.max_batch * o.max_seq;
+    const int64_t moe = 4 * moe_activation_floats(c.moe, c.d_model, c.ffn(), N, sharding.ep);
+    const bool per_layer = o.training && o.recompute != Recompute::kFull;
+    (per_layer ? b.saved_per_layer : b.working) += moe;
+    b.total += per_layer ? moe * c.n_layer : moe;
+  }
+  return b;
+}
+
+int64_t saved_activation_bytes_per_layer(const ModelConfig& config, int64_t tokens, Precision p,
+                                         Recompute r) {
+  ActivationOptions o;
+  o.max_seq = tokens;
+  o.training = true;
+  o.precision = p;
+  o.recompute = r;
+  return activation_bytes(config, {}, o).saved_per_layer;
 }
 
 }  // namespace tessera::model

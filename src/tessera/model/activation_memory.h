@@ -1,15 +1,74 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "tessera/core/arena.h"
+#include "tessera/model/block.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
+#include "tessera/model/model_layout.h"
 
 namespace tessera::model {
 
+// How a model is built, as far as its activation memory goes.
+struct ActivationOptions {
+  int64_t max_batch = 1, max_seq = 1;
+  bool training = false;
+  Precision precision = Precision::kF32;
+  Recompute recompute = Recompute::kNone;
+  WeightFormat weights = WeightFormat::kDense;
+  bool sequence_parallel = false;
+  int threads = 1;  // the OpenMP threads attention keeps scratch for
+};
+
+// Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
+// so the model can report exactly what it keeps. On a counting arena the pointers are null.
+class Allocator {
+ public:
+  explicit Allocator(Arena& arena) : arena_(arena) {}
+  float* floats(int64_t n);
+  uint16_t* halves(int64_t n);
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  Arena& arena_;
+  int64_t bytes_ = 0;
+};
+
+// Every activation buffer of a model, allocated once: what each block keeps for its backward
+// (views of one shared working set where it keeps nothing), the working space the blocks share,
+// and the embedding's, head's and loss's buffers.
+struct ModelActivations {
+  std::vector<BlockActivations> blocks;
+  BlockWorkspace workspace;
+  float* embedded = nullptr;  // [R, C]
+  MatmulInput lnf;            // [R, C]
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  float* logits = nullptr;  // [N, this rank's vocabulary]
+  float* losses = nullptr;  // [N]
+  // Vocab-parallel cross-entropy: per-row max, exponential sums and target logits [3N], and
+  // every rank's maxima [tp N].
+  float *row_stats = nullptr, *rank_maxima = nullptr;
+  float* position_grads = nullptr;  // [max_seq, C]: sequence-parallel wpe gradients, before the sum
+  float* d_res = nullptr;           // [R, C]
+  // Bytes: kept per block, the shared working set, and everything in all.
+  int64_t saved_per_layer = 0, working = 0, total = 0;
+};
+
+ModelActivations allocate_activations(const ModelConfig& config, const ModelLayout& layout,
+                                      const ActivationOptions& options, Allocator& allocator);
+
+// The activation bytes a model built this way holds (its arena, and what its MoE layers keep),
+// as `tessera plan` counts them: the same allocation, on a counting arena.
+struct ActivationBytes {
+  int64_t saved_per_layer = 0, working = 0, total = 0;
+};
+ActivationBytes activation_bytes(const ModelConfig& config, const Sharding& sharding,
+                                 const ActivationOptions& options);
+
 // Bytes one block keeps between its forward and its backward over `tokens` tokens (batch x
-// sequence). The formula is documented in docs/memory.md; the model allocates exactly this, and
-// the planner uses the same function.
+// sequence) on one rank: activation_bytes' saved_per_layer. docs/memory.md gives the formula.
 int64_t saved_activation_bytes_per_layer(const ModelConfig& config, int64_t tokens, Precision p,
                                          Recompute r);
 

@@ -7,11 +7,11 @@
 
 namespace tessera::model {
 
-Int8Weights::Int8Weights(const ModelLayout& layout) : units_(parameter_units(layout)) {
-  std::vector<int64_t> matrices = {layout.lm_head};
-  for (const BlockOffsets& b : layout.blocks) {
-    for (int64_t offset : {b.qkv_w, b.proj_w, b.fc_w, b.fcproj_w}) {
-      if (offset >= 0) matrices.push_back(offset);
+Int8Weights::Int8Weights(const ModelLayout& layout) : units_(layout.units) {
+  std::vector<int64_t> matrices = {layout.head_weight()};
+  for (const PartTable& b : layout.blocks) {
+    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
+      if (b[id].weight >= 0) matrices.push_back(b[id].weight);
     }
   }
   int64_t values = 0, rows = 0;

@@ -2,63 +2,234 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "tessera/core/error.h"
+
 namespace tessera::model {
 
-ModelLayout model_layout(const ModelConfig& c) {
-  validate(c);
-  ModelLayout m;
-  ParameterLayout& p = m.params;
-  const int64_t C = c.d_model, F = c.ffn();
-  const bool gpt2 = c.arch == Architecture::kGpt2;
-  m.wte = p.add("wte.weight", {c.vocab_size, C}, true);
-  if (gpt2) m.wpe = p.add("wpe.weight", {c.max_seq, C}, true);
-  // The head sits with the embeddings, below the blocks: the model uses both at each end of a
-  // step, and backward finishes the blocks' gradients from the top of the buffer down.
-  m.lnf_w = p.add("lnf.weight", {C}, false);
-  if (gpt2) m.lnf_b = p.add("lnf.bias", {C}, false);
-  m.lm_head = c.tie_embeddings ? m.wte : p.add("lm_head.weight", {c.vocab_size, C}, true);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string b = fmt::format("blocks.{}.", l);
-    BlockOffsets o;
-    o.ln1_w = p.add(b + "ln1.weight", {C}, false);
-    if (gpt2) o.ln1_b = p.add(b + "ln1.bias", {C}, false);
-    o.qkv_w = p.add(b + "attn.qkv.weight", {c.qkv_width(), C}, true);
-    if (gpt2) o.qkv_b = p.add(b + "attn.qkv.bias", {c.qkv_width()}, false);
-    o.proj_w = p.add(b + "attn.proj.weight", {C, c.n_head * c.head_dim()}, true);
-    if (gpt2) o.proj_b = p.add(b + "attn.proj.bias", {C}, false);
-    if (!c.parallel_block) o.ln2_w = p.add(b + "ln2.weight", {C}, false);
-    if (gpt2) {
-      if (!c.parallel_block) o.ln2_b = p.add(b + "ln2.bias", {C}, false);
-      o.fc_w = p.add(b + "fc.weight", {F, C}, true);
-      o.fc_b = p.add(b + "fc.bias", {F}, false);
-      o.fcproj_w = p.add(b + "fcproj.weight", {C, F}, true);
-      o.fcproj_b = p.add(b + "fcproj.bias", {C}, false);
-    } else if (!c.is_moe()) {
-      o.fc_w = p.add(b + "mlp.gate_up.weight", {2 * F, C}, true);
-      o.fcproj_w = p.add(b + "mlp.down.weight", {C, F}, true);
+int64_t VocabShard::real() const { return std::clamp<int64_t>(vocab_size - begin, 0, local); }
+
+VocabShard vocab_shard(int64_t vocab_size, const Sharding& s) {
+  VocabShard v;
+  v.vocab_size = vocab_size;
+  v.padded = (vocab_size + s.tp - 1) / s.tp * s.tp;
+  v.local = v.padded / s.tp;
+  v.begin = s.tp_rank * v.local;
+  return v;
+}
+
+void check_sharding(const ModelConfig& c, int64_t tp, int64_t ep) {
+  check(tp >= 1 && ep >= 1, "mesh.tp and mesh.ep must be >= 1, got {} and {}", tp, ep);
+  if (tp > 1) {
+    check(c.n_head % tp == 0,
+          "mesh.tp = {} does not divide model.n_head = {}: every rank needs "
+          "whole attention heads",
+          tp, c.n_head);
+    const int64_t kv = c.kv_heads();
+    check(kv % tp == 0 || tp % kv == 0,
+          "mesh.tp = {} and model.n_kv_head = {}: key/value heads are split when tp divides them "
+          "and replicated when tp is a multiple of them; choose tp that does one or the other",
+          tp, kv);
+    check(c.ffn() % tp == 0, "mesh.tp = {} does not divide the MLP width {} (model.ffn_hidden)", tp,
+          c.ffn());
+  }
+  if (ep > 1) {
+    check(c.is_moe(), "mesh.ep = {} needs a mixture-of-experts model (model.moe_experts > 0)", ep);
+    check(c.moe.n_experts % ep == 0,
+          "mesh.ep = {} does not divide model.moe_experts = {}: every rank needs whole experts", ep,
+          c.moe.n_experts);
+  }
+}
+
+namespace {
+
+// One parameter of a part: its global shape and this rank's placement in it.
+struct Slice {
+  Shape global, local;
+  Placement placement;
+};
+
+// The output rows a column part's rank holds, part by part (q, k and v heads; gate and up).
+std::vector<Placement::Rows> column_rows(const Part& p, const Sharding& s,
+                                         const AttentionGeometry& attention) {
+  std::vector<int64_t> widths = p.out_parts.empty() ? std::vector<int64_t>{p.out} : p.out_parts;
+  std::vector<Placement::Rows> rows;
+  int64_t begin = 0;
+  for (size_t j = 0; j < widths.size(); ++j) {
+    const int64_t units = widths[j] / p.out_unit;
+    // Key and value heads (the qkv part's second and third) are replicated when tp exceeds them.
+    const bool kv = p.id == PartId::kQkv && j > 0;
+    if (kv && attention.kv_heads < s.tp) {
+      const int64_t head = s.tp_rank * units / s.tp;
+      rows.push_back({begin + head * p.out_unit, p.out_unit});
     } else {
-      const int64_t E = c.moe.n_experts, SF = c.moe.n_shared * F;
-      o.router_w = p.add(b + "moe.router.weight", {E, C}, true);
-      o.experts_gate_up = p.add(b + "moe.experts.gate_up.weight", {E, 2 * F, C}, true);
-      o.experts_down = p.add(b + "moe.experts.down.weight", {E, C, F}, true);
-      if (SF > 0) {
-        o.shared_gate_up = p.add(b + "moe.shared.gate_up.weight", {2 * SF, C}, true);
-        o.shared_down = p.add(b + "moe.shared.down.weight", {C, SF}, true);
-      }
+      const int64_t per = units / s.tp;
+      rows.push_back({begin + s.tp_rank * per * p.out_unit, per * p.out_unit});
     }
-    m.blocks.push_back(o);
+    begin += widths[j];
+  }
+  return rows;
+}
+
+Slice slice_of(const Part& p, bool bias, const Sharding& s, const ModelSpec& m) {
+  Slice out;
+  if (p.kind == PartKind::kNorm) {
+    out.global = out.local = {p.in};
+  } else if (bias) {
+    out.global = {p.out};
+  } else if (p.stack > 1) {
+    out.global = {p.stack, p.out, p.in};
+  } else {
+    out.global = {p.out, p.in};
+  }
+  Placement& pl = out.placement;
+  pl = Placement::whole(out.global);
+  const Role role = p.kind == PartKind::kNorm ? Role::kReplicated : p.role;
+  if (s.tp > 1 && role == Role::kColumn) {
+    pl.rows = column_rows(p, s, m.block.attention);
+  } else if (s.tp > 1 && role == Role::kRow && !bias) {
+    pl.cols = p.in / s.tp;
+    pl.col_begin = s.tp_rank * pl.cols;
+  } else if (role == Role::kVocab) {
+    const VocabShard v = vocab_shard(p.out, s);
+    pl.rows = {{v.begin, v.real()}};
+    pl.padding_rows = v.local - v.real();
+  } else if (s.ep > 1 && role == Role::kExpert) {
+    const int64_t per = p.stack / s.ep;
+    pl.rows = {{s.ep_rank * per * p.out, per * p.out}};
+  }
+  // The local shape follows the placement: its rows, and the last dimension cut to its columns.
+  const int64_t local_rows = pl.local_rows();
+  if (out.global.rank() == 1) {
+    out.local = {local_rows};
+  } else if (out.global.rank() == 2) {
+    out.local = {local_rows, pl.cols};
+  } else {
+    out.local = {local_rows / p.out, p.out, pl.cols};
+  }
+  return out;
+}
+
+struct Builder {
+  const ModelSpec& spec;
+  const Sharding& sharding;
+  const std::map<std::string, std::pair<int64_t, int64_t>>& canonical;  // name -> offset, index
+  ModelLayout& layout;
+
+  // Adds the part's weight (and bias); returns their offsets.
+  PartOffsets add(const Part& p, const std::string& prefix) {
+    PartOffsets o;
+    o.weight = add_one(p, prefix + p.name + ".weight", false);
+    if (p.bias) o.bias = add_one(p, prefix + p.name + ".bias", true);
+    return o;
+  }
+
+  int64_t add_one(const Part& p, const std::string& name, bool bias) {
+    const Slice s = slice_of(p, bias, sharding, spec);
+    ParamInfo info;
+    info.name = name;
+    info.shape = s.local;
+    info.decay = !bias && p.kind != PartKind::kNorm;
+    if (!bias && p.init == Init::kOnes) {
+      info.init_value = 1;
+    } else if (!bias && p.kind != PartKind::kNorm) {
+      info.init_std =
+          p.init == Init::kResidual ? 0.02 / std::sqrt(2.0 * double(spec.n_layer)) : 0.02;
+    }
+    info.global_shape = s.global;
+    info.placement = s.placement;
+    const auto it = canonical.find(name);
+    if (it != canonical.end()) {
+      std::tie(info.global_offset, info.global_index) = it->second;
+    } else {  // this is the canonical layout itself
+      info.global_offset = layout.params.total();
+      info.global_index = int64_t(layout.params.entries().size());
+    }
+    return layout.params.add(std::move(info));
+  }
+};
+
+ModelLayout build(const ModelConfig& c, const Sharding& sharding,
+                  const std::map<std::string, std::pair<int64_t, int64_t>>& canonical) {
+  ModelLayout m;
+  m.spec = model_spec(c);
+  m.sharding = sharding;
+  m.vocab = vocab_shard(c.vocab_size, sharding);
+  Builder b{m.spec, sharding, canonical, m};
+  for (const Part& p : m.spec.embedding) m.outer[p.id] = b.add(p, "");
+  for (const Part& p : m.spec.head) m.outer[p.id] = b.add(p, "");
+  // Canonically the expert stacks sit inside their blocks; sharded they follow every dense part.
+  const bool experts_last = sharding.tp > 1 || sharding.ep > 1 || !canonical.empty();
+  m.blocks.resize(c.n_layer);
+  std::vector<ParameterUnit> dense_units, expert_units;
+  m.units.push_back({0, 0});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string prefix = fmt::format("blocks.{}.", l);
+    const int64_t begin = m.params.total();
+    for (const Part& p : m.spec.block.parts) {
+      if (experts_last && p.role == Role::kExpert) continue;
+      m.blocks[l][p.id] = b.add(p, prefix);
+    }
+    m.units.push_back({begin, m.params.total()});
+  }
+  m.units[0].end = c.n_layer > 0 ? m.units[1].begin : m.params.total();
+  m.experts_begin = m.params.total();
+  if (experts_last && c.is_moe()) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string prefix = fmt::format("blocks.{}.", l);
+      const int64_t begin = m.params.total();
+      for (const Part& p : m.spec.block.parts) {
+        if (p.role == Role::kExpert) m.blocks[l][p.id] = b.add(p, prefix);
+      }
+      m.units.push_back({begin, m.params.total()});
+    }
   }
   return m;
 }
 
+}  // namespace
+
+int64_t ModelLayout::head_weight() const {
+  return spec.tied_head ? outer[PartId::kTokenEmbedding].weight : outer[PartId::kHead].weight;
+}
+
+ModelLayout model_layout(const ModelConfig& c, const Sharding& sharding) {
+  validate(c);
+  check(sharding.tp_rank >= 0 && sharding.tp_rank < sharding.tp && sharding.ep_rank >= 0 &&
+            sharding.ep_rank < sharding.ep,
+        "rank {} of tp {} / rank {} of ep {} is outside the mesh", sharding.tp_rank, sharding.tp,
+        sharding.ep_rank, sharding.ep);
+  const bool sharded = sharding.tp > 1 || sharding.ep > 1;
+  if (!sharded && !c.is_moe()) return build(c, sharding, {});
+  check_sharding(c, sharding.tp, sharding.ep);
+  // Every sharded layout, and any layout of a mixture of experts (whose expert stacks move to the
+  // end), places its parameters in the canonical layout by name.
+  const ModelLayout canonical_layout = build(c, {}, {});
+  std::map<std::string, std::pair<int64_t, int64_t>> canonical;
+  const auto& entries = canonical_layout.params.entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    canonical[entries[i].name] = {entries[i].offset, int64_t(i)};
+  }
+  return build(c, sharding, canonical);
+}
+
 ParameterCount count_parameters(const ModelConfig& c) {
-  const ModelLayout m = model_layout(c);
+  const ModelSpec spec = model_spec(c);
   ParameterCount n;
-  for (const ParamInfo& p : m.params.entries()) n.total += p.shape.numel();
-  n.active = n.total;
-  if (c.is_moe()) {
-    const int64_t per_expert = 3 * c.ffn() * c.d_model;
-    n.active -= c.n_layer * (c.moe.n_experts - c.moe.top_k) * per_expert;
+  auto count = [&](const Part& p) {
+    const int64_t size = p.kind == PartKind::kNorm ? p.in : p.stack * p.out * p.in;
+    const int64_t bias = p.bias ? (p.kind == PartKind::kNorm ? p.in : p.out) : 0;
+    n.total += size + bias;
+    n.active += int64_t(double(size) * (p.role == Role::kExpert ? p.token_share : 1.0)) + bias;
+  };
+  for (const Part& p : spec.embedding) count(p);
+  for (const Part& p : spec.head) count(p);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (const Part& p : spec.block.parts) count(p);
   }
   return n;
 }

@@ -1,45 +1,78 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
+#include "tessera/model/block_spec.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/parameters.h"
 
 namespace tessera::model {
 
-// Offsets of one block's parameters in the flat buffer (the same offsets index the gradients);
-// -1 marks a parameter the architecture does not have.
-struct BlockOffsets {
-  int64_t ln1_w = -1, ln1_b = -1;    // attention norm (LayerNorm or RMSNorm)
-  int64_t qkv_w = -1, qkv_b = -1;    // fused q, k, v projection [qkv_width, d_model]
-  int64_t proj_w = -1, proj_b = -1;  // attention output [d_model, d_model]
-  int64_t ln2_w = -1, ln2_b = -1;    // MLP norm
-  // Dense MLP. GPT-2: fc [4C, C] then GELU then fcproj [C, 4C]. Llama: gate_up [2F, C] (gate
-  // rows, then up rows) then SwiGLU then down [C, F].
-  int64_t fc_w = -1, fc_b = -1, fcproj_w = -1, fcproj_b = -1;
-  // Mixture of experts: router [E, C], experts' gate_up [E, 2F, C] and down [E, C, F], the
-  // merged shared experts' gate_up [2SF, C] and down [C, SF].
-  int64_t router_w = -1, experts_gate_up = -1, experts_down = -1, shared_gate_up = -1,
-          shared_down = -1;
+// Which part of the model this rank holds: its tensor-parallel and expert-parallel coordinates.
+struct Sharding {
+  int64_t tp = 1, tp_rank = 0;
+  int64_t ep = 1, ep_rank = 0;
+};
+
+// Throws an Error naming the mesh key and the model key at fault when tensor or expert
+// parallelism of these degrees cannot split the model: heads, kv heads (split when tp divides
+// them, replicated when tp is a multiple of them), the MLP width or the experts.
+void check_sharding(const ModelConfig& config, int64_t tp, int64_t ep);
+
+// How the tensor-parallel ranks split the vocabulary: padded to a multiple of tp, each rank
+// holding `local` consecutive ids from `begin` (the last ranks' tails being padding).
+struct VocabShard {
+  int64_t padded = 0, local = 0, begin = 0;
+  int64_t real() const;  // ids of [begin, begin + local) inside the true vocabulary
+  int64_t vocab_size = 0;
+};
+VocabShard vocab_shard(int64_t vocab_size, const Sharding& sharding);
+
+inline constexpr int kPartIdCount = int(PartId::kHead) + 1;
+
+// A part's weight and bias offsets in the flat layout; -1 when it has none.
+struct PartOffsets {
+  int64_t weight = -1, bias = -1;
+};
+struct PartTable {
+  std::array<PartOffsets, kPartIdCount> parts;
+  const PartOffsets& operator[](PartId id) const { return parts[int(id)]; }
+  PartOffsets& operator[](PartId id) { return parts[int(id)]; }
+};
+
+// A contiguous range of the flat parameter layout that the model uses as a whole. Unit 0 holds
+// the embeddings and the head (lnf, lm_head), which the model needs at both ends of a step; unit
+// 1 + l holds block l's dense parts and, in a mixture of experts, unit 1 + n_layer + l block l's
+// expert stacks, which sit after every dense part because their ranks replicate them differently
+// (over dp / ep rather than dp).
+struct ParameterUnit {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
 };
 
 struct ModelLayout {
-  ParameterLayout params;
-  std::vector<BlockOffsets> blocks;
-  int64_t wte = 0;   // token embedding [V, C]
-  int64_t wpe = -1;  // GPT-2's learned positions [max_seq, C]
-  int64_t lnf_w = 0, lnf_b = -1;
-  int64_t lm_head = 0;  // [V, C]; equals wte when the embeddings are tied
+  ParameterLayout params;  // this rank's parameters
+  PartTable outer;         // the embedding and head parts
+  std::vector<PartTable> blocks;
+  std::vector<ParameterUnit> units;
+  int64_t experts_begin = 0;  // the first expert-stack offset; params.total() when there are none
+  Sharding sharding;
+  VocabShard vocab;
+  ModelSpec spec;
+
+  int64_t head_weight() const;  // lm_head, or wte when tied
+  int64_t expert_unit(int64_t layer) const { return 1 + int64_t(blocks.size()) + layer; }
+  bool has_experts() const { return experts_begin < params.total(); }
 };
 
-// The one definition of every parameter's name, shape and place. Names:
+// The one definition of every parameter's name, shape and place, derived from model_spec(). Names:
 //   wte.weight, wpe.weight (GPT-2), lnf.weight, lnf.bias (GPT-2), lm_head.weight (untied), and
-//   per block "blocks.{l}.": ln1.*, attn.qkv.*, attn.proj.*, ln2.*, then GPT-2 fc.*, fcproj.*;
-//   Llama mlp.gate_up.weight, mlp.down.weight; MoE moe.router.weight,
-//   moe.experts.gate_up.weight, moe.experts.down.weight, moe.shared.gate_up.weight,
-//   moe.shared.down.weight.
-ModelLayout model_layout(const ModelConfig& config);
+//   per block "blocks.{l}." + each part's name + ".weight" / ".bias".
+// Unsharded (the default), the layout is the model's canonical one, in which checkpoints place
+// every tensor; sharded, it holds this rank's slices, each with its placement in the whole.
+ModelLayout model_layout(const ModelConfig& config, const Sharding& sharding = {});
 
 // Parameter count; the tied embedding counts once. With MoE, active counts top_k routed experts
 // per token instead of all of them.

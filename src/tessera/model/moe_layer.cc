@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/ops.h"
@@ -15,8 +16,26 @@ using kernels::linear_forward;
 using kernels::swiglu_backward;
 using kernels::swiglu_forward;
 
+int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep) {
+  const int64_t E = moe.n_experts, k = moe.top_k, S = moe.n_shared;
+  const int64_t received = N * k * ep;
+  return N * (E + 4 * k) + received * 2 * F + (ep > 1 ? received * C : 0) + N * 2 * S * F;
+}
+
 template <typename T>
-MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens)
+int64_t MoeLayer<T>::activation_floats(const ModelConfig& config, int64_t N, int64_t ep) {
+  return moe_activation_floats(config.moe, config.d_model, config.ffn(), N, ep);
+}
+
+namespace {
+
+int group_size(const Collectives* c) { return c != nullptr ? c->size() : 1; }
+int group_rank(const Collectives* c) { return c != nullptr ? c->rank() : 0; }
+
+}  // namespace
+
+template <typename T>
+MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel)
     : C_(config.d_model),
       F_(config.ffn()),
       E_(config.moe.n_experts),
@@ -24,47 +43,53 @@ MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens)
       SF_(config.moe.n_shared * config.ffn()),
       capacity_factor_(config.moe.capacity_factor),
       aux_coef_(config.moe.aux_loss_coef),
-      max_tokens_(max_tokens) {
+      max_tokens_(max_tokens),
+      parallel_(parallel),
+      ep_ranks_(group_size(parallel.ep)),
+      ep_rank_(group_rank(parallel.ep)) {
   validate(config);
   check(config.is_moe(), "a MoE layer needs model.moe_experts >= 1");
   check(max_tokens >= 1, "a MoE layer needs room for at least one token, got {}", max_tokens);
-  check(max_tokens * k_ <= std::numeric_limits<int32_t>::max(),
+  check(E_ % ep_ranks_ == 0, "{} experts do not split over {} expert-parallel ranks", E_,
+        ep_ranks_);
+  check(std::is_same_v<T, float> || (ep_ranks_ == 1 && group_size(parallel.batch) == 1),
+        "a MoE layer split over ranks computes in f32");
+  local_experts_ = E_ / ep_ranks_;
+  const int64_t N = max_tokens, A = N * k_, received = A * ep_ranks_;
+  check(received <= std::numeric_limits<int32_t>::max(),
         "{} tokens x top_k {} overflow the MoE layer's 32-bit row indices", max_tokens, k_);
-  const int64_t N = max_tokens, A = N * k_, hidden_rows = N * std::max(k_, config.moe.n_shared);
+  const int64_t hidden_rows = std::max(received, N * config.moe.n_shared);
   probs_.resize(N * E_);
   gates_.resize(A);
   expert_.resize(A);
   row_.resize(A);
   row_assignment_.resize(A);
-  hidden_.resize(A * 2 * F_);
+  if (distributed()) received_.resize(received * C_);
+  hidden_.resize(received * 2 * F_);
   shared_hidden_.resize(N * 2 * SF_);
-  routed_.resize(E_);
+  batch_stats_.resize(2 * E_ + 1);
   kept_.resize(E_);
-  row_begin_.resize(E_ + 1);
-  rows_a_.resize(A * C_);
-  rows_b_.resize(A * C_);
+  sent_counts_.resize(E_);
+  received_counts_.resize(E_);
+  received_begin_.resize(local_experts_ + 1);
+  const int64_t rows = std::max(A, received);
+  rows_a_.resize(rows * (C_ + 1));
+  rows_b_.resize(rows * (C_ + 1));
+  rows_c_.resize(rows * (C_ + 1));
   act_.resize(hidden_rows * F_);
   dact_.resize(hidden_rows * F_);
   dhidden_.resize(hidden_rows * 2 * F_);
   dgates_.resize(A);
   dlogits_.resize(N * E_);
+  counts_.resize(std::max<int64_t>(E_ * group_size(parallel.batch), 2 * E_));
+  send_elements_.resize(ep_ranks_);
+  recv_elements_.resize(ep_ranks_);
 }
 
+// Router: softmax then top-k, each token on its own; then the batch's statistics and capacity.
 template <typename T>
-int64_t MoeLayer<T>::activation_floats(const ModelConfig& config, int64_t N) {
-  const int64_t E = config.moe.n_experts, k = config.moe.top_k, F = config.ffn(),
-                S = config.moe.n_shared;
-  return N * (E + 4 * k + 2 * k * F + 2 * S * F);
-}
-
-template <typename T>
-T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
-  check(N >= 1 && N <= max_tokens_, "MoE layer: {} tokens, sized for 1..{}", N, max_tokens_);
-  check((w.shared_gate_up != nullptr) == (SF_ > 0) && (w.shared_down != nullptr) == (SF_ > 0),
-        "MoE layer: shared expert weights must be given exactly when there are shared experts");
-  const int64_t C = C_, F = F_, E = E_, k = k_;
-
-  // Router: softmax then top-k, each token on its own.
+void MoeLayer<T>::route(const T* x, int64_t N, const MoeWeights<T>& w) {
+  const int64_t C = C_, E = E_, k = k_;
   linear_forward<T>(x, w.router, nullptr, probs_.data(), N, C, E);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
@@ -91,49 +116,184 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
     for (int64_t j = 0; j < k; ++j) gates_[t * k + j] = p[chosen[j]] / chosen_sum;
   }
 
-  // Capacity is first come, first served, so this pass is sequential by definition. It leaves
-  // each kept assignment's rank within its expert in row_, made absolute once the experts'
-  // first rows are known.
-  const int64_t capacity =
-      capacity_factor_ > 0
-          ? int64_t(std::ceil(capacity_factor_ * double(N) * double(k) / double(E)))
-          : std::numeric_limits<int64_t>::max();
-  std::fill(routed_.begin(), routed_.end(), 0);
-  std::fill(kept_.begin(), kept_.end(), 0);
-  dropped_ = 0;
-  for (int64_t a = 0; a < N * k; ++a) {
-    const int32_t e = expert_[a];
-    ++routed_[e];
-    if (kept_[e] < capacity) {
-      row_[a] = int32_t(kept_[e]++);
-    } else {
-      row_[a] = -1;
-      ++dropped_;
+  // The batch's assignments per expert, router probability sums and tokens.
+  std::fill(batch_stats_.begin(), batch_stats_.end(), 0.0);
+  for (int64_t a = 0; a < N * k; ++a) batch_stats_[expert_[a]] += 1;
+  for (int64_t e = 0; e < E; ++e) {
+    double sum = 0;
+    for (int64_t t = 0; t < N; ++t) sum += probs_[t * E + e];
+    batch_stats_[E + e] = sum;
+  }
+  batch_stats_[2 * E] = double(N);
+  // Each rank's assignments per expert, so capacity goes first to the earlier ranks' tokens.
+  std::vector<int64_t>& earlier = received_counts_;  // reused: [E] assignments of earlier ranks
+  std::fill(earlier.begin(), earlier.end(), 0);
+  if constexpr (std::is_same_v<T, float>) {
+    Collectives* batch = parallel_.batch;
+    if (batch != nullptr && batch->size() > 1) {
+      if (capacity_factor_ > 0) {
+        for (int64_t e = 0; e < E; ++e) counts_[e] = float(batch_stats_[e]);
+        batch->all_gather(counts_.data(), counts_.data(), E);
+        for (int r = 0; r < batch->rank(); ++r) {
+          for (int64_t e = 0; e < E; ++e) earlier[e] += int64_t(counts_[r * E + e]);
+        }
+      }
+      batch->all_reduce(batch_stats_.data(), 2 * E + 1);
     }
   }
-  row_begin_[0] = 0;
-  for (int64_t e = 0; e < E; ++e) row_begin_[e + 1] = row_begin_[e] + kept_[e];
+  batch_tokens_ = int64_t(batch_stats_[2 * E]);
+
+  // Capacity is first come, first served, so this pass is sequential by definition. It leaves
+  // each kept assignment's rank within its expert on this rank in row_.
+  const int64_t capacity =
+      capacity_factor_ > 0
+          ? int64_t(std::ceil(capacity_factor_ * double(batch_tokens_) * double(k) / double(E)))
+          : std::numeric_limits<int64_t>::max();
+  std::fill(sent_counts_.begin(), sent_counts_.end(), 0);
   for (int64_t a = 0; a < N * k; ++a) {
+    const int32_t e = expert_[a];
+    row_[a] = earlier[e] + sent_counts_[e] < capacity ? int32_t(sent_counts_[e]++) : -1;
+  }
+  dropped_ = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    kept_[e] = std::min<int64_t>(int64_t(batch_stats_[e]), capacity);
+    dropped_ += int64_t(batch_stats_[e]) - kept_[e];
+  }
+}
+
+// Rows in expert order: the first row of each expert, then each kept assignment's absolute row.
+template <typename T>
+void MoeLayer<T>::sort_by_expert(int64_t N) {
+  std::vector<int64_t> begin(E_ + 1, 0);
+  for (int64_t e = 0; e < E_; ++e) begin[e + 1] = begin[e] + sent_counts_[e];
+  sent_rows_ = begin[E_];
+  for (int64_t a = 0; a < N * k_; ++a) {
     if (row_[a] < 0) continue;
-    row_[a] += int32_t(row_begin_[expert_[a]]);
+    row_[a] += int32_t(begin[expert_[a]]);
     row_assignment_[row_[a]] = int32_t(a);
   }
-  const int64_t rows = row_begin_[E];
+}
 
-  gather_rows(x, rows_a_.data(), rows);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = row_begin_[e], n = kept_[e];
-    if (n == 0) continue;
-    linear_forward<T>(rows_a_.data() + r0 * C, w.gate_up + e * 2 * F * C, nullptr,
-                      hidden_.data() + r0 * 2 * F, n, C, 2 * F);
+template <typename T>
+void MoeLayer<T>::gather_rows(const T* src, T* dst) const {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < sent_rows_; ++r) {
+    const T* s = src + row_assignment_[r] / k_ * C_;
+    std::copy(s, s + C_, dst + r * C_);
   }
-  swiglu_forward<T>(hidden_.data(), act_.data(), rows, F);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = row_begin_[e], n = kept_[e];
-    if (n == 0) continue;
-    linear_forward<T>(act_.data() + r0 * F, w.down + e * C * F, nullptr, rows_b_.data() + r0 * C, n,
-                      F, C);
+}
+
+// How many rows each rank's experts take from each rank, expert by expert.
+template <typename T>
+void MoeLayer<T>::exchange_counts() {
+  const int64_t El = local_experts_;
+  if (!distributed()) {
+    std::copy(sent_counts_.begin(), sent_counts_.end(), received_counts_.begin());
+  } else if constexpr (std::is_same_v<T, float>) {
+    float* send = counts_.data();
+    float* recv = counts_.data() + E_;
+    for (int64_t e = 0; e < E_; ++e) send[e] = float(sent_counts_[e]);
+    std::fill(send_elements_.begin(), send_elements_.end(), El);
+    parallel_.ep->all_to_all(send, send_elements_, recv, send_elements_);
+    for (int64_t i = 0; i < E_; ++i) received_counts_[i] = int64_t(recv[i]);
   }
+  // received_counts_[s * El + j]: rows rank s sends to local expert j.
+  received_begin_[0] = 0;
+  for (int64_t j = 0; j < El; ++j) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < ep_ranks_; ++s) n += received_counts_[s * El + j];
+    received_begin_[j + 1] = received_begin_[j] + n;
+  }
+  received_rows_ = received_begin_[El];
+}
+
+template <typename T>
+void MoeLayer<T>::dispatch(const T* rows, T* out, int64_t width) {
+  if (!distributed()) {
+    std::copy(rows, rows + sent_rows_ * width, out);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t El = local_experts_;
+    for (int64_t r = 0; r < ep_ranks_; ++r) {
+      int64_t sent = 0, got = 0;
+      for (int64_t j = 0; j < El; ++j) {
+        sent += sent_counts_[r * El + j];
+        got += received_counts_[r * El + j];
+      }
+      send_elements_[r] = sent * width;
+      recv_elements_[r] = got * width;
+    }
+    // Rows arrive rank by rank, each rank's in expert order; this rank's experts want them
+    // expert by expert.
+    T* arrived = rows_c_.data();
+    parallel_.ep->all_to_all(rows, send_elements_, arrived, recv_elements_);
+    std::vector<int64_t> next(received_begin_.begin(), received_begin_.end() - 1);
+    int64_t at = 0;
+    for (int64_t s = 0; s < ep_ranks_; ++s) {
+      for (int64_t j = 0; j < El; ++j) {
+        const int64_t n = received_counts_[s * El + j];
+        std::copy(arrived + at * width, arrived + (at + n) * width, out + next[j] * width);
+        next[j] += n;
+        at += n;
+      }
+    }
+  }
+}
+
+template <typename T>
+void MoeLayer<T>::dispatch_back(const T* rows, T* out, int64_t width) {
+  if (!distributed()) {
+    std::copy(rows, rows + sent_rows_ * width, out);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t El = local_experts_;
+    T* leaving = rows_c_.data();
+    std::vector<int64_t> next(received_begin_.begin(), received_begin_.end() - 1);
+    int64_t at = 0;
+    for (int64_t s = 0; s < ep_ranks_; ++s) {
+      for (int64_t j = 0; j < El; ++j) {
+        const int64_t n = received_counts_[s * El + j];
+        std::copy(rows + next[j] * width, rows + (next[j] + n) * width, leaving + at * width);
+        next[j] += n;
+        at += n;
+      }
+    }
+    parallel_.ep->all_to_all(leaving, recv_elements_, out, send_elements_);
+  }
+}
+
+template <typename T>
+T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
+  check(N >= 1 && N <= max_tokens_, "MoE layer: {} tokens, sized for 1..{}", N, max_tokens_);
+  check((w.shared_gate_up != nullptr) == (SF_ > 0) && (w.shared_down != nullptr) == (SF_ > 0),
+        "MoE layer: shared expert weights must be given exactly when there are shared experts");
+  const int64_t C = C_, F = F_, E = E_, k = k_;
+  route(x, N, w);
+  sort_by_expert(N);
+  exchange_counts();
+
+  // Each kept assignment's row of x, sent to its expert's rank.
+  gather_rows(x, rows_a_.data());
+  T* in = distributed() ? received_.data() : rows_a_.data();
+  if (distributed()) dispatch(rows_a_.data(), in, C);
+  const int64_t R = received_rows_;
+  for (int64_t j = 0; j < local_experts_; ++j) {
+    const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
+    if (n == 0) continue;
+    linear_forward<T>(in + r0 * C, w.gate_up + j * 2 * F * C, nullptr, hidden_.data() + r0 * 2 * F,
+                      n, C, 2 * F);
+  }
+  swiglu_forward<T>(hidden_.data(), act_.data(), R, F);
+  T* out = rows_b_.data();
+  for (int64_t j = 0; j < local_experts_; ++j) {
+    const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
+    if (n == 0) continue;
+    linear_forward<T>(act_.data() + r0 * F, w.down + j * C * F, nullptr, out + r0 * C, n, F, C);
+  }
+  T* returned = rows_a_.data();  // the sent rows of x are spent
+  dispatch_back(out, returned, C);
 
   // The shared experts write y, then each token adds its experts in choice order.
   if (SF_ > 0) {
@@ -150,16 +310,15 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
       const int32_t r = row_[t * k + j];
       if (r < 0) continue;
       const T gate = gates_[t * k + j];
-      const T* out = rows_b_.data() + r * C;
-      for (int64_t c = 0; c < C; ++c) yt[c] += gate * out[c];
+      const T* o = returned + r * C;
+      for (int64_t c = 0; c < C; ++c) yt[c] += gate * o[c];
     }
   }
 
   double balance = 0;
+  const double tokens = double(batch_tokens_);
   for (int64_t e = 0; e < E; ++e) {
-    double mean_prob = 0;
-    for (int64_t t = 0; t < N; ++t) mean_prob += probs_[t * E + e];
-    balance += double(routed_[e]) / double(N * k) * (mean_prob / double(N));
+    balance += batch_stats_[e] / (tokens * double(k)) * (batch_stats_[E + e] / tokens);
   }
   return T(aux_coef_ * double(E) * balance);
 }
@@ -167,49 +326,68 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
 template <typename T>
 void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
                            const MoeGrads<T>& g, T aux_scale) {
-  const int64_t C = C_, F = F_, E = E_, k = k_, rows = row_begin_[E];
+  const int64_t C = C_, F = F_, E = E_, k = k_, W = C + 1, R = received_rows_;
+
+  // Each kept row's output gradient (before gating) and its gate go to the expert's rank.
+  T* sent = rows_a_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < sent_rows_; ++r) {
+    const int32_t a = row_assignment_[r];
+    const T* d = dy + a / k * C;
+    std::copy(d, d + C, sent + r * W);
+    sent[r * W + C] = gates_[a];
+  }
+  T* got = rows_b_.data();
+  dispatch(sent, got, W);
+  const T* in = received_.data();
+  if (!distributed()) {
+    gather_rows(x, rows_c_.data());
+    in = rows_c_.data();
+  }
 
   // Experts. With u = dy * down (the SwiGLU output's gradient before gating), the gate's gradient
   // is dy . (down a) = u . a, and scaling a and u by the gate afterwards yields the gradients of
   // down and of the SwiGLU output without a copy of the expert outputs.
-  gather_rows(dy, rows_a_.data(), rows);
-  swiglu_forward<T>(hidden_.data(), act_.data(), rows, F);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = row_begin_[e], n = kept_[e];
+  swiglu_forward<T>(hidden_.data(), act_.data(), R, F);
+  for (int64_t j = 0; j < local_experts_; ++j) {
+    const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    gemm<T>(false, false, n, F, C, T(1), rows_a_.data() + r0 * C, C, w.down + e * C * F, F, T(0),
+    gemm<T>(false, false, n, F, C, T(1), got + r0 * W, W, w.down + j * C * F, F, T(0),
             dact_.data() + r0 * F, F);
   }
-  std::fill(dgates_.begin(), dgates_.begin() + N * k, T(0));  // dropped assignments stay 0
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t a = row_assignment_[r];
+  for (int64_t r = 0; r < R; ++r) {
     T* act = act_.data() + r * F;
     T* dact = dact_.data() + r * F;
     T dot = 0;
     for (int64_t f = 0; f < F; ++f) dot += dact[f] * act[f];
-    dgates_[a] = dot;
-    const T gate = gates_[a];
+    const T gate = got[r * W + C];
+    got[r * W + C] = dot;  // the gate's gradient travels back in the gate's place
     for (int64_t f = 0; f < F; ++f) {
       act[f] *= gate;
       dact[f] *= gate;
     }
   }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = row_begin_[e], n = kept_[e];
+  for (int64_t j = 0; j < local_experts_; ++j) {
+    const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    gemm<T>(true, false, C, F, n, T(1), rows_a_.data() + r0 * C, C, act_.data() + r0 * F, F, T(1),
-            g.down + e * C * F, F);
+    gemm<T>(true, false, C, F, n, T(1), got + r0 * W, W, act_.data() + r0 * F, F, T(1),
+            g.down + j * C * F, F);
   }
-  swiglu_backward<T>(dact_.data(), hidden_.data(), dhidden_.data(), rows, F);
-  gather_rows(x, rows_a_.data(), rows);  // the gathered dy is spent
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = row_begin_[e], n = kept_[e];
+  swiglu_backward<T>(dact_.data(), hidden_.data(), dhidden_.data(), R, F);
+  T* d_in = rows_a_.data();  // the sent rows are spent: [R, C] of input gradients
+  for (int64_t j = 0; j < local_experts_; ++j) {
+    const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_backward<T>(dhidden_.data() + r0 * 2 * F, rows_a_.data() + r0 * C,
-                       w.gate_up + e * 2 * F * C, rows_b_.data() + r0 * C,
-                       g.gate_up + e * 2 * F * C, nullptr, n, C, 2 * F);
+    linear_backward<T>(dhidden_.data() + r0 * 2 * F, in + r0 * C, w.gate_up + j * 2 * F * C,
+                       d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr, n, C, 2 * F);
   }
+  // Input gradients, beside the gates' gradients, back to where the rows came from.
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) std::copy(d_in + r * C, d_in + (r + 1) * C, got + r * W);
+  T* back = rows_a_.data();
+  dispatch_back(got, back, W);
+  std::fill(dgates_.begin(), dgates_.begin() + N * k, T(0));  // dropped assignments stay 0
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     T* dxt = dx + t * C;
@@ -217,20 +395,24 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
     for (int64_t j = 0; j < k; ++j) {
       const int32_t r = row_[t * k + j];
       if (r < 0) continue;
-      const T* d = rows_b_.data() + r * C;
+      const T* d = back + r * W;
       for (int64_t c = 0; c < C; ++c) dxt[c] += d[c];
+      dgates_[t * k + j] = d[C];
     }
   }
 
   // Router. A gate g_j = p_j / s (s the sum of the token's chosen probabilities) passes
-  // dp_j = (dg_j - sum_i dg_i g_i) / s; the aux loss adds coef * E * f_e / N to every dp_e; then
-  // the softmax's backward.
-  const T aux_grad = T(aux_scale * aux_coef_ * double(E) / (double(N * k) * double(N)));
+  // dp_j = (dg_j - sum_i dg_i g_i) / s; the aux loss adds coef * E * f_e / N to every dp_e (over
+  // the batch's N tokens, each rank's share of the mean passing its whole gradient); then the
+  // softmax's backward.
+  const double tokens = double(batch_tokens_);
+  const T aux_grad = T(double(aux_scale) * double(parallel_.loss_ranks) * aux_coef_ * double(E) /
+                       (tokens * double(k) * tokens));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     const T* p = probs_.data() + t * E;
     T* d = dlogits_.data() + t * E;
-    for (int64_t e = 0; e < E; ++e) d[e] = aux_grad * T(routed_[e]);
+    for (int64_t e = 0; e < E; ++e) d[e] = aux_grad * T(batch_stats_[e]);
     const int32_t* chosen = expert_.data() + t * k;
     T chosen_sum = 0, gated = 0;
     for (int64_t j = 0; j < k; ++j) {
@@ -242,26 +424,18 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
     for (int64_t e = 0; e < E; ++e) dot += p[e] * d[e];
     for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - dot);
   }
-  linear_backward<T>(dlogits_.data(), x, w.router, rows_a_.data(), g.router, nullptr, N, C, E);
-  kernels::add<T>(dx, rows_a_.data(), dx, N * C);
+  T* scratch = rows_a_.data();
+  linear_backward<T>(dlogits_.data(), x, w.router, scratch, g.router, nullptr, N, C, E);
+  kernels::add<T>(dx, scratch, dx, N * C);
 
   if (SF_ > 0) {
     swiglu_forward<T>(shared_hidden_.data(), act_.data(), N, SF_);
     linear_backward<T>(dy, act_.data(), w.shared_down, dact_.data(), g.shared_down, nullptr, N, SF_,
                        C);
     swiglu_backward<T>(dact_.data(), shared_hidden_.data(), dhidden_.data(), N, SF_);
-    linear_backward<T>(dhidden_.data(), x, w.shared_gate_up, rows_a_.data(), g.shared_gate_up,
-                       nullptr, N, C, 2 * SF_);
-    kernels::add<T>(dx, rows_a_.data(), dx, N * C);
-  }
-}
-
-template <typename T>
-void MoeLayer<T>::gather_rows(const T* src, T* dst, int64_t rows) const {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + row_assignment_[r] / k_ * C_;
-    std::copy(s, s + C_, dst + r * C_);
+    linear_backward<T>(dhidden_.data(), x, w.shared_gate_up, scratch, g.shared_gate_up, nullptr, N,
+                       C, 2 * SF_);
+    kernels::add<T>(dx, scratch, dx, N * C);
   }
 }
 

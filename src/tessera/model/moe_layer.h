@@ -4,13 +4,14 @@
 #include <span>
 #include <vector>
 
+#include "tessera/model/collectives.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::model {
 
-// One block's MoE parameters, laid out as model_layout() places them: router [E, C], experts'
-// gate_up [E, 2F, C] and down [E, C, F], shared gate_up [2SF, C] and down [C, SF]. The shared
-// pointers are null when the config has no shared experts.
+// One block's MoE parameters on this rank: router [E, C], its experts' gate_up [E_local, 2F, C]
+// and down [E_local, C, F], shared gate_up [2SF, C] and down [C, SF]. The shared pointers are
+// null when the config has no shared experts.
 template <typename T>
 struct MoeWeights {
   const T *router, *gate_up, *down, *shared_gate_up, *shared_down;
@@ -22,76 +23,121 @@ struct MoeGrads {
   T *router, *gate_up, *down, *shared_gate_up, *shared_down;
 };
 
+// The ranks a MoE layer works with; each defaults to this rank alone.
+struct MoeParallel {
+  // Expert parallelism: rank r of `ep` holds experts [r E / ep, (r + 1) E / ep), and tokens are
+  // sent to the rank holding their expert and back (all-to-all).
+  Collectives* ep = nullptr;
+  // The ranks whose tokens together form the micro-batch, in token order: routing capacity and
+  // the load-balancing statistics are taken over all of them, so splitting a batch over ranks
+  // routes it as one rank would.
+  Collectives* batch = nullptr;
+  // How many of the batch ranks divide the loss's mean (data-parallel ranks): the auxiliary
+  // loss, the same on each of them, passes its whole gradient to each rank's own tokens.
+  int64_t loss_ranks = 1;
+};
+
 // A Mixture-of-Experts SwiGLU layer over N tokens of C channels.
 //
 // Routing: probs = softmax(x Wr^T) over the E experts; each token takes its top_k experts by
 // probability (ties go to the lower index), ordered by decreasing probability, with gates = those
 // probabilities renormalised to sum to 1. With capacity_factor > 0 each expert accepts at most
-// ceil(capacity_factor * N * top_k / E) assignments, visited token by token and within a token in
-// choice order; later ones are dropped (they contribute nothing, and the surviving gates are not
-// renormalised again). y = sum over kept assignments of gate * expert(x) + shared(x).
+// ceil(capacity_factor * N * top_k / E) assignments of the whole batch, visited token by token
+// (the batch ranks' tokens in rank order) and within a token in choice order; later ones are
+// dropped (they contribute nothing, and the surviving gates are not renormalised again).
+// y = sum over kept assignments of gate * expert(x) + shared(x).
 //
 // The auxiliary load-balancing loss (Switch Transformer) is aux_loss_coef * E * sum_e f_e * P_e,
-// with f_e the fraction of the N * top_k assignments routed to e before any are dropped and P_e
-// the mean router probability of e. f_e is a count, so the gradient reaches the router through
-// P_e only.
+// with f_e the fraction of the batch's N * top_k assignments routed to e before any are dropped
+// and P_e the mean router probability of e. f_e is a count, so the gradient reaches the router
+// through P_e only.
 //
-// Each expert's tokens are gathered into contiguous rows (assignments sorted by expert, in token
-// order within an expert), so every expert runs two GEMMs over its own rows; results are
-// scattered back per token in choice order, which keeps the output independent of the thread
-// count. Everything is allocated at construction for up to max_tokens tokens.
+// Kept assignments are sorted by expert (in token order within an expert) and sent, whole rows
+// of x, to the rank holding their expert; each rank runs its experts' two GEMMs over the rows it
+// received, expert by expert, and sends the outputs back, where each token adds its experts in
+// choice order, which keeps the output independent of the thread count. Backward sends each
+// row's gradient with its gate and receives the input gradient with the gate's gradient, so no
+// expert output is kept. Everything is allocated at construction for up to max_tokens tokens.
 template <typename T>
 class MoeLayer {
  public:
-  MoeLayer(const ModelConfig& config, int64_t max_tokens);
+  MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel = {});
 
-  // x[N, C] -> y[N, C] (written); returns the auxiliary loss, coefficient included. Saves what
-  // backward needs, so backward must follow the forward of the same x and weights.
+  // x[N, C] -> y[N, C] (written); returns the auxiliary loss, coefficient included, of the whole
+  // batch. Saves what backward needs, so backward must follow the forward of the same x and
+  // weights.
   T forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w);
   // dy = dL/dy and aux_scale = dL/d(aux loss). dx[N, C] is written; parameter gradients
   // accumulate into g.
   void backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
                 const MoeGrads<T>& g, T aux_scale);
 
-  // Of the last forward: assignments each expert processed after capacity, and those dropped.
+  // Of the last forward, over the whole batch: assignments each expert processed after
+  // capacity, and those dropped.
   std::span<const int64_t> tokens_per_expert() const { return kept_; }
   int64_t dropped() const { return dropped_; }
 
-  // Values forward saves for backward, in elements of T, with every int32 index counted as one:
-  //   N * (E + 4 * top_k + 2 * top_k * F + 2 * S * F)
-  // = router probabilities N*E, per assignment its gate, expert, row and the row's assignment
-  //   (4 N top_k), the experts' gate_up outputs (N top_k rows of 2F; the bound, reached when
-  //   nothing is dropped) and the shared experts' gate_up output (N rows of 2SF). The SwiGLU
-  //   outputs are recomputed in backward rather than kept.
-  static int64_t activation_floats(const ModelConfig& config, int64_t N);
+  // Values forward saves for backward, in elements of T, with every int32 index counted as one;
+  // see moe_activation_floats.
+  static int64_t activation_floats(const ModelConfig& config, int64_t N, int64_t ep = 1);
 
  private:
-  // dst[r] = src[token of row r] for the first `rows` expert-sorted rows; src is [N, C].
-  void gather_rows(const T* src, T* dst, int64_t rows) const;
+  void route(const T* x, int64_t N, const MoeWeights<T>& w);
+  void sort_by_expert(int64_t N);
+  // Sends the sent-order rows of `width` values to their experts' ranks; `out` receives this
+  // rank's rows in expert order. dispatch_back returns rows in that order to where they came from.
+  void dispatch(const T* rows, T* out, int64_t width);
+  void dispatch_back(const T* rows, T* out, int64_t width);
+  void exchange_counts();
+  void gather_rows(const T* src, T* dst) const;
+  bool distributed() const { return ep_ranks_ > 1; }
 
   int64_t C_, F_, E_, k_, SF_;
   double capacity_factor_, aux_coef_;
   int64_t max_tokens_;
+  MoeParallel parallel_;
+  int64_t ep_ranks_, ep_rank_, local_experts_;
 
   // Saved for backward.
   std::vector<T> probs_;         // [N, E]
   std::vector<T> gates_;         // [N * k], assignment a = t * k + j
   std::vector<int32_t> expert_;  // [N * k] chosen expert of each assignment
-  std::vector<int32_t> row_;     // [N * k] its row in the expert-sorted order, -1 if dropped
+  std::vector<int32_t> row_;     // [N * k] its row in the sent (expert-sorted) order, -1 if dropped
   std::vector<int32_t> row_assignment_;  // [N * k] inverse of row_ over the kept rows
-  std::vector<T> hidden_;                // [N * k, 2F] experts' gate_up outputs, expert-sorted rows
-  std::vector<T> shared_hidden_;         // [N, 2SF]
-  std::vector<int64_t> routed_;          // [E] assignments per expert before capacity (f_e * N * k)
-  std::vector<int64_t> kept_;            // [E] after capacity
-  std::vector<int64_t> row_begin_;       // [E + 1] first row of each expert
-  int64_t dropped_ = 0;
+  // [max received, C]: rows of x this rank's experts took from other ranks (expert parallel;
+  // on one rank they are gathered from x again in backward)
+  std::vector<T> received_;
+  std::vector<T> hidden_;            // [max received, 2F] experts' gate_up outputs
+  std::vector<T> shared_hidden_;     // [N, 2SF]
+  std::vector<double> batch_stats_;  // [2E + 1]: assignments and probability sums per
+                                     // expert, then tokens, over the batch
+  std::vector<int64_t> kept_;        // [E] over the batch, after capacity
+  int64_t dropped_ = 0, batch_tokens_ = 0;
+  // Row counts by (rank, local expert): those sent to each rank's experts, and those received
+  // from each rank for this rank's experts; with each expert's first received row.
+  std::vector<int64_t> sent_counts_, received_counts_, received_begin_;
+  int64_t sent_rows_ = 0, received_rows_ = 0;
 
   // Scratch, reused by forward and backward.
-  std::vector<T> rows_a_, rows_b_;   // [N * k, C]
-  std::vector<T> act_, dact_;        // [N * max(k, S), F]
-  std::vector<T> dhidden_;           // [N * max(k, S), 2F]
+  // [max(N * k, max received), C + 1] each: rows in sent order, rows in this rank's expert
+  // order, and the rows in flight (or x's rows gathered again, on one rank).
+  std::vector<T> rows_a_, rows_b_, rows_c_;
+  std::vector<T> act_, dact_;        // [max(received, N * S), F]
+  std::vector<T> dhidden_;           // [max(received, N * S), 2F]
   std::vector<T> dgates_, dlogits_;  // [N * k], [N, E]
+  std::vector<float> counts_;        // per-expert counts on their way between ranks
+  std::vector<int64_t> send_elements_, recv_elements_;
 };
+
+// MoeLayer::activation_floats for one block's mixture of experts of d_model C and expert width
+// F over N tokens, its experts split over `ep` ranks:
+//   N * (E + 4 k) + received * 2F + (ep > 1 ? received * C : 0) + N * 2 S F
+// = router probabilities, per assignment its gate, expert, row and the row's assignment, the
+//   gate_up outputs of the rows this rank's experts received (received = N k ep, the bound
+//   reached when every rank's tokens choose this rank's experts; N k on one rank, where nothing
+//   is dropped), the received rows themselves when they came from other ranks, and the shared
+//   experts' gate_up output. The SwiGLU outputs are recomputed in backward rather than kept.
+int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep);
 
 extern template class MoeLayer<float>;
 extern template class MoeLayer<double>;

@@ -10,19 +10,10 @@
 
 namespace tessera::model {
 
-// A contiguous range of the flat parameter layout that the model uses as a whole. Unit 0 holds
-// the embeddings and the head (lnf, lm_head), which the model needs at both ends of a step; unit
-// 1 + l holds block l.
-struct ParameterUnit {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-std::vector<ParameterUnit> parameter_units(const ModelLayout& layout);
-
-// Where the model reads its parameters and accumulates its gradients, one unit at a time. A
-// step acquires unit 0 first and releases it last; blocks are acquired one at a time, for
-// forward and again for backward. Sharded data parallelism gathers a unit on acquire and
-// reduces its gradients when backward is done with them.
+// Where the model reads its parameters and accumulates its gradients, one unit at a time (see
+// ParameterUnit). A step acquires unit 0 first and releases it last; blocks are acquired one at a
+// time, for forward and again for backward. Sharded data parallelism gathers a unit on acquire
+// and reduces its gradients when backward is done with them.
 class ParameterStore {
  public:
   // The unit's parameters in f32 and, when the model multiplies in low precision, their
@@ -67,10 +58,10 @@ class ResidentParameters final : public ParameterStore {
   bool low_stale_ = true;
 };
 
-// The initial value of the flat parameters [begin, end): N(0, 0.02) matrices, residual
-// projections scaled by 1/sqrt(2 n_layer), unit norm gains, zero biases and padding. Each value
-// depends only on its position, so ranks can initialise just their shards.
-void initial_parameters(const ModelConfig& config, const ModelLayout& layout, uint64_t seed,
-                        int64_t begin, int64_t end, float* out);
+// The initial value of the flat parameters [begin, end) of any rank's layout: each element takes
+// the value its place in the whole tensor has (ParamInfo's init rule; padding is 0), so every
+// layout starts from the same model and ranks can initialise just their shards.
+void initial_parameters(const ModelLayout& layout, uint64_t seed, int64_t begin, int64_t end,
+                        float* out);
 
 }  // namespace tessera::model

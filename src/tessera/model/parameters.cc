@@ -1,5 +1,7 @@
 #include "tessera/model/parameters.h"
 
+#include <algorithm>
+
 namespace tessera::model {
 
 namespace {
@@ -7,11 +9,47 @@ namespace {
 constexpr int64_t kAlignFloats = 16;
 }  // namespace
 
+int64_t Placement::local_rows() const {
+  int64_t n = padding_rows;
+  for (const Rows& r : rows) n += r.count;
+  return n;
+}
+
+int64_t Placement::global_index(int64_t i) const {
+  int64_t row = i / cols;
+  const int64_t col = col_begin + i % cols;
+  for (const Rows& r : rows) {
+    if (row < r.count) return (r.begin + row) * global_cols + col;
+    row -= r.count;
+  }
+  return -1;
+}
+
+Placement Placement::whole(const Shape& shape) {
+  const int64_t cols = shape.rank() >= 2 ? shape[shape.rank() - 1] : 1;
+  Placement p;
+  p.rows = {{0, shape.numel() / std::max<int64_t>(cols, 1)}};
+  p.cols = p.global_cols = cols;
+  return p;
+}
+
 int64_t ParameterLayout::add(std::string name, Shape shape, bool decay) {
-  int64_t offset = total_;
-  total_ += (shape.numel() + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  entries_.push_back({std::move(name), shape, offset, decay});
-  return offset;
+  ParamInfo info;
+  info.name = std::move(name);
+  info.shape = shape;
+  info.decay = decay;
+  info.global_shape = shape;
+  info.placement = Placement::whole(shape);
+  info.global_offset = total_;
+  info.global_index = int64_t(entries_.size());
+  return add(std::move(info));
+}
+
+int64_t ParameterLayout::add(ParamInfo info) {
+  info.offset = total_;
+  total_ += (info.shape.numel() + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  entries_.push_back(std::move(info));
+  return entries_.back().offset;
 }
 
 const ParamInfo& ParameterLayout::find(std::string_view name) const {

@@ -16,57 +16,89 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-namespace {
-
-bool is_gpt2(const ModelConfig& c) { return c.arch == Architecture::kGpt2; }
-
-}  // namespace
-
-// Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
-// so the model can report exactly what it keeps.
-class Transformer::Allocator {
+// The parameters and gradients of the units acquired now, by flat offset.
+class Transformer::Access final : public ParamAccess {
  public:
-  explicit Allocator(Arena& arena) : arena_(arena) {}
-  float* floats(int64_t n) {
-    bytes_ += 4 * n;
-    return arena_.allocate({n}, DType::f32).as<float>();
+  explicit Access(const Transformer& m) : m_(m) {}
+  const float* f32(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.weights_[u].f32 + (offset - m_.layout_.units[u].begin);
   }
-  uint16_t* halves(int64_t n) {
-    bytes_ += 2 * n;
-    return static_cast<uint16_t*>(arena_.allocate({n}, DType::bf16).data);
+  const uint16_t* low(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.weights_[u].low + (offset - m_.layout_.units[u].begin);
   }
-  int64_t bytes() const { return bytes_; }
+  float* grad(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.unit_grads_[u] + (offset - m_.layout_.units[u].begin);
+  }
+  k::Int8Matrix int8(int64_t offset) const override { return m_.int8_->matrix(offset); }
+  bool int8_weights() const override { return m_.int8_ != nullptr; }
 
  private:
-  Arena& arena_;
-  int64_t bytes_ = 0;
+  int64_t unit_of(int64_t offset) const {
+    const std::vector<ParameterUnit>& units = m_.layout_.units;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (offset >= units[u].begin && offset < units[u].end) return int64_t(u);
+    }
+    fail("parameter offset {} is in no unit", offset);
+  }
+  const Transformer& m_;
 };
+
+namespace {
+
+ModelParallel with_defaults(const ModelParallel* p, Collectives* alone) {
+  ModelParallel out = p != nullptr ? *p : ModelParallel{};
+  if (out.tp == nullptr) out.tp = alone;
+  if (out.ep == nullptr) out.ep = alone;
+  if (out.batch == nullptr) out.batch = alone;
+  check(out.tp->size() == out.sharding.tp && out.ep->size() == out.sharding.ep,
+        "the model's tensor- and expert-parallel groups ({} and {} ranks) do not match its "
+        "sharding (tp {}, ep {})",
+        out.tp->size(), out.ep->size(), out.sharding.tp, out.sharding.ep);
+  return out;
+}
+
+}  // namespace
 
 Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t max_seq,
                          bool training, const ModelOptions& options)
     : config_(config),
       options_(options),
+      parallel_(with_defaults(options.parallel, &alone_)),
       max_batch_(max_batch),
       max_seq_(max_seq),
       training_(training),
-      low_(options.precision != Precision::kF32),
-      layout_(model_layout(config)),
+      format_{options.precision != Precision::kF32, options.precision != Precision::kF32
+                                                        ? low_precision_of(options.precision)
+                                                        : k::LowPrecision::kBf16},
+      layout_(model::model_layout(config, parallel_.sharding)),
+      tp_(parallel_, config.d_model),
       arena_(Arena::counting()),
       store_(options.store),
-      units_(parameter_units(layout_)),
-      weights_(units_.size()),
-      unit_grads_(units_.size(), nullptr) {
+      weights_(layout_.units.size()),
+      unit_grads_(layout_.units.size(), nullptr),
+      access_(std::make_unique<Access>(*this)) {
   check_runnable(config_);
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
         max_batch_, max_seq_);
+  const int64_t N = max_batch_ * max_seq_;
+  if (tp_.sequence_parallel()) {
+    check(N % tp_.ranks() == 0,
+          "sequence parallelism splits a micro-batch's {} tokens over {} tensor-parallel ranks: "
+          "make batch x seq_len a multiple of mesh.tp",
+          N, tp_.ranks());
+  }
   if (options_.weights == WeightFormat::kInt8) {
     check(!training_, "int8 weights are for inference: build the model with training=false");
     check(!config_.is_moe(),
           "int8 weights need dense MLPs, but the model has {} experts (model.moe.n_experts)",
           config_.moe.n_experts);
-    check(!low_, "int8 weights multiply f32 activations: use precision f32 with them, not {}",
+    check(!format_.low,
+          "int8 weights multiply f32 activations: use precision f32 with them, not {}",
           precision_name(options_.precision));
     check(store_ == nullptr,
           "int8 weights are quantised from parameters the model keeps itself: build it without a "
@@ -75,127 +107,81 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   }
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;
-    if (low_) low = low_precision_of(options_.precision);
+    if (format_.low) low = format_.precision;
     resident_ = std::make_unique<ResidentParameters>(layout_, low, training_);
     store_ = resident_.get();
   }
-  Arena counting = Arena::counting();
-  Allocator counter(counting);
-  allocate(counter);
-  arena_ = Arena(counting.used());
+  scratch_threads_ = omp_get_max_threads();
+  const ActivationOptions activation_options{max_batch_,
+                                             max_seq_,
+                                             training_,
+                                             options_.precision,
+                                             options_.recompute,
+                                             options_.weights,
+                                             tp_.sequence_parallel(),
+                                             scratch_threads_};
+  {
+    Arena counting = Arena::counting();
+    Allocator counter(counting);
+    allocate_activations(config_, layout_, activation_options, counter);
+    arena_ = Arena(counting.used());
+  }
   Allocator real(arena_);
-  allocate(real);
-  const int64_t N = max_batch_ * max_seq_;
+  acts_ = allocate_activations(config_, layout_, activation_options, real);
+  activation_bytes_ = activation_bytes(config_, parallel_.sharding, activation_options);
   if (!training_) paged_chunks_.resize(N);
-  const bool per_layer_moe = training_ && options_.recompute != Recompute::kFull;
+
   if (config_.is_moe()) {
-    for (int64_t l = 0; l < (per_layer_moe ? config_.n_layer : 1); ++l) {
-      moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N));
+    const bool per_layer = training_ && options_.recompute != Recompute::kFull;
+    const MoeParallel moe_parallel{parallel_.ep, parallel_.batch, parallel_.batch->size()};
+    for (int64_t l = 0; l < (per_layer ? config_.n_layer : 1); ++l) {
+      moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N, moe_parallel));
     }
     expert_tokens_.assign(config_.n_layer, std::vector<int64_t>(config_.moe.n_experts, 0));
-    if (per_layer_moe) saved_bytes_per_layer_ += 4 * MoeLayer<float>::activation_floats(config_, N);
   }
+  const ModelSpec& spec = layout_.spec;
+  const BlockWorkspace& ws = acts_.workspace;
+  blocks_.reserve(config_.n_layer);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
+    blocks_.emplace_back(spec, layout_, l, parallel_, format_, ws, acts_.blocks[l], moe,
+                         config_.max_seq);
+  }
+  lnf_ = std::make_unique<Norm>(spec.block.norm, spec.block.norm_eps, config_.d_model,
+                                layout_.outer[PartId::kFinalNorm], format_,
+                                tp_.sequence_parallel() ? parallel_.tp : nullptr);
+  head_ = std::make_unique<Linear>(config_.d_model, layout_.vocab.local,
+                                   PartOffsets{layout_.head_weight(), -1}, format_, ws.dy_low,
+                                   ws.int8_scratch);
 }
 
 Transformer::~Transformer() = default;
-
-void Transformer::allocate(Allocator& a) {
-  const ModelConfig& c = config_;
-  const int64_t N = max_batch_ * max_seq_, C = c.d_model, H = c.n_head, F = c.ffn();
-  const int64_t Q = c.qkv_width(), HD = H * c.head_dim(), F_pre = c.mlp_hidden_width();
-  const bool gpt2 = is_gpt2(c), moe = c.is_moe();
-  auto matmul_input = [&](int64_t n, float* shared_f32) {
-    MatmulInput x;
-    x.f32 = low_ ? shared_f32 : a.floats(n);
-    if (low_) x.low = a.halves(n);
-    return x;
-  };
-  // What a block keeps in f32 unless fully recomputed: norm statistics, q/k/v, the attention
-  // log-sum-exp, the residual after attention and the MLP's first matmul output.
-  auto allocate_f32_state = [&](LayerActivations& x) {
-    x.ln1_mean = gpt2 ? a.floats(N) : nullptr;
-    x.ln1_rstd = a.floats(N);
-    x.qkv = a.floats(N * Q);
-    x.lse = a.floats(N * H);
-    x.res_mid = a.floats(N * C);
-    x.ln2_mean = gpt2 ? a.floats(N) : nullptr;
-    x.ln2_rstd = a.floats(N);
-    x.fch = moe ? nullptr : a.floats(N * F_pre);
-  };
-  // The working set every block shares: all of a block's activations when nothing is kept per
-  // block (inference, full recompute), and the transient f32 copies of matmul inputs.
-  const int64_t before_working = a.bytes();
-  LayerActivations w;
-  w.ln1 = {a.floats(N * C), low_ ? a.halves(N * C) : nullptr};
-  w.atty = {a.floats(N * HD), low_ ? a.halves(N * HD) : nullptr};
-  w.ln2 = {a.floats(N * C), low_ ? a.halves(N * C) : nullptr};
-  w.act = moe ? MatmulInput{} : MatmulInput{a.floats(N * F), low_ ? a.halves(N * F) : nullptr};
-  allocate_f32_state(w);
-  w.res_out = a.floats(N * C);
-  working_bytes_ = a.bytes() - before_working;
-
-  acts_.assign(c.n_layer, w);
-  if (training_) {
-    const Recompute r = options_.recompute;
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      const int64_t before = a.bytes();
-      LayerActivations& la = acts_[l];
-      la.res_out = a.floats(N * C);
-      if (r != Recompute::kFull) {
-        if (r == Recompute::kNone) {
-          la.ln1 = matmul_input(N * C, w.ln1.f32);
-          la.ln2 = matmul_input(N * C, w.ln2.f32);
-          if (!moe) la.act = matmul_input(N * F, w.act.f32);
-        }
-        la.atty = matmul_input(N * HD, w.atty.f32);
-        allocate_f32_state(la);
-      }
-      saved_bytes_per_layer_ = a.bytes() - before;
-    }
-  }
-  embedded_ = a.floats(N * C);
-  lnf_ = {a.floats(N * C), low_ ? a.halves(N * C) : nullptr};
-  lnf_mean_ = gpt2 ? a.floats(N) : nullptr;
-  lnf_rstd_ = a.floats(N);
-  logits_ = a.floats(N * c.vocab_size);
-  losses_ = a.floats(N);
-  scratch_threads_ = omp_get_max_threads();
-  attention_scratch_ = a.floats(k::attention_scratch_size(max_seq_) * scratch_threads_);
-  if (!training_) {
-    decode_scratch_ = a.floats(k::paged_attention_scratch_size(c.max_seq) * scratch_threads_);
-  }
-  if (options_.weights == WeightFormat::kInt8) {
-    int8_scratch_ = a.floats(k::int8_linear_scratch_size(std::max({C, HD, F})));
-  }
-  if (training_) {
-    d_res_ = a.floats(N * C);
-    d_c_ = a.floats(N * std::max(C, HD));
-    d_qkv_ = a.floats(N * Q);
-    d_hidden_ = moe ? nullptr : a.floats(N * (F_pre + (gpt2 ? 0 : F)));
-    if (low_) dy_low_ = a.halves(N * std::max({C, Q, F_pre, c.vocab_size}));
-  }
-}
 
 int64_t Transformer::num_parameters() const { return count_parameters(config_).total; }
 
 int64_t Transformer::matmul_weight_bytes_per_token() const {
   if (int8_ != nullptr) return int8_->bytes();
-  const ModelConfig& c = config_;
-  const int64_t C = c.d_model, F = c.ffn(), dense = low_ ? 2 : 4;
-  int64_t per_layer = dense * (c.qkv_width() * C + C * c.n_head * c.head_dim());
-  if (c.is_moe()) {
-    const int64_t routed = c.moe.top_k + c.moe.n_shared;  // SwiGLU experts of 3 F x C matrices
-    per_layer += 4 * (c.moe.n_experts * C + routed * 3 * F * C);
-  } else {
-    per_layer += dense * (c.mlp_hidden_width() * C + C * F);
+  const BlockSpec& spec = layout_.spec.block;
+  const int64_t dense = format_.low ? 2 : 4;
+  int64_t per_layer = 0;
+  for (const Part& p : spec.parts) {
+    if (p.kind != PartKind::kLinear) continue;
+    if (p.role == Role::kExpert || p.id == PartId::kRouter || p.id == PartId::kSharedIn ||
+        p.id == PartId::kSharedOut) {
+      // The mixture of experts multiplies in f32: the router, and the experts one token takes.
+      const double matrices = p.role == Role::kExpert ? double(p.stack) * p.token_share : 1.0;
+      per_layer += int64_t(4.0 * matrices * double(p.in * p.out));
+    } else {
+      per_layer += dense * p.in * p.out;
+    }
   }
-  return c.n_layer * per_layer + dense * c.vocab_size * C;
+  return config_.n_layer * per_layer + dense * config_.vocab_size * config_.d_model;
 }
 
 int64_t Transformer::resident_parameter_bytes() const {
   if (resident_ == nullptr) return 0;
   const int64_t total = layout_.params.total();
-  return 4 * total + (low_ ? 2 * total : 0) + (int8_ != nullptr ? int8_->bytes() : 0);
+  return 4 * total + (format_.low ? 2 * total : 0) + (int8_ != nullptr ? int8_->bytes() : 0);
 }
 
 ResidentParameters& Transformer::resident() {
@@ -214,7 +200,7 @@ std::span<float> Transformer::grads() {
 
 void Transformer::init_weights(uint64_t seed) {
   const std::span<float> p = params();
-  initial_parameters(config_, layout_, seed, 0, int64_t(p.size()), p.data());
+  initial_parameters(layout_, seed, 0, int64_t(p.size()), p.data());
 }
 
 void Transformer::acquire(int64_t unit) {
@@ -227,26 +213,14 @@ void Transformer::release(int64_t unit) {
   weights_[unit] = {};
 }
 
-int64_t Transformer::unit_of(int64_t offset) const {
-  const auto after =
-      std::upper_bound(units_.begin(), units_.end(), offset,
-                       [](int64_t o, const ParameterUnit& u) { return o < u.begin; });
-  return int64_t(after - units_.begin()) - 1;
+void Transformer::acquire_block(int64_t l) {
+  acquire(1 + l);
+  if (layout_.has_experts()) acquire(layout_.expert_unit(l));
 }
 
-const float* Transformer::param(int64_t offset) const {
-  const int64_t u = unit_of(offset);
-  return weights_[u].f32 + (offset - units_[u].begin);
-}
-
-const uint16_t* Transformer::low_param(int64_t offset) const {
-  const int64_t u = unit_of(offset);
-  return weights_[u].low + (offset - units_[u].begin);
-}
-
-float* Transformer::grad(int64_t offset) const {
-  const int64_t u = unit_of(offset);
-  return unit_grads_[u] + (offset - units_[u].begin);
+void Transformer::release_block(int64_t l) {
+  if (layout_.has_experts()) release(layout_.expert_unit(l));
+  release(1 + l);
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
@@ -257,68 +231,9 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
   }
 }
 
-void Transformer::finish_input(const MatmulInput& x, int64_t n) {
-  if (low_) k::cast_to_low(x.f32, x.low, n, low_precision_of(options_.precision));
-}
-
-void Transformer::norm_forward(const float* x, int64_t w, int64_t b, MatmulInput y, float* mean,
-                               float* rstd, int64_t N) {
-  const int64_t C = config_.d_model;
-  if (is_gpt2(config_)) {
-    k::layernorm_forward(x, param(w), param(b), y.f32, mean, rstd, N, C);
-  } else {
-    k::rmsnorm_forward(x, param(w), y.f32, rstd, N, C, float(config_.norm_eps));
-  }
-  finish_input(y, N * C);
-}
-
-void Transformer::norm_backward(const float* dy, const float* x, int64_t w, int64_t b,
-                                const float* mean, const float* rstd, int64_t N) {
-  const int64_t C = config_.d_model;
-  if (is_gpt2(config_)) {
-    k::layernorm_backward(dy, x, param(w), mean, rstd, d_res_, grad(w), grad(b), N, C);
-  } else {
-    k::rmsnorm_backward(dy, x, param(w), rstd, d_res_, grad(w), N, C);
-  }
-}
-
-void Transformer::linear_forward(const MatmulInput& x, int64_t w, int64_t b, float* y, int64_t N,
-                                 int64_t in, int64_t out) {
-  const float* bias = b >= 0 ? param(b) : nullptr;
-  if (int8_ != nullptr) {
-    k::linear_forward_int8(x.f32, int8_->matrix(w), bias, y, N, int8_scratch_);
-  } else if (low_) {
-    k::linear_forward_low(x.low, low_param(w), bias, y, N, in, out,
-                          low_precision_of(options_.precision));
-  } else {
-    k::linear_forward(x.f32, param(w), bias, y, N, in, out);
-  }
-}
-
-void Transformer::linear_backward(const float* dy, const MatmulInput& x, int64_t w, int64_t b,
-                                  float* dx, int64_t N, int64_t in, int64_t out) {
-  float* dbias = b >= 0 ? grad(b) : nullptr;
-  if (low_) {
-    const k::LowPrecision p = low_precision_of(options_.precision);
-    k::cast_to_low(dy, dy_low_, N * out, p);
-    k::linear_backward_low(dy, dy_low_, x.low, low_param(w), dx, grad(w), dbias, N, in, out, p);
-  } else {
-    k::linear_backward(dy, x.f32, param(w), dx, grad(w), dbias, N, in, out);
-  }
-}
-
 const float* Transformer::input_of(int64_t l) const {
-  return l == 0 ? embedded_ : acts_[l - 1].res_out;
+  return l == 0 ? acts_.embedded : acts_.blocks[l - 1].res_out;
 }
-
-MoeWeights<float> Transformer::moe_weights(int64_t l) const {
-  const BlockOffsets& o = layout_.blocks[l];
-  auto at = [&](int64_t off) { return off >= 0 ? param(off) : nullptr; };
-  return {at(o.router_w), at(o.experts_gate_up), at(o.experts_down), at(o.shared_gate_up),
-          at(o.shared_down)};
-}
-
-MoeLayer<float>& Transformer::moe_for(int64_t l) { return *moe_[moe_.size() == 1 ? 0 : l]; }
 
 std::span<const int64_t> Transformer::expert_tokens(int64_t layer) const {
   check(config_.is_moe() && layer >= 0 && layer < config_.n_layer,
@@ -327,137 +242,159 @@ std::span<const int64_t> Transformer::expert_tokens(int64_t layer) const {
   return expert_tokens_[layer];
 }
 
+// The token embedding, whole on one rank; split over tensor-parallel ranks, each rank looks up
+// the ids of its vocabulary slice and the ranks' rows are summed (scattered, with sequence
+// parallelism), then the positions are added to this rank's rows.
 void Transformer::embed(const int32_t* inputs, int64_t B, int64_t T) {
-  const float* wpe = layout_.wpe >= 0 ? param(layout_.wpe) : nullptr;
-  k::embedding_forward(inputs, param(layout_.wte), wpe, embedded_, B, T, config_.d_model);
-}
-
-void Transformer::block_forward(int64_t l, int64_t B, int64_t T) {
-  const ModelConfig& c = config_;
-  const BlockOffsets& o = layout_.blocks[l];
-  const LayerActivations& a = acts_[l];
-  const int64_t N = B * T, C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
-  norm_forward(input_of(l), o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
-  linear_forward(a.ln1, o.qkv_w, o.qkv_b, a.qkv, N, C, c.qkv_width());
-  if (!is_gpt2(c)) k::rope_forward(a.qkv, B, T, H, KVH, hd, 0, c.rope_theta);
-  k::attention_forward(a.qkv, a.atty.f32, a.lse, attention_scratch_, B, T, H, KVH, hd);
-  finish_block(l, N);
-}
-
-// Like block_forward's attention, but each chunk's queries attend over its cached positions.
-void Transformer::block_decode(int64_t l, const KvCacheView& cache, int64_t num_chunks, int64_t N) {
-  const ModelConfig& c = config_;
-  const BlockOffsets& o = layout_.blocks[l];
-  const LayerActivations& a = acts_[l];
-  const int64_t C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
-  const int64_t Q = c.qkv_width();
-  norm_forward(input_of(l), o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
-  linear_forward(a.ln1, o.qkv_w, o.qkv_b, a.qkv, N, C, Q);
-  const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, KVH, hd};
-  for (int64_t s = 0; s < num_chunks; ++s) {
-    const k::PagedChunk& chunk = paged_chunks_[s];
-    float* rows = a.qkv + chunk.row * Q;
-    if (!is_gpt2(c)) k::rope_forward(rows, 1, chunk.n, H, KVH, hd, chunk.start, c.rope_theta);
-    k::paged_kv_write(rows + H * hd, rows + (H + KVH) * hd, Q, kv, chunk);
+  const Access& p = *access_;
+  const int64_t C = config_.d_model, N = B * T;
+  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
+  const float* wpe = wpe_offset >= 0 ? p.f32(wpe_offset) : nullptr;
+  const float* wte = p.f32(layout_.outer[PartId::kTokenEmbedding].weight);
+  if (!tp_.active()) {
+    k::embedding_forward(inputs, wte, wpe, acts_.embedded, B, T, C);
+    return;
   }
-  k::paged_attention_forward(a.qkv, Q, a.atty.f32, H * hd, kv, paged_chunks_.data(), num_chunks, H,
-                             decode_scratch_, c.max_seq);
-  finish_block(l, N);
+  const VocabShard& v = layout_.vocab;
+  float* rows = tp_.sequence_parallel() ? acts_.workspace.partial : acts_.embedded;
+  k::vocab_shard_embedding_forward(inputs, wte, v.begin, v.real(), rows, N, C);
+  tp_.complete(rows, acts_.embedded, N);
+  if (wpe != nullptr) {
+    k::position_embedding_forward(wpe, acts_.embedded, tp_.first_row(N), tp_.rows(N), T, C);
+  }
 }
 
-// The rest of a block once attention has written atty: projection, residual, norm, MLP (dense or
-// mixture of experts), residual.
-void Transformer::finish_block(int64_t l, int64_t N) {
-  const ModelConfig& c = config_;
-  const BlockOffsets& o = layout_.blocks[l];
-  const LayerActivations& a = acts_[l];
-  const int64_t C = c.d_model, HD = c.n_head * c.head_dim(), F = c.ffn();
-  const float* x = input_of(l);
-  finish_input(a.atty, N * HD);
-  linear_forward(a.atty, o.proj_w, o.proj_b, a.res_mid, N, HD, C);
-  k::add(x, a.res_mid, a.res_mid, N * C);
-  norm_forward(a.res_mid, o.ln2_w, o.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd, N);
-  if (c.is_moe()) {
-    aux_loss_ += moe_for(l).forward(a.ln2.f32, a.res_out, N, moe_weights(l));
-  } else {
-    linear_forward(a.ln2, o.fc_w, o.fc_b, a.fch, N, C, c.mlp_hidden_width());
-    if (is_gpt2(c)) {
-      k::gelu_forward(a.fch, a.act.f32, N * F);
+void Transformer::embed_backward(const int32_t* inputs, int64_t B, int64_t T) {
+  const Access& p = *access_;
+  const int64_t C = config_.d_model, N = B * T;
+  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
+  float* dwpe = wpe_offset >= 0 ? p.grad(wpe_offset) : nullptr;
+  float* dwte = p.grad(layout_.outer[PartId::kTokenEmbedding].weight);
+  if (!tp_.active()) {
+    k::embedding_backward(acts_.d_res, inputs, dwte, dwpe, B, T, C);
+    return;
+  }
+  if (dwpe != nullptr) {
+    if (tp_.sequence_parallel()) {
+      // Each rank's rows give part of the positions' gradients: summed over tp first.
+      float* partial = acts_.position_grads;
+      std::fill(partial, partial + T * C, 0.0f);
+      k::position_embedding_backward(acts_.d_res, partial, tp_.first_row(N), tp_.rows(N), T, C);
+      parallel_.tp->all_reduce(partial, T * C);
+      k::add(dwpe, partial, dwpe, T * C);
     } else {
-      k::swiglu_forward(a.fch, a.act.f32, N, F);
+      k::position_embedding_backward(acts_.d_res, dwpe, 0, N, T, C);
     }
-    finish_input(a.act, N * F);
-    linear_forward(a.act, o.fcproj_w, o.fcproj_b, a.res_out, N, F, C);
   }
-  k::add(a.res_mid, a.res_out, a.res_out, N * C);
+  const float* d_all = tp_.gather(acts_.d_res, acts_.workspace.full.f32, N);
+  const VocabShard& v = layout_.vocab;
+  k::vocab_shard_embedding_backward(d_all, inputs, dwte, v.begin, v.real(), N, C);
 }
 
-void Transformer::check_threads() const {
+void Transformer::check_batch(int64_t B, int64_t T) const {
+  check(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_,
+        "batch {} x {} tokens does not fit the model's buffers of {} x {}", B, T, max_batch_,
+        max_seq_);
   check(omp_get_max_threads() <= scratch_threads_,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
+  check(!tp_.sequence_parallel() || (B * T) % tp_.ranks() == 0,
+        "sequence parallelism needs batch x seq_len ({} x {}) to be a multiple of mesh.tp = {}", B,
+        T, tp_.ranks());
 }
 
-template <typename Block>
-void Transformer::for_each_block(Block&& block) {
+template <typename Body>
+void Transformer::for_each_block(Body&& body) {
   aux_loss_ = 0;
   dropped_ = 0;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    acquire(1 + l);
-    block(l);
-    release(1 + l);
-    if (config_.is_moe()) {
-      const auto counts = moe_for(l).tokens_per_expert();
+    acquire_block(l);
+    aux_loss_ += body(l);
+    release_block(l);
+    if (MoeLayer<float>* moe = blocks_[l].moe()) {
+      const auto counts = moe->tokens_per_expert();
       std::copy(counts.begin(), counts.end(), expert_tokens_[l].begin());
-      dropped_ += moe_for(l).dropped();
+      dropped_ += moe->dropped();
     }
   }
 }
 
 void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
-  check(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_,
-        "batch {} x {} tokens does not fit the model's buffers of {} x {}", B, T, max_batch_,
-        max_seq_);
-  check_threads();
+  check_batch(B, T);
   check_tokens(inputs, B * T);
   acquire(0);
   embed(inputs, B, T);
-  for_each_block([&](int64_t l) { block_forward(l, B, T); });
-  norm_forward(acts_.back().res_out, layout_.lnf_w, layout_.lnf_b, lnf_, lnf_mean_, lnf_rstd_,
-               B * T);
+  for_each_block([&](int64_t l) { return blocks_[l].forward(*access_, input_of(l), B, T); });
+  lnf_->forward(*access_, acts_.blocks.back().res_out, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd,
+                tp_.rows(B * T));
 }
 
+// The head over the gathered final-norm output: this rank's vocabulary slice of the logits.
+void Transformer::compute_logits(int64_t N) {
+  MatmulInput in = acts_.lnf;
+  if (tp_.sequence_parallel()) {
+    in = acts_.workspace.full;
+    tp_.gather(acts_.lnf.f32, in.f32, N);
+    format_.finish(in, N * config_.d_model);
+  }
+  head_->forward(*access_, in, acts_.logits, N);
+}
+
+// The mean cross-entropy; with grad_scale non-zero the logits become its gradient. Over a
+// vocabulary split across ranks, the ranks exchange each row's maximum, exponential sum and
+// target logit, never the logits.
 float Transformer::loss_over_logits(const int32_t* targets, int64_t N, float grad_scale) {
   check_tokens(targets, N);
-  k::softmax_cross_entropy(logits_, targets, losses_, N, config_.vocab_size, grad_scale);
+  float* losses = acts_.losses;
+  if (!tp_.active()) {
+    k::softmax_cross_entropy(acts_.logits, targets, losses, N, config_.vocab_size, grad_scale);
+  } else {
+    const VocabShard& v = layout_.vocab;
+    float* max = acts_.row_stats;
+    float* sums = max + N;  // then the target logits, summed together
+    float* target = sums + N;
+    k::vocab_shard_row_max(acts_.logits, N, v.real(), v.local, max);
+    parallel_.tp->all_gather(max, acts_.rank_maxima, N);
+    for (int64_t i = 0; i < N; ++i) {
+      float m = acts_.rank_maxima[i];
+      for (int r = 1; r < tp_.ranks(); ++r) m = std::max(m, acts_.rank_maxima[r * N + i]);
+      max[i] = m;
+    }
+    k::vocab_shard_exp_sums(acts_.logits, max, targets, v.begin, N, v.real(), v.local, sums, target,
+                            grad_scale != 0.0f);
+    parallel_.tp->all_reduce(sums, 2 * N);
+    for (int64_t i = 0; i < N; ++i) losses[i] = std::log(sums[i]) + max[i] - target[i];
+    if (grad_scale != 0.0f) {
+      k::vocab_shard_softmax_grad(acts_.logits, targets, v.begin, sums, N, v.real(), v.local,
+                                  grad_scale);
+    }
+  }
   double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += losses_[i];
+  for (int64_t i = 0; i < N; ++i) sum += losses[i];
   return float(sum / N);
 }
 
-void Transformer::compute_logits(const int32_t* inputs, int64_t B, int64_t T) {
-  run_blocks(inputs, B, T);
-  linear_forward(lnf_, layout_.lm_head, -1, logits_, B * T, config_.d_model, config_.vocab_size);
-}
-
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
-  compute_logits(inputs, B, T);
+  run_blocks(inputs, B, T);
+  compute_logits(B * T);
   release(0);
   return targets == nullptr ? 0.0f : loss_over_logits(targets, B * T, 0.0f);
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
+  check(!tp_.active(), "next_token_logits runs on one rank");
   run_blocks(tokens, 1, T);
   const int64_t C = config_.d_model, last = (T - 1) * C;
-  const MatmulInput row{lnf_.f32 + last, low_ ? lnf_.low + last : nullptr};
-  linear_forward(row, layout_.lm_head, -1, logits_, 1, C, config_.vocab_size);
+  const MatmulInput row{acts_.lnf.f32 + last, format_.low ? acts_.lnf.low + last : nullptr};
+  head_->forward(*access_, row, acts_.logits, 1);
   release(0);
-  return logits_;
+  return acts_.logits;
 }
 
 const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
   const ModelConfig& c = config_;
   check(!training_, "decode: the model was built for training; build it with training=false");
+  check(!tp_.active(), "decode runs on one rank, not over {} tensor-parallel ranks", tp_.ranks());
   check(int64_t(cache.k.size()) == c.n_layer && int64_t(cache.v.size()) == c.n_layer,
         "decode: the cache holds {} key and {} value layers but the model has {}", cache.k.size(),
         cache.v.size(), c.n_layer);
@@ -485,26 +422,35 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
     paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
     N += d.n;
   }
-  check_threads();
+  check(omp_get_max_threads() <= scratch_threads_,
+        "thread count rose from {} to {} after the model was built", scratch_threads_,
+        omp_get_max_threads());
   acquire(0);
-  const float* wpe = layout_.wpe >= 0 ? param(layout_.wpe) : nullptr;
+  const Access& p = *access_;
+  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
+  const float* wpe = wpe_offset >= 0 ? p.f32(wpe_offset) : nullptr;
+  const float* wte = p.f32(layout_.outer[PartId::kTokenEmbedding].weight);
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];
-    k::embedding_forward(chunks[s].tokens, param(layout_.wte),
-                         wpe != nullptr ? wpe + chunk.start * C : nullptr,
-                         embedded_ + chunk.row * C, 1, chunk.n, C);
+    k::embedding_forward(chunks[s].tokens, wte, wpe != nullptr ? wpe + chunk.start * C : nullptr,
+                         acts_.embedded + chunk.row * C, 1, chunk.n, C);
   }
-  for_each_block([&](int64_t l) { block_decode(l, cache, num_chunks, N); });
+  const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
+  for_each_block([&](int64_t l) {
+    const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, c.kv_heads(), c.head_dim()};
+    blocks_[l].decode(p, input_of(l), kv, paged, N);
+    return 0.0;
+  });
   // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];
-    std::memcpy(embedded_ + s * C, acts_.back().res_out + (chunk.row + chunk.n - 1) * C,
+    std::memcpy(acts_.embedded + s * C, acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
                 sizeof(float) * C);
   }
-  norm_forward(embedded_, layout_.lnf_w, layout_.lnf_b, lnf_, lnf_mean_, lnf_rstd_, num_chunks);
-  linear_forward(lnf_, layout_.lm_head, -1, logits_, num_chunks, C, c.vocab_size);
+  lnf_->forward(p, acts_.embedded, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, num_chunks);
+  head_->forward(p, acts_.lnf, acts_.logits, num_chunks);
   release(0);
-  return logits_;
+  return acts_.logits;
 }
 
 void Transformer::zero_grad() {
@@ -515,88 +461,49 @@ void Transformer::zero_grad() {
 float Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
                                     int64_t T, float loss_scale) {
   check(training_, "forward_backward on a model built for inference");
-  compute_logits(inputs, B, T);
+  run_blocks(inputs, B, T);
+  compute_logits(B * T);
   const float loss = loss_over_logits(targets, B * T, loss_scale / float(B * T));
   backward(inputs, B, T, loss_scale);
   release(0);
   return loss;
 }
 
-// Brings back what selective recomputation dropped: the norm outputs and the MLP activation.
-// With MoE in low precision the router needs the f32 norm output, which is transient too.
-void Transformer::recompute_selected(int64_t l, int64_t N) {
-  const BlockOffsets& o = layout_.blocks[l];
-  const LayerActivations& a = acts_[l];
-  norm_forward(input_of(l), o.ln1_w, o.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd, N);
-  norm_forward(a.res_mid, o.ln2_w, o.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd, N);
-  if (config_.is_moe()) return;
-  const int64_t F = config_.ffn();
-  if (is_gpt2(config_)) {
-    k::gelu_forward(a.fch, a.act.f32, N * F);
-  } else {
-    k::swiglu_forward(a.fch, a.act.f32, N, F);
-  }
-  finish_input(a.act, N * F);
-}
-
-// On entry d_res_ holds d(loss)/d(block output); on exit d(loss)/d(block input).
-void Transformer::block_backward(int64_t l, int64_t B, int64_t T) {
-  const ModelConfig& c = config_;
-  const BlockOffsets& o = layout_.blocks[l];
-  const LayerActivations& a = acts_[l];
-  const int64_t N = B * T, C = c.d_model, H = c.n_head, KVH = c.kv_heads(), hd = c.head_dim();
-  const int64_t HD = H * hd, F = c.ffn(), F_pre = c.mlp_hidden_width();
-  if (options_.recompute == Recompute::kFull) {
-    const double aux = aux_loss_;
-    block_forward(l, B, T);
-    aux_loss_ = aux;
-  } else if (options_.recompute == Recompute::kSelective || (low_ && c.is_moe())) {
-    recompute_selected(l, N);
-  }
-  // The residual connection passes d_res_ through unchanged; each branch adds its part.
-  if (c.is_moe()) {
-    auto at = [&](int64_t off) { return off >= 0 ? grad(off) : nullptr; };
-    const MoeGrads<float> grads{at(o.router_w), at(o.experts_gate_up), at(o.experts_down),
-                                at(o.shared_gate_up), at(o.shared_down)};
-    moe_for(l).backward(d_res_, a.ln2.f32, d_c_, N, moe_weights(l), grads, loss_scale_);
-  } else {
-    float* d_act = d_hidden_;
-    float* d_pre = is_gpt2(c) ? d_hidden_ : d_hidden_ + N * F;
-    linear_backward(d_res_, a.act, o.fcproj_w, o.fcproj_b, d_act, N, F, C);
-    if (is_gpt2(c)) {
-      k::gelu_backward(d_act, a.fch, d_pre, N * F);
-    } else {
-      k::swiglu_backward(d_act, a.fch, d_pre, N, F);
-    }
-    linear_backward(d_pre, a.ln2, o.fc_w, o.fc_b, d_c_, N, C, F_pre);
-  }
-  norm_backward(d_c_, a.res_mid, o.ln2_w, o.ln2_b, a.ln2_mean, a.ln2_rstd, N);
-  linear_backward(d_res_, a.atty, o.proj_w, o.proj_b, d_c_, N, HD, C);
-  k::attention_backward(d_c_, a.qkv, a.lse, d_qkv_, attention_scratch_, B, T, H, KVH, hd);
-  if (!is_gpt2(c)) k::rope_backward(d_qkv_, B, T, H, KVH, hd, 0, c.rope_theta);
-  linear_backward(d_qkv_, a.ln1, o.qkv_w, o.qkv_b, d_c_, N, C, c.qkv_width());
-  norm_backward(d_c_, input_of(l), o.ln1_w, o.ln1_b, a.ln1_mean, a.ln1_rstd, N);
-}
-
 void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale) {
-  const int64_t N = B * T, C = config_.d_model;
+  const int64_t N = B * T, R = tp_.rows(N), C = config_.d_model;
+  const Access& p = *access_;
   loss_scale_ = loss_scale;
   unit_grads_[0] = store_->gradients(0);
-  // logits_ now holds d(loss)/d(logits).
-  linear_backward(logits_, lnf_, layout_.lm_head, -1, d_c_, N, C, config_.vocab_size);
-  std::memset(d_res_, 0, sizeof(float) * N * C);
-  norm_backward(d_c_, acts_.back().res_out, layout_.lnf_w, layout_.lnf_b, lnf_mean_, lnf_rstd_, N);
-  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
-    const int64_t u = 1 + l;
-    acquire(u);
-    unit_grads_[u] = store_->gradients(u);
-    block_backward(l, B, T);
-    store_->gradients_done(u);
-    unit_grads_[u] = nullptr;
-    release(u);
+  // The logits now hold d(loss)/d(logits); the head's input gradient, summed over the
+  // vocabulary slices, flows into the final norm.
+  MatmulInput in = acts_.lnf;
+  if (tp_.sequence_parallel()) {
+    in = acts_.workspace.full;
+    tp_.gather(acts_.lnf.f32, in.f32, N);
+    format_.finish(in, N * C);
   }
-  float* dwpe = layout_.wpe >= 0 ? grad(layout_.wpe) : nullptr;
-  k::embedding_backward(d_res_, inputs, grad(layout_.wte), dwpe, B, T, C);
+  float* d_head = acts_.workspace.d_c;
+  head_->backward(p, acts_.logits, in, d_head, N);
+  float* completed = tp_.sequence_parallel() ? acts_.workspace.d_rows : d_head;
+  tp_.complete(d_head, completed, N);
+  std::memset(acts_.d_res, 0, sizeof(float) * R * C);
+  lnf_->backward(p, completed, acts_.blocks.back().res_out, acts_.lnf_mean, acts_.lnf_rstd,
+                 acts_.d_res, R);
+  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+    acquire_block(l);
+    const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
+    for (int64_t u : units) {
+      if (u >= 0) unit_grads_[u] = store_->gradients(u);
+    }
+    blocks_[l].backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_);
+    for (int64_t u : units) {
+      if (u < 0) continue;
+      store_->gradients_done(u);
+      unit_grads_[u] = nullptr;
+    }
+    release_block(l);
+  }
+  embed_backward(inputs, B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;
 }

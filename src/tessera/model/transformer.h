@@ -8,12 +8,18 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/kernels/paged_attention.h"
+#include "tessera/model/activation_memory.h"
+#include "tessera/model/block.h"
+#include "tessera/model/collectives.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/int8_weights.h"
+#include "tessera/model/linear.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
+#include "tessera/model/norm.h"
 #include "tessera/model/parameter_store.h"
+#include "tessera/model/tensor_parallel.h"
 
 namespace tessera::model {
 
@@ -23,6 +29,8 @@ struct ModelOptions {
   Recompute recompute = Recompute::kNone;
   // Where parameters and gradients live; null keeps them all in the model, in f32.
   ParameterStore* store = nullptr;
+  // How the model is split over ranks (tensor, sequence and expert parallelism); null: one rank.
+  const ModelParallel* parallel = nullptr;
 };
 
 // Keys and values of earlier tokens, one k and one v pointer per layer, each laid out as
@@ -41,7 +49,9 @@ struct DecodeChunk {
   std::span<const int32_t> block_table;
 };
 
-// A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts.
+// A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts,
+// composed of the layers of block.h over its blocks, with the embedding, head and loss around
+// them. Split over ranks it holds its tensor- and expert-parallel slices (ModelParallel).
 // Parameters, gradients and every activation backward needs are allocated once, at
 // construction, for batches up to max_batch x max_seq; forward and backward never allocate.
 class Transformer {
@@ -53,7 +63,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   const ParameterLayout& layout() const { return layout_.params; }
-  int64_t num_parameters() const;  // counts the tied embedding once, excludes padding
+  const ModelLayout& model_layout() const { return layout_; }
+  int64_t num_parameters() const;  // of the whole model: the tied embedding once, no padding
   // Writable parameters, and the gradients, of a model that keeps them itself (no store). Copies
   // in other formats (bf16, int8) are refreshed from them when next used.
   std::span<float> params();
@@ -66,19 +77,20 @@ class Transformer {
   // returns 0 and leaves the logits readable.
   float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
   // One training micro-step: returns the mean cross-entropy and accumulates
-  // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into grads(). The loss
-  // gradient is fused into the softmax: the [B*T, vocab] logits are overwritten by it.
+  // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into the gradients. The
+  // loss gradient is fused into the softmax: the [B*T, vocab] logits are overwritten by it.
   float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                          float loss_scale);
   // Zeroes the gradients of a model that keeps them itself.
   void zero_grad();
-  const float* logits() const { return logits_; }
-  // Logits of the next token after tokens[0..T), for sampling.
+  // [B*T, this rank's vocabulary slice] (the whole vocabulary on one rank).
+  const float* logits() const { return acts_.logits; }
+  // Logits of the next token after tokens[0..T), for sampling (one rank).
   const float* next_token_logits(const int32_t* tokens, int64_t T);
-  // Incremental inference over a paged key/value cache, for a model built for inference: runs
-  // each sequence's chunk (a prompt, or a piece of one, then one token at a time), writes the
-  // chunk's keys and values into the cache, and returns the next-token logits after each
-  // chunk's last token, [chunks.size(), vocab]. The chunks hold at most max_batch x max_seq
+  // Incremental inference over a paged key/value cache, for a model built for inference on one
+  // rank: runs each sequence's chunk (a prompt, or a piece of one, then one token at a time),
+  // writes the chunk's keys and values into the cache, and returns the next-token logits after
+  // each chunk's last token, [chunks.size(), vocab]. The chunks hold at most max_batch x max_seq
   // tokens in all, and no position reaches model.max_seq.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
 
@@ -88,10 +100,11 @@ class Transformer {
   std::span<const int64_t> expert_tokens(int64_t layer) const;
   int64_t dropped_assignments() const { return dropped_; }
 
-  // Activation bytes each block keeps for backward (measured from the buffers allocated), and
-  // the bytes shared by all blocks as working space.
-  int64_t saved_activation_bytes_per_layer() const { return saved_bytes_per_layer_; }
-  int64_t working_activation_bytes() const { return working_bytes_; }
+  // Activation bytes each block keeps for backward, the bytes shared by all blocks as working
+  // space, and every activation byte the model holds (activation_bytes()).
+  int64_t saved_activation_bytes_per_layer() const { return activation_bytes_.saved_per_layer; }
+  int64_t working_activation_bytes() const { return activation_bytes_.working; }
+  int64_t activation_bytes_total() const { return activation_bytes_.total; }
 
   // Bytes of weights the matmuls read for each token: every linear layer's matrices and the head,
   // in the format they are multiplied in (int8 scales included; for MoE, the router and the
@@ -102,83 +115,53 @@ class Transformer {
   int64_t resident_parameter_bytes() const;
 
  private:
-  // A matmul input: f32, and in low precision also its stored low-precision copy. In
-  // low-precision mode the f32 buffer is transient working space.
-  struct MatmulInput {
-    float* f32 = nullptr;
-    uint16_t* low = nullptr;
-  };
-  struct LayerActivations {
-    MatmulInput ln1, atty, ln2, act;
-    float *ln1_mean, *ln1_rstd, *qkv, *lse, *res_mid, *ln2_mean, *ln2_rstd, *fch, *res_out;
-  };
-  class Allocator;
+  class Access;
 
-  void allocate(Allocator& a);
   void check_tokens(const int32_t* tokens, int64_t n) const;
   ResidentParameters& resident();
   void acquire(int64_t unit);
   void release(int64_t unit);
-  int64_t unit_of(int64_t offset) const;
-  const float* param(int64_t offset) const;
-  const uint16_t* low_param(int64_t offset) const;
-  float* grad(int64_t offset) const;
+  void acquire_block(int64_t l);
+  void release_block(int64_t l);
+  const float* input_of(int64_t l) const;
   void embed(const int32_t* inputs, int64_t B, int64_t T);
-  void block_forward(int64_t l, int64_t B, int64_t T);
-  void block_decode(int64_t l, const KvCacheView& cache, int64_t num_chunks, int64_t N);
-  void finish_block(int64_t l, int64_t N);
-  template <typename Block>
-  void for_each_block(Block&& block);
-  void check_threads() const;
-  void block_backward(int64_t l, int64_t B, int64_t T);
-  void recompute_selected(int64_t l, int64_t N);
+  void embed_backward(const int32_t* inputs, int64_t B, int64_t T);
+  template <typename Body>
+  void for_each_block(Body&& body);
+  void check_batch(int64_t B, int64_t T) const;
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
-  void compute_logits(const int32_t* inputs, int64_t B, int64_t T);
+  void compute_logits(int64_t N);
   float loss_over_logits(const int32_t* targets, int64_t N, float grad_scale);
   void backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale);
 
-  void norm_forward(const float* x, int64_t w, int64_t b, MatmulInput y, float* mean, float* rstd,
-                    int64_t N);
-  void norm_backward(const float* dy, const float* x, int64_t w, int64_t b, const float* mean,
-                     const float* rstd, int64_t N);
-  void finish_input(const MatmulInput& x, int64_t n);
-  void linear_forward(const MatmulInput& x, int64_t w, int64_t b, float* y, int64_t N, int64_t in,
-                      int64_t out);
-  // dy (f32) is read; dx is written; the weight's and bias's gradients accumulate.
-  void linear_backward(const float* dy, const MatmulInput& x, int64_t w, int64_t b, float* dx,
-                       int64_t N, int64_t in, int64_t out);
-  const float* input_of(int64_t l) const;
-  MoeWeights<float> moe_weights(int64_t l) const;
-  MoeLayer<float>& moe_for(int64_t l);
-
   ModelConfig config_;
   ModelOptions options_;
+  SingleRank alone_;  // before parallel_, which may point at it
+  ModelParallel parallel_;
   int64_t max_batch_, max_seq_;
   bool training_;
-  bool low_;  // low-precision matmuls
+  MatmulFormat format_;
   ModelLayout layout_;
+  TensorParallel tp_;
   Arena arena_;
+  ModelActivations acts_;
+  ActivationBytes activation_bytes_;
   std::unique_ptr<ResidentParameters> resident_;
   std::unique_ptr<Int8Weights> int8_;  // WeightFormat::kInt8 only
   ParameterStore* store_;
-  std::vector<ParameterUnit> units_;
   std::vector<ParameterStore::Weights> weights_;  // of acquired units
   std::vector<float*> unit_grads_;                // of units in backward
-  std::vector<LayerActivations> acts_;
+  std::unique_ptr<Access> access_;
   std::vector<std::unique_ptr<MoeLayer<float>>> moe_;
+  std::vector<Block> blocks_;
+  std::unique_ptr<Norm> lnf_;
+  std::unique_ptr<Linear> head_;
   std::vector<std::vector<int64_t>> expert_tokens_;
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
-  float *embedded_, *logits_, *losses_, *attention_scratch_, *lnf_mean_, *lnf_rstd_;
-  float* decode_scratch_ = nullptr;                // inference only
-  float* int8_scratch_ = nullptr;                  // WeightFormat::kInt8 only
   std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
-  MatmulInput lnf_;
-  float *d_res_, *d_c_, *d_qkv_, *d_hidden_;
-  uint16_t* dy_low_ = nullptr;
   int scratch_threads_ = 0;
-  int64_t saved_bytes_per_layer_ = 0, working_bytes_ = 0;
 };
 
 }  // namespace tessera::model

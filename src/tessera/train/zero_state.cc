@@ -38,7 +38,7 @@ ZeroState::ZeroState(const model::ModelConfig& config, const TrainConfig& train,
                      dist::Communicator& dp, int64_t bucket_bytes)
     : config_(config),
       layout_(model::model_layout(config)),
-      units_(model::parameter_units(layout_)),
+      units_(layout_.units),
       stage_(stage),
       dp_(dp),
       low_grads_(train.precision == model::Precision::kBf16),
@@ -110,7 +110,7 @@ float* ZeroState::master(int64_t flat) {
 }
 
 void ZeroState::init(uint64_t seed) {
-  model::initial_parameters(config_, layout_, seed, adam_.begin(), adam_.end(),
+  model::initial_parameters(layout_, seed, adam_.begin(), adam_.end(),
                             master(adam_.begin()));
   publish_parameters();
 }

@@ -1,0 +1,107 @@
+// The one description of what a model is made of: the parameterised parts of its embedding, of
+// each block and of its head, in parameter order, each with its shape, how tensor and expert
+// parallelism split it, and how it is initialised. The parameter layout, the activation-memory
+// formula, the planner's parameter and FLOP split and calibration's GEMM list are all derived
+// from it; adding a part to a block is a change to block_spec() alone.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/model/model_config.h"
+
+namespace tessera::model {
+
+// How a parameter is split over the tensor-parallel ranks (and, for experts, the expert-parallel
+// ranks). Column: the matrix's output rows (and its bias) are split, so each rank computes a
+// slice of the outputs. Row: the matrix's input columns are split, so each rank computes a
+// partial sum of the full output, which an all-reduce (or reduce-scatter) completes; its bias is
+// replicated. Vocab: the rows of an embedding or head matrix, padded so tp divides them. Expert:
+// a stack of expert matrices split over the ep ranks by whole experts, replicated over tp.
+enum class Role { kReplicated, kColumn, kRow, kVocab, kExpert };
+
+enum class PartKind { kNorm, kLinear, kEmbedding };
+
+// Every parameterised part a model can have, so code names a part without comparing strings.
+enum class PartId {
+  kTokenEmbedding,
+  kPositionEmbedding,
+  kAttentionNorm,
+  kQkv,
+  kAttentionOut,
+  kMlpNorm,
+  kMlpIn,   // GPT-2's fc, Llama's fused gate and up
+  kMlpOut,  // GPT-2's fcproj, Llama's down
+  kRouter,
+  kExpertsIn,   // each expert's fused gate and up, [E, 2F, C]
+  kExpertsOut,  // each expert's down, [E, C, F]
+  kSharedIn,    // the merged shared experts' gate and up
+  kSharedOut,
+  kFinalNorm,
+  kHead,
+};
+
+enum class Init {
+  kNormal,    // N(0, 0.02)
+  kResidual,  // N(0, 0.02 / sqrt(2 n_layer)): the projections that write into the residual stream
+  kOnes,      // norm gains
+};
+
+struct Part {
+  PartId id;
+  PartKind kind;
+  std::string name;  // the parameter name without ".weight" / ".bias": "attn.qkv", "ln1", "wte"
+  // A linear part is a matrix [out, in] (a stack of `stack` of them for experts); a norm has a
+  // gain of `in` values; an embedding is a table [out rows, in = d_model].
+  int64_t in = 0, out = 0, stack = 1;
+  bool bias = false;
+  Role role = Role::kReplicated;
+  // Column parts whose output is several fused tensors (q, k and v heads; gate and up), each
+  // split over the tensor-parallel ranks on its own: their widths, summing to `out`. Each is also
+  // split in units of `out_unit` rows (a head's width), so a rank never holds half a head.
+  std::vector<int64_t> out_parts;
+  int64_t out_unit = 1;
+  Init init = Init::kNormal;
+  // The share of a step's tokens each matrix multiplies (top_k / E for routed experts).
+  double token_share = 1.0;
+};
+
+struct AttentionGeometry {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  bool rope = false;
+  double rope_theta = 0;
+};
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class Activation { kGelu, kSwiglu };
+
+struct BlockSpec {
+  std::vector<Part> parts;  // in parameter order, which is also the order forward uses them
+  NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;
+  AttentionGeometry attention;
+  Activation activation = Activation::kGelu;
+  int64_t d_model = 0, ffn = 0;
+  std::optional<MoeConfig> moe;
+
+  const Part& part(PartId id) const;
+  bool has(PartId id) const;
+};
+
+// The whole model: the parts before the blocks (embeddings), the block (the same for every
+// layer) and the parts after them (final norm and head). With tied embeddings the head has no
+// part of its own: it multiplies by the token embedding.
+struct ModelSpec {
+  std::vector<Part> embedding;
+  BlockSpec block;
+  std::vector<Part> head;
+  int64_t n_layer = 0, vocab_size = 0;
+  bool tied_head = false;
+};
+
+BlockSpec block_spec(const ModelConfig& config);
+ModelSpec model_spec(const ModelConfig& config);
+
+}  // namespace tessera::model

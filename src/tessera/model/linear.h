@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/model/layer.h"
+#include "tessera/model/model_layout.h"
+
+namespace tessera::model {
+
+// y[N, out] = x[N, in] W^T + b over this rank's slice of a linear part: f32, low-precision or
+// int8 weights, as the run's format says. Tensor parallelism wraps it (TensorParallel); the layer
+// itself only multiplies.
+class Linear {
+ public:
+  // dy_low: working space of at least N * out halves for low-precision backward; int8_scratch:
+  // kernels::int8_linear_scratch_size(in) floats for int8 weights. Either may be null when unused.
+  Linear(int64_t in, int64_t out, PartOffsets params, MatmulFormat format, uint16_t* dy_low,
+         float* int8_scratch);
+
+  // A row-parallel slice leaves its bias to be added once the ranks' sums are complete.
+  void forward(const ParamAccess& p, const MatmulInput& x, float* y, int64_t N,
+               bool with_bias = true) const;
+  // dx (written) = dy W; dW and db accumulate.
+  void backward(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
+                int64_t N) const;
+  // The same, with dW accumulated into dw instead of the parameter's gradient.
+  void backward_into(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
+                     float* dw, int64_t N) const;
+
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  const PartOffsets& params() const { return params_; }
+
+ private:
+  int64_t in_, out_;
+  PartOffsets params_;
+  MatmulFormat format_;
+  uint16_t* dy_low_;
+  float* int8_scratch_;
+};
+
+}  // namespace tessera::model

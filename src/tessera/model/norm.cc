@@ -1,0 +1,57 @@
+#include "tessera/model/norm.h"
+
+#include <algorithm>
+
+#include "tessera/kernels/ops.h"
+
+namespace tessera::model {
+
+namespace k = kernels;
+
+Norm::Norm(NormKind kind, double eps, int64_t C, PartOffsets params, MatmulFormat format,
+           Collectives* partial_over)
+    : kind_(kind),
+      eps_(float(eps)),
+      C_(C),
+      params_(params),
+      format_(format),
+      partial_over_(partial_over),
+      partial_(partial_over != nullptr ? 2 * C : 0) {}
+
+void Norm::forward(const ParamAccess& p, const float* x, const MatmulInput& y, float* mean,
+                   float* rstd, int64_t N) const {
+  if (kind_ == NormKind::kLayerNorm) {
+    k::layernorm_forward(x, p.f32(params_.weight), p.f32(params_.bias), y.f32, mean, rstd, N, C_);
+  } else {
+    k::rmsnorm_forward(x, p.f32(params_.weight), y.f32, rstd, N, C_, eps_);
+  }
+  format_.finish(y, N * C_);
+}
+
+void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const float* mean,
+                    const float* rstd, float* dx, int64_t N) {
+  const bool layer = kind_ == NormKind::kLayerNorm;
+  float* dgamma = p.grad(params_.weight);
+  float* dbeta = layer ? p.grad(params_.bias) : nullptr;
+  if (partial_over_ != nullptr) {
+    std::fill(partial_.begin(), partial_.end(), 0.0f);
+    dgamma = partial_.data();
+    dbeta = layer ? partial_.data() + C_ : nullptr;
+  }
+  if (layer) {
+    k::layernorm_backward(dy, x, p.f32(params_.weight), mean, rstd, dx, dgamma, dbeta, N, C_);
+  } else {
+    k::rmsnorm_backward(dy, x, p.f32(params_.weight), rstd, dx, dgamma, N, C_);
+  }
+  if (partial_over_ == nullptr) return;
+  const int64_t n = layer ? 2 * C_ : C_;
+  partial_over_->all_reduce(partial_.data(), n);
+  float* g = p.grad(params_.weight);
+  k::add(g, partial_.data(), g, C_);
+  if (layer) {
+    float* b = p.grad(params_.bias);
+    k::add(b, partial_.data() + C_, b, C_);
+  }
+}
+
+}  // namespace tessera::model
