@@ -17,7 +17,8 @@
 #include "tessera/dist/launch.h"
 #include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
-#include "tessera/train/zero_state.h"
+#include "tessera/dist/mesh.h"
+#include "tessera/train/train_state.h"
 
 using namespace tessera;
 
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
   tc.precision = options.precision;
   dist::SingleCommunicator alone;
   dist::Communicator& dp = comm == "none" ? alone : world;
-  train::ZeroState state(mc, tc, int(zero), dp, int64_t(bucket_mb * 1024 * 1024));
+  const dist::Mesh mesh(dp, {.dp = dp.size()});
+  tc.zero = zero;
+  train::TrainState state(mc, tc, mesh, {}, int64_t(bucket_mb * 1024 * 1024));
   options.store = &state;
   model::Transformer model(mc, B, T, true, options);
   state.init(1337);

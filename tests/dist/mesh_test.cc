@@ -12,14 +12,14 @@ namespace {
 
 using testing::expect_error;
 
-// Every way to write the world size as dp x tp x pp x ep.
+// Every way to write the world size as dp x tp x pp, with every ep dividing dp.
 std::vector<MeshShape> shapes_of(int64_t ranks) {
   std::vector<MeshShape> shapes;
   for (int64_t dp = 1; dp <= ranks; ++dp) {
     for (int64_t tp = 1; tp <= ranks; ++tp) {
       for (int64_t pp = 1; pp <= ranks; ++pp) {
-        for (int64_t ep = 1; ep <= ranks; ++ep) {
-          if (dp * tp * pp * ep == ranks) shapes.push_back({dp, tp, pp, ep});
+        for (int64_t ep = 1; ep <= dp; ++ep) {
+          if (dp * tp * pp == ranks && dp % ep == 0) shapes.push_back({dp, tp, pp, ep});
         }
       }
     }
@@ -54,8 +54,7 @@ TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
     };
     for (const Axis& axis : {Axis{mesh.dp(), shape.dp, me.dp, &MeshCoords::dp},
                              Axis{mesh.tp(), shape.tp, me.tp, &MeshCoords::tp},
-                             Axis{mesh.pp(), shape.pp, me.pp, &MeshCoords::pp},
-                             Axis{mesh.ep(), shape.ep, me.ep, &MeshCoords::ep}}) {
+                             Axis{mesh.pp(), shape.pp, me.pp, &MeshCoords::pp}}) {
       ASSERT_EQ(axis.group.size(), axis.size);
       EXPECT_EQ(axis.group.rank(), axis.coord);
       // Member k shares every coordinate with this rank except its own, which is k.
@@ -66,19 +65,30 @@ TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
         EXPECT_EQ(ranks[k], mesh.rank_of(c));
       }
     }
+    // Expert groups: ep consecutive data-parallel ranks; the ranks holding the same experts are
+    // those at the same place in their groups.
+    const int ep = int(shape.ep), group = me.dp / ep;
+    ASSERT_EQ(mesh.ep().size(), ep);
+    EXPECT_EQ(mesh.ep().rank(), mesh.ep_rank());
+    const std::vector<int32_t> ep_ranks = members(mesh.ep());
+    for (int k = 0; k < ep; ++k) {
+      EXPECT_EQ(ep_ranks[k], mesh.rank_of({group * ep + k, me.tp, me.pp}));
+    }
+    ASSERT_EQ(mesh.expert_dp().size(), shape.dp / ep);
+    const std::vector<int32_t> holders = members(mesh.expert_dp());
+    for (int k = 0; k < shape.dp / ep; ++k) {
+      EXPECT_EQ(holders[k], mesh.rank_of({k * ep + me.dp % ep, me.tp, me.pp}));
+    }
   }
 }
 
-TEST(Mesh, TensorParallelVariesFastestThenExpertThenDataThenPipeline) {
+TEST(Mesh, TensorParallelVariesFastestThenDataThenPipeline) {
   Communicator& w = world();
   if (w.size() != 4) GTEST_SKIP() << "needs four ranks";
   // Each pair of adjacent axes in the order: the first one's neighbour is rank 1.
-  Mesh tp_ep(w, {.tp = 2, .ep = 2});
-  EXPECT_EQ(tp_ep.coords_of(1), (MeshCoords{.tp = 1}));
-  EXPECT_EQ(tp_ep.coords_of(2), (MeshCoords{.ep = 1}));
-  Mesh ep_dp(w, {.dp = 2, .ep = 2});
-  EXPECT_EQ(ep_dp.coords_of(1), (MeshCoords{.ep = 1}));
-  EXPECT_EQ(ep_dp.coords_of(2), (MeshCoords{.dp = 1}));
+  Mesh tp_dp(w, {.dp = 2, .tp = 2, .ep = 2});
+  EXPECT_EQ(tp_dp.coords_of(1), (MeshCoords{.tp = 1}));
+  EXPECT_EQ(tp_dp.coords_of(2), (MeshCoords{.dp = 1}));
   Mesh dp_pp(w, {.dp = 2, .pp = 2});
   EXPECT_EQ(dp_pp.coords_of(1), (MeshCoords{.dp = 1}));
   EXPECT_EQ(dp_pp.coords_of(2), (MeshCoords{.pp = 1}));
@@ -90,6 +100,10 @@ TEST(Mesh, TensorParallelVariesFastestThenExpertThenDataThenPipeline) {
   EXPECT_EQ(members(mesh.dp()), (std::vector<int32_t>{w.rank() % 2, w.rank() % 2 + 2}));
   EXPECT_EQ(members(mesh.pp()), (std::vector<int32_t>{w.rank()}));
   EXPECT_EQ(members(mesh.ep()), (std::vector<int32_t>{w.rank()}));
+  // dp=4 x ep=2: expert groups {0,1} and {2,3}; ranks 0 and 2 hold the same experts.
+  Mesh experts(w, {.dp = 4, .ep = 2});
+  EXPECT_EQ(members(experts.ep()), (std::vector<int32_t>{w.rank() / 2 * 2, w.rank() / 2 * 2 + 1}));
+  EXPECT_EQ(members(experts.expert_dp()), (std::vector<int32_t>{w.rank() % 2, w.rank() % 2 + 2}));
 }
 
 TEST(Mesh, ProductMustEqualTheWorldSize) {
@@ -101,11 +115,12 @@ TEST(Mesh, ProductMustEqualTheWorldSize) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              fmt::format("mesh.dp x mesh.tp x mesh.pp x mesh.ep = {0} x 1 x 1 x 1 = {0} ranks, "
-                          "but the job has {1} (mpirun -np / srun -n): make the product equal "
-                          "the world size",
+              fmt::format("mesh.dp x mesh.tp x mesh.pp = {0} x 1 x 1 = {0} ranks, but the job has "
+                          "{1} (mpirun -np / srun -n): make the product equal the world size",
                           wrong.dp, n));
   }
+  expect_error([&] { Mesh mesh(w, {.dp = n, .ep = n + 1}); },
+               {"mesh.ep = " + std::to_string(n + 1), "does not divide mesh.dp"});
   expect_error([&] { Mesh mesh(w, {.tp = 0}); }, {"mesh.tp must be >= 1, got 0"});
   expect_error([&] { Mesh mesh(w, {.dp = 1'000'000, .tp = 1'000'000, .pp = 1'000'000}); },
                {"= 1e+18 ranks"});

@@ -131,8 +131,8 @@ TEST_F(DataParallelCli, ShardedCheckpointsResumeOnAnotherMesh) {
   const nlohmann::json manifest =
       nlohmann::json::parse(std::ifstream(checkpoints / "step-000010" / "manifest.json"));
   EXPECT_EQ(manifest["world_size"], 4);
-  EXPECT_EQ(manifest["metadata"]["zero"]["stage"], 3);
-  EXPECT_EQ(manifest["metadata"]["zero"]["shards"].size(), 4u);
+  EXPECT_EQ(manifest["metadata"]["placed"]["mesh"]["zero"], 3);
+  EXPECT_EQ(manifest["metadata"]["placed"]["pieces"].size(), 4u);
   EXPECT_TRUE(fs::exists(checkpoints / "step-000010" / "rank-00003.bin"));
 
   const fs::path resumed_checkpoints = fs::path(dir / "resumed") / "checkpoints";

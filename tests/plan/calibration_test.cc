@@ -15,7 +15,8 @@
 #include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
-#include "tessera/train/zero_state.h"
+#include "tessera/dist/mesh.h"
+#include "tessera/train/train_state.h"
 
 namespace tessera::plan {
 namespace {
@@ -37,7 +38,8 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
                                 int steps) {
   train::TrainConfig tc;
   dist::SingleCommunicator alone;
-  train::ZeroState state(config, tc, /*stage=*/0, alone, int64_t{4} << 20);
+  const dist::Mesh mesh(alone, {});
+  train::TrainState state(config, tc, mesh, {}, int64_t{4} << 20);
   model::Transformer model(config, step.batch, step.seq, true,
                            {.recompute = step.recompute, .store = &state});
   state.init(1337);

@@ -14,7 +14,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/train/run_config.h"
-#include "tessera/train/state_checkpoint.h"
+#include "tessera/ckpt/state_reader.h"
 
 namespace tessera::cli {
 namespace {
@@ -60,13 +60,13 @@ int export_checkpoint(int argc, char** argv) {
   check(out.has_value(), "tessera convert export: --out DIR is required");
   const DType dtype = export_dtype(flags.get_or("dtype", "f32"));
 
-  const fs::path step_dir = train::checkpoint_step_dir(*checkpoint);
+  const fs::path step_dir = ckpt::checkpoint_step_dir(*checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const model::ModelConfig mc = train::checkpoint_model_config(step_dir, manifest);
+  const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
   const model::ModelLayout layout = model::model_layout(mc);
   std::vector<float> params(size_t(layout.params.total()));
-  train::read_state_range(step_dir, layout.params, train::StatePart::kParams, 0,
-                          layout.params.total(), params.data());
+  ckpt::read_state_range(step_dir, mc, layout.params, ckpt::StatePart::kParams, 0,
+                         layout.params.total(), params.data());
   const std::string architecture = ckpt::export_hf(mc, params, *out, dtype);
   std::printf("exported %s (%s, %.2fM parameters, %s) to %s\n", step_dir.string().c_str(),
               architecture.c_str(), double(model::count_parameters(mc).total) / 1e6,

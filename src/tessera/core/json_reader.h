@@ -12,7 +12,9 @@ namespace tessera {
 // wrong type or bad value fails with one line naming the source file and the field's path.
 class JsonReader {
  public:
+  // `source` names the input in errors and must outlive the reader.
   explicit JsonReader(const std::string& source) : source_(source) {}
+  const std::string& source() const { return source_; }
 
   const nlohmann::json& field(const nlohmann::json& object, const std::string& key,
                               const std::string& path) const {

@@ -134,6 +134,30 @@ void Communicator::all_to_all(const void* send, void* recv, int64_t count_per_ra
   do_run(Op::kAllToAll, send, recv, count_per_rank, {}, dtype, /*peer=*/-1, /*tag=*/0);
 }
 
+void Communicator::all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                std::span<const int64_t> recv_counts, DType dtype) {
+  check(int(send_counts.size()) == size() && int(recv_counts.size()) == size(),
+        "all_to_all_v: {} send and {} receive counts for {} ranks", send_counts.size(),
+        recv_counts.size(), size());
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size(); ++r) {
+    check_count("all_to_all_v", send_counts[r]);
+    check_count("all_to_all_v", recv_counts[r]);
+    sent += send_counts[r];
+    received += recv_counts[r];
+  }
+  check_count("all_to_all_v", sent);
+  check_count("all_to_all_v", received);
+  check_buffer("all_to_all_v", send, sent);
+  check_buffer("all_to_all_v", recv, received);
+  check(!overlap(send, bytes(sent, dtype), recv, bytes(received, dtype)),
+        "all_to_all_v: the send and receive buffers overlap");
+  std::vector<int64_t>& counts = all_to_all_counts_;
+  counts.assign(send_counts.begin(), send_counts.end());
+  counts.insert(counts.end(), recv_counts.begin(), recv_counts.end());
+  do_run(Op::kAllToAllV, send, recv, sent, counts, dtype, /*peer=*/-1, /*tag=*/0);
+}
+
 void Communicator::send(const void* data, int64_t count, DType dtype, int dest, int tag) {
   check_message("send", data, count, "destination", dest, tag, size());
   do_run(Op::kSend, data, nullptr, count, {}, dtype, dest, tag);
@@ -197,6 +221,8 @@ std::string Communicator::describe(Op op, int64_t count, std::string_view type, 
       return fmt::format("broadcast of {} {} elements from rank {}", count, type, peer);
     case Op::kAllToAll:
       return fmt::format("all_to_all of {} {} elements per rank", count, type);
+    case Op::kAllToAllV:
+      return fmt::format("all_to_all_v sending {} {} elements", count, type);
     case Op::kSend:
       return fmt::format("send of {} {} elements to rank {} (tag {})", count, type, peer, tag);
     case Op::kRecv:

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessera/core/dtype.h"
 
@@ -75,6 +76,12 @@ class Communicator {
   // rank r's into recv + r * count_per_rank. The buffers must not overlap.
   void all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype);
 
+  // Sends send_counts[r] elements, consecutive in rank order from `send`, to each rank r, and
+  // receives recv_counts[r] elements from each, consecutive in rank order into `recv`; each
+  // rank's recv_counts[s] must equal rank s's send_counts[r]. The buffers must not overlap.
+  void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                    std::span<const int64_t> recv_counts, DType dtype);
+
   // Point to point; a recv must receive exactly `count` elements. Tags are >= 0.
   void send(const void* data, int64_t count, DType dtype, int dest, int tag);
   void recv(void* data, int64_t count, DType dtype, int source, int tag);
@@ -110,6 +117,7 @@ class Communicator {
     kAllGather,
     kBroadcast,
     kAllToAll,
+    kAllToAllV,  // counts holds the send counts, then the receive counts
     kSend,
     kRecv,
     kBarrier,
@@ -128,6 +136,9 @@ class Communicator {
 
   // "all_reduce of 1024 bf16 elements", for error messages.
   static std::string describe(Op op, int64_t count, std::string_view type, int peer, int tag);
+
+ private:
+  std::vector<int64_t> all_to_all_counts_;  // reused, so a warm exchange allocates nothing
 };
 
 }  // namespace tessera::dist

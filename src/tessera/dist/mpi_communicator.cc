@@ -200,9 +200,16 @@ int MpiCommunicator::transfer(Slot& slot, const void* send, void* recv,
   const bool sums_bf16 = dtype == DType::bf16 && (op == Op::kAllReduce || op == Op::kReduceScatter);
   const MPI_Datatype type = sums_bf16 ? MPI_FLOAT : transfer_type(dtype);
   slot.mpi_type = type;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    slot.counts[r] = static_cast<int>(counts[r]);
-    slot.displs[r] = r == 0 ? 0 : slot.displs[r - 1] + slot.counts[r - 1];
+  // An all_to_all_v's counts are the send counts then the receive counts, each with its
+  // displacements.
+  const int sets = op == Op::kAllToAllV ? 2 : 1;
+  if (slot.counts.size() < size_t(sets * size_)) {
+    slot.counts.resize(sets * size_);
+    slot.displs.resize(sets * size_);
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    slot.counts[i] = static_cast<int>(counts[i]);
+    slot.displs[i] = i % size_t(size_) == 0 ? 0 : slot.displs[i - 1] + slot.counts[i - 1];
   }
   const int n = static_cast<int>(count);
   const int peer = slot.what.peer;
@@ -249,6 +256,14 @@ int MpiCommunicator::transfer(Slot& slot, const void* send, void* recv,
     case Op::kAllToAll:
       return request ? MPI_Ialltoall(send, n, type, recv, n, type, comm_, request)
                      : MPI_Alltoall(send, n, type, recv, n, type, comm_);
+    case Op::kAllToAllV: {
+      int* sc = slot.counts.data();
+      int* sd = slot.displs.data();
+      int* rc = sc + size_;
+      int* rd = sd + size_;
+      return request ? MPI_Ialltoallv(send, sc, sd, type, recv, rc, rd, type, comm_, request)
+                     : MPI_Alltoallv(send, sc, sd, type, recv, rc, rd, type, comm_);
+    }
     case Op::kSend:
       return request ? MPI_Isend(send, n, type, peer, tag, comm_, request)
                      : MPI_Send(send, n, type, peer, tag, comm_);

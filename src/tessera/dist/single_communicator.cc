@@ -25,6 +25,7 @@ void SingleCommunicator::do_run(Op op, const void* send, void* recv, int64_t cou
     case Op::kReduceScatter:
     case Op::kAllGather:
     case Op::kAllToAll:
+    case Op::kAllToAllV:
       // The checks allow an in-place all_gather, where send is recv.
       if (send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
       break;

@@ -65,7 +65,7 @@ std::vector<Placement::Rows> column_rows(const Part& p, const Sharding& s,
     const bool kv = p.id == PartId::kQkv && j > 0;
     if (kv && attention.kv_heads < s.tp) {
       const int64_t head = s.tp_rank * units / s.tp;
-      rows.push_back({begin + head * p.out_unit, p.out_unit});
+      rows.push_back({begin + head * p.out_unit, p.out_unit, s.tp / units});
     } else {
       const int64_t per = units / s.tp;
       rows.push_back({begin + s.tp_rank * per * p.out_unit, per * p.out_unit});
@@ -101,6 +101,12 @@ Slice slice_of(const Part& p, bool bias, const Sharding& s, const ModelSpec& m) 
   } else if (s.ep > 1 && role == Role::kExpert) {
     const int64_t per = p.stack / s.ep;
     pl.rows = {{s.ep_rank * per * p.out, per * p.out}};
+  }
+  // Whatever the tensor-parallel ranks do not split, each of them holds.
+  const bool tp_whole = role == Role::kReplicated || role == Role::kExpert ||
+                        (role == Role::kRow && bias);
+  if (tp_whole) {
+    for (Placement::Rows& r : pl.rows) r.copies = s.tp;
   }
   // The local shape follows the placement: its rows, and the last dimension cut to its columns.
   const int64_t local_rows = pl.local_rows();
@@ -215,6 +221,11 @@ ModelLayout model_layout(const ModelConfig& c, const Sharding& sharding) {
     canonical[entries[i].name] = {entries[i].offset, int64_t(i)};
   }
   return build(c, sharding, canonical);
+}
+
+ModelLayout canonical_model_layout(const ModelConfig& c) {
+  validate(c);
+  return build(c, {}, {});
 }
 
 ParameterCount count_parameters(const ModelConfig& c) {

@@ -74,6 +74,10 @@ struct ModelLayout {
 // every tensor; sharded, it holds this rank's slices, each with its placement in the whole.
 ModelLayout model_layout(const ModelConfig& config, const Sharding& sharding = {});
 
+// The canonical layout itself: unsharded, each mixture's expert stacks inside their blocks. It is
+// where checkpoints written by one rank, or as ZeRO shards of one flat buffer, place their tensors.
+ModelLayout canonical_model_layout(const ModelConfig& config);
+
 // Parameter count; the tied embedding counts once. With MoE, active counts top_k routed experts
 // per token instead of all of them.
 struct ParameterCount {

@@ -132,8 +132,9 @@ void MoeLayer<T>::route(const T* x, int64_t N, const MoeWeights<T>& w) {
     Collectives* batch = parallel_.batch;
     if (batch != nullptr && batch->size() > 1) {
       if (capacity_factor_ > 0) {
-        for (int64_t e = 0; e < E; ++e) counts_[e] = float(batch_stats_[e]);
-        batch->all_gather(counts_.data(), counts_.data(), E);
+        float* mine = counts_.data() + batch->rank() * E;
+        for (int64_t e = 0; e < E; ++e) mine[e] = float(batch_stats_[e]);
+        batch->all_gather(mine, counts_.data(), E);
         for (int r = 0; r < batch->rank(); ++r) {
           for (int64_t e = 0; e < E; ++e) earlier[e] += int64_t(counts_[r * E + e]);
         }

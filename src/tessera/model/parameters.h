@@ -16,6 +16,7 @@ namespace tessera::model {
 struct Placement {
   struct Rows {
     int64_t begin, count;
+    int64_t copies = 1;  // tensor-parallel ranks holding these rows: tp when replicated
   };
   std::vector<Rows> rows;
   int64_t col_begin = 0, cols = 0;

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/train/state_checkpoint.h"
+#include "tessera/ckpt/state_reader.h"
 
 namespace tessera::serve {
 
@@ -48,10 +48,10 @@ std::string serving_format_name(const ServingFormat& format) {
 ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format) {
   ServedModel served;
-  served.step_dir = train::checkpoint_step_dir(checkpoint);
+  served.step_dir = ckpt::checkpoint_step_dir(checkpoint);
   const fs::path& step_dir = served.step_dir;
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const model::ModelConfig mc = train::checkpoint_model_config(step_dir, manifest);
+  const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
   model::ModelOptions options;
   options.precision = format.precision;
   options.weights = format.weights;
@@ -60,8 +60,8 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
   served.model = std::make_unique<model::Transformer>(mc, max_batch, mc.max_seq,
                                                       /*training=*/false, options);
   const std::span<float> params = served.model->params();
-  train::read_state_range(step_dir, served.model->layout(), train::StatePart::kParams, 0,
-                          int64_t(params.size()), params.data());
+  ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
+                         int64_t(params.size()), params.data());
   served.tokenizer = checkpoint_tokenizer(step_dir, manifest.metadata);
   check(served.tokenizer->vocab_size() <= mc.vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",

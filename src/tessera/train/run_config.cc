@@ -1,36 +1,15 @@
 #include "tessera/train/run_config.h"
 
 #include "tessera/core/error.h"
+#include "tessera/model/model_config_keys.h"
+#include "tessera/model/model_layout.h"
 
 namespace tessera::train {
 
 std::vector<ConfigKey> run_config_schema() {
   using T = ConfigType;
-  return {
-      {"model.arch", T::kString, "gpt2", false,
-       "\"gpt2\" or \"llama\" (RMSNorm, RoPE, SwiGLU, GQA)"},
-      {"model.vocab_size", T::kInt, "256", true, "token vocabulary size (256 = raw bytes)"},
-      {"model.n_layer", T::kInt, "4", true, "number of transformer blocks"},
-      {"model.n_head", T::kInt, "4", true, "attention heads per block; must divide d_model"},
-      {"model.d_model", T::kInt, "256", true, "residual stream width"},
-      {"model.max_seq", T::kInt, "256", true, "longest context (position table size)"},
-      {"model.n_kv_head", T::kInt, "0", false, "key/value heads (llama); 0 = n_head"},
-      {"model.ffn_hidden", T::kInt, "0", false,
-       "MLP (and expert) width; 0 = 4 d_model (gpt2), 8/3 d_model rounded to 256 (llama)"},
-      {"model.rope_theta", T::kFloat, "10000", false, "rotary embedding base (llama)"},
-      {"model.head_dim", T::kInt, "0", false,
-       "channels per attention head; 0 = d_model / n_head (others: planning only)"},
-      {"model.parallel_block", T::kBool, "false", false,
-       "PaLM's parallel attention and MLP (planning only)"},
-      {"model.norm_eps", T::kFloat, "1e-5", false, "RMSNorm epsilon (llama; GPT-2 uses 1e-5)"},
-      {"model.tie_embeddings", T::kBool, "true", false,
-       "output projection shares the token embedding (always true for gpt2)"},
-      {"model.moe_experts", T::kInt, "0", false, "routed experts per block (llama); 0 = dense"},
-      {"model.moe_top_k", T::kInt, "2", false, "experts each token is routed to"},
-      {"model.moe_shared_experts", T::kInt, "0", false, "experts every token passes through"},
-      {"model.moe_capacity_factor", T::kFloat, "0", false,
-       "expert capacity as a multiple of the even share; 0 = dropless"},
-      {"model.moe_aux_loss_coef", T::kFloat, "0.01", false, "load-balancing loss weight"},
+  std::vector<ConfigKey> keys = model::model_config_schema();
+  const std::vector<ConfigKey> run_keys = {
       {"train.batch_size", T::kInt, "16", false,
        "sequences per micro-batch over all data-parallel ranks"},
       {"train.seq_len", T::kInt, "256", false, "tokens per training sequence; <= model.max_seq"},
@@ -66,9 +45,14 @@ std::vector<ConfigKey> run_config_schema() {
       {"data.val_fraction", T::kFloat, "0.1", false, "fraction of text held out for eval"},
       {"data.prefetch", T::kInt, "2", false, "batches prepared ahead by a background thread"},
       {"mesh.dp", T::kInt, "1", false, "data-parallel ranks"},
-      {"mesh.tp", T::kInt, "1", false, "tensor-parallel ranks"},
-      {"mesh.pp", T::kInt, "1", false, "pipeline-parallel stages"},
-      {"mesh.ep", T::kInt, "1", false, "expert-parallel ranks"},
+      {"mesh.tp", T::kInt, "1", false,
+       "tensor-parallel ranks: each block's heads and MLP, and the vocabulary, split over them"},
+      {"mesh.pp", T::kInt, "1", false, "pipeline-parallel stages (1: not available yet)"},
+      {"mesh.ep", T::kInt, "1", false,
+       "expert-parallel ranks, carved out of the data-parallel ones (must divide mesh.dp)"},
+      {"mesh.sequence_parallel", T::kBool, "false", false,
+       "with mesh.tp > 1: norms and residual additions on 1/tp of the tokens each, all-gathers "
+       "and reduce-scatters in place of all-reduces"},
       {"dist.timeout_s", T::kFloat, "300", false,
        "seconds one collective may wait before the job is ended as failed"},
       {"dist.bucket_mb", T::kFloat, "4", false,
@@ -76,6 +60,8 @@ std::vector<ConfigKey> run_config_schema() {
       {"checkpoint.every", T::kInt, "200", false, "steps between checkpoints; 0 = only at end"},
       {"checkpoint.keep_last", T::kInt, "2", false, "checkpoints kept on disk"},
   };
+  keys.insert(keys.end(), run_keys.begin(), run_keys.end());
+  return keys;
 }
 
 namespace {
@@ -90,26 +76,8 @@ int64_t int_at_least(const Config& config, const char* key, int64_t min) {
 
 RunConfig run_config_from(const Config& config) {
   RunConfig run;
-  model::ModelConfig& m = run.model;
-  m.arch = model::architecture_from_name(config.get_string("model.arch"));
-  m.vocab_size = config.get_int("model.vocab_size");
-  m.n_layer = config.get_int("model.n_layer");
-  m.n_head = config.get_int("model.n_head");
-  m.d_model = config.get_int("model.d_model");
-  m.max_seq = config.get_int("model.max_seq");
-  m.n_kv_head = config.get_int("model.n_kv_head");
-  m.ffn_hidden = config.get_int("model.ffn_hidden");
-  m.rope_theta = config.get_float("model.rope_theta");
-  m.head_dim_override = config.get_int("model.head_dim");
-  m.parallel_block = config.get_bool("model.parallel_block");
-  m.norm_eps = config.get_float("model.norm_eps");
-  m.tie_embeddings = config.get_bool("model.tie_embeddings");
-  m.moe.n_experts = config.get_int("model.moe_experts");
-  m.moe.top_k = config.get_int("model.moe_top_k");
-  m.moe.n_shared = config.get_int("model.moe_shared_experts");
-  m.moe.capacity_factor = config.get_float("model.moe_capacity_factor");
-  m.moe.aux_loss_coef = config.get_float("model.moe_aux_loss_coef");
-  model::validate(m);
+  run.model = model::model_config_from(config);
+  const model::ModelConfig& m = run.model;
 
   TrainConfig& t = run.train;
   t.batch_size = int_at_least(config, "train.batch_size", 1);
@@ -158,14 +126,23 @@ RunConfig run_config_from(const Config& config) {
   run.mesh.tp = int_at_least(config, "mesh.tp", 1);
   run.mesh.pp = int_at_least(config, "mesh.pp", 1);
   run.mesh.ep = int_at_least(config, "mesh.ep", 1);
-  check(run.mesh.tp == 1 && run.mesh.pp == 1 && run.mesh.ep == 1,
-        "mesh.tp, mesh.pp and mesh.ep must be 1: tensor, pipeline and expert parallelism are not "
-        "available yet (got {})",
-        run.mesh.str());
+  run.mesh.sequence_parallel = config.get_bool("mesh.sequence_parallel");
+  check(run.mesh.pp == 1,
+        "mesh.pp = {}: pipeline parallelism is not available yet; use mesh.pp = 1", run.mesh.pp);
+  check(run.mesh.dp % run.mesh.ep == 0,
+        "mesh.ep = {} does not divide mesh.dp = {}: expert-parallel ranks are carved out of the "
+        "data-parallel ones",
+        run.mesh.ep, run.mesh.dp);
   check(t.batch_size % run.mesh.dp == 0,
         "train.batch_size ({}) must be divisible by mesh.dp ({}): each data-parallel rank takes an "
         "equal share of the global batch",
         t.batch_size, run.mesh.dp);
+  model::check_sharding(m, run.mesh.tp, run.mesh.ep);
+  const int64_t micro_tokens = t.batch_size / run.mesh.dp * t.seq_len;
+  check(!run.mesh.sequence_parallel || micro_tokens % run.mesh.tp == 0,
+        "mesh.sequence_parallel splits each rank's {} tokens per micro-batch (train.batch_size / "
+        "mesh.dp x train.seq_len) over mesh.tp = {} ranks: make them a multiple of it",
+        micro_tokens, run.mesh.tp);
   run.dist.timeout_s = config.get_float("dist.timeout_s");
   check(run.dist.timeout_s > 0, "dist.timeout_s must be > 0, got {}", run.dist.timeout_s);
   run.dist.bucket_mb = config.get_float("dist.bucket_mb");

@@ -13,6 +13,7 @@
 #include "tessera/data/loader.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/mesh.h"
+#include "tessera/dist/model_parallel.h"
 #include "tessera/dist/zero_memory.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -21,7 +22,7 @@
 #include "tessera/train/loss_scaler.h"
 #include "tessera/train/lr_schedule.h"
 #include "tessera/train/training_data.h"
-#include "tessera/train/zero_state.h"
+#include "tessera/train/train_state.h"
 
 namespace tessera::train {
 
@@ -95,32 +96,41 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
       model.working_activation_bytes() / mib);
 }
 
-// Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its stage.
-void log_memory(const ZeroState& state, const model::Transformer& model, dist::Communicator& dp,
+// Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its stage: the
+// dense parameters over the data-parallel ranks, a mixture's expert stacks over the ranks that
+// hold the same experts.
+void log_memory(const TrainState& state, const model::Transformer& model, const dist::Mesh& mesh,
                 const TrainConfig& tc) {
   constexpr int kFields = 5;
+  dist::Communicator& world = mesh.world();
   const MemoryReport m = state.memory();
-  const int64_t activations = model.saved_activation_bytes_per_layer() * model.config().n_layer +
-                              model.working_activation_bytes();
-  std::vector<double> all(size_t(kFields * dp.size()), 0.0);
+  std::vector<double> all(size_t(kFields * world.size()), 0.0);
   const double mine[kFields] = {double(m.params), double(m.grads), double(m.optimizer),
-                                double(activations), double(m.working)};
-  std::copy(mine, mine + kFields, all.begin() + kFields * dp.rank());
-  dp.all_reduce(all.data(), int64_t(all.size()));
-  const int64_t psi = state.layout().params.total();
+                                double(model.activation_bytes_total()), double(m.working)};
+  std::copy(mine, mine + kFields, all.begin() + kFields * world.rank());
+  world.all_reduce(all.data(), int64_t(all.size()));
+  const model::ModelLayout& layout = state.layout();
+  const dist::MeshShape& shape = mesh.shape();
+  const int64_t dense = layout.experts_begin, experts = layout.params.total() - dense;
   const double formula =
-      dist::zero_model_state(int(tc.zero), tc.precision, double(psi), dp.size()).total();
+      dist::zero_model_state(int(tc.zero), tc.precision, double(dense), shape.dp).total() +
+      dist::zero_model_state(int(tc.zero), tc.precision, double(experts), shape.dp / shape.ep)
+          .total();
   const double mib = 1024.0 * 1024.0;
-  for (int r = 0; r < dp.size(); ++r) {
+  for (int r = 0; r < world.size(); ++r) {
     const double* v = all.data() + kFields * r;
     const double model_state = v[0] + v[1] + v[2];
+    const std::string expert_share =
+        experts > 0 ? fmt::format(" and {} expert parameters over {} ranks", experts,
+                                  shape.dp / shape.ep)
+                    : std::string();
     spdlog::info(
         "memory rank {}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({} {} "
-        "parameters over {} ranks) | parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer "
-        "{:.2f} MiB, activations {:.2f} MiB, working buffers {:.2f} MiB",
-        r, model_state, model_state / formula, tc.zero, formula, psi,
-        model::precision_name(tc.precision), dp.size(), v[0] / mib, v[1] / mib, v[2] / mib,
-        v[3] / mib, v[4] / mib);
+        "parameters over {} ranks{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
+        "B, activations {:.0f} B ({:.2f} MiB in all), working buffers {:.2f} MiB",
+        r, model_state, model_state / formula, tc.zero, formula, dense,
+        model::precision_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
+        (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
 }
 
@@ -164,9 +174,14 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc.model.vocab_size)), unigram);
 
-  ZeroState state(rc.model, tc, int(tc.zero), dp, int64_t(rc.dist.bucket_mb * 1024 * 1024));
+  const dist::ModelGroups groups(mesh, rc.model, rc.mesh.sequence_parallel);
+  TrainState state(rc.model, tc, mesh, groups.parallel().sharding,
+                   int64_t(rc.dist.bucket_mb * 1024 * 1024));
   model::Transformer model(rc.model, local_batch, tc.seq_len, /*training=*/true,
-                           {.precision = tc.precision, .recompute = tc.recompute, .store = &state});
+                           {.precision = tc.precision,
+                            .recompute = tc.recompute,
+                            .store = &state,
+                            .parallel = &groups.parallel()});
   state.init(uint64_t(tc.seed));
   log_model(rc, model);
   if (dp.size() > 1) {
@@ -177,7 +192,16 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
     spdlog::info("data parallel: {} ranks, ZeRO stage {}, {} sequences each per micro-batch, {}",
                  dp.size(), tc.zero, local_batch, buckets);
   }
-  log_memory(state, model, dp, tc);
+  if (rc.mesh.tp > 1 || rc.mesh.ep > 1) {
+    const model::ModelLayout& l = state.layout();
+    spdlog::info(
+        "model parallel: mesh {}{} | this rank holds {} of {} attention heads, {} of {} "
+        "vocabulary rows (padded to {}), {} of {} experts",
+        rc.mesh.str(), groups.parallel().sequence_parallel ? ", sequence parallel" : "",
+        rc.model.n_head / rc.mesh.tp, rc.model.n_head, l.vocab.real(), rc.model.vocab_size,
+        l.vocab.padded, rc.model.moe.n_experts / rc.mesh.ep, rc.model.moe.n_experts);
+  }
+  log_memory(state, model, mesh, tc);
 
   const fs::path ckpt_dir = out_dir / "checkpoints";
   int64_t start_step = 0, samples_consumed = 0;
@@ -230,18 +254,20 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                            {"loss_scale", scaler.scale()},
                            {"skipped_steps", scaler.skipped_steps()}};
     const int keep_last = int(rc.checkpoint.keep_last);
-    if (tc.zero == 0) {
+    const nlohmann::json placed = state.checkpoint_layout();
+    if (placed.is_null()) {
       if (!lead) return ckpt_dir / ckpt::step_dir_name(step);
       return ckpt::save(ckpt_dir, step, state.checkpoint_tensors(), meta, keep_last);
     }
-    // Every rank writes its shard into the step directory that rank 0 opens and then commits.
-    meta["zero"] = state.checkpoint_layout();
+    // Every rank writes its pieces into the step directory that rank 0 opens and then commits.
+    meta["placed"] = placed;
     if (lead) ckpt::begin_save(ckpt_dir, step);
     world.barrier();
-    ckpt::write_part(ckpt::pending_step_dir(ckpt_dir, step), dp.rank(), state.checkpoint_tensors());
+    ckpt::write_part(ckpt::pending_step_dir(ckpt_dir, step), world.rank(),
+                     state.checkpoint_tensors());
     world.barrier();
     fs::path saved = ckpt_dir / ckpt::step_dir_name(step);
-    if (lead) saved = ckpt::commit_save(ckpt_dir, step, dp.size(), meta, keep_last);
+    if (lead) saved = ckpt::commit_save(ckpt_dir, step, world.size(), meta, keep_last);
     world.barrier();
     return saved;
   };

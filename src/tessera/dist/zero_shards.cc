@@ -1,0 +1,206 @@
+#include "tessera/dist/zero_shards.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::dist {
+
+namespace {
+
+namespace k = kernels;
+
+// Shard boundaries stay 64-byte aligned.
+constexpr int64_t kShardAlign = 16;
+
+// All-gather moves bytes only; f16 travels under the bf16 tag, which has its element size.
+constexpr DType kLowCarrier = DType::bf16;
+
+}  // namespace
+
+ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int64_t end_unit,
+                       int stage, model::Precision precision, Communicator& group,
+                       int64_t bucket_bytes)
+    : layout_(layout),
+      first_unit_(first_unit),
+      end_unit_(end_unit),
+      stage_(stage),
+      group_(group),
+      low_grads_(precision == model::Precision::kBf16),
+      begin_(layout.units.at(first_unit).begin),
+      end_(layout.units.at(end_unit - 1).end),
+      chunk_(kChunk),
+      counts_(group.size()) {
+  check(stage >= 0 && stage <= 3, "train.zero must be 0, 1, 2 or 3, got {}", stage);
+  if (precision != model::Precision::kF32) low_ = model::low_precision_of(precision);
+  const int N = group.size();
+  const int64_t total = end_ - begin_;
+  shard_bounds_ = bounds(begin_, end_, N);
+  lo_ = shard_bounds_[group.rank()];
+  hi_ = shard_bounds_[group.rank() + 1];
+  owned_begin_ = stage >= 1 ? lo_ : begin_;
+  owned_end_ = stage >= 1 ? hi_ : end_;
+
+  const bool shard_params = stage_ >= 3, shard_grads = stage_ >= 2;
+  params_base_ = shard_params ? lo_ : begin_;
+  grads_base_ = shard_grads ? lo_ : begin_;
+  const int64_t n_params = shard_params ? hi_ - lo_ : total;
+  const int64_t n_grads = shard_grads ? hi_ - lo_ : total;
+  if (low_) {
+    params_low_.resize(n_params);
+    master_.resize(owned_end_ - owned_begin_);
+  } else {
+    params_f32_.resize(n_params);
+  }
+  if (low_grads_) {
+    grads_low_.resize(n_grads);
+  } else {
+    grads_f32_.resize(n_grads);
+  }
+
+  int64_t other_unit = 0, reduced = 0;
+  for (int64_t u = first_unit_; u < end_unit_; ++u) {
+    const model::ParameterUnit& x = layout_.units[u];
+    if (u != 0) other_unit = std::max(other_unit, x.size());
+    reduced = std::max(reduced, std::max<int64_t>(0, std::min(x.end, hi_) - std::max(x.begin, lo_)));
+  }
+  const int64_t slot_size[2] = {first_unit_ == 0 ? layout_.units[0].size() : 0, other_unit};
+  for (int s = 0; s < 2; ++s) {
+    if (low_ || shard_params) slots_[s].f32.resize(slot_size[s]);
+    if (low_ && shard_params) slots_[s].low.resize(slot_size[s]);
+    if (!direct_gradients()) slots_[s].grads.resize(slot_size[s]);
+  }
+  if (shard_grads) reduced_.resize(reduced);
+  if (!shard_grads && N > 1) {
+    void* grads = low_grads_ ? static_cast<void*>(grads_low_.data()) : grads_f32_.data();
+    const DType dtype = low_grads_ ? DType::bf16 : DType::f32;
+    const int64_t bucket = std::max<int64_t>(1, bucket_bytes / int64_t(dtype_size(dtype)));
+    sync_.emplace(group_, grads, dtype, total, bucket);
+  }
+}
+
+std::vector<int64_t> ZeroShards::bounds(int64_t begin, int64_t end, int ranks) {
+  const int64_t total = end - begin;
+  const int64_t per_rank =
+      ((total + ranks - 1) / ranks + kShardAlign - 1) / kShardAlign * kShardAlign;
+  std::vector<int64_t> b;
+  for (int r = 0; r <= ranks; ++r) b.push_back(begin + std::min(total, r * per_rank));
+  return b;
+}
+
+const model::ParameterUnit& ZeroShards::unit(int64_t u) const {
+  check(u >= first_unit_ && u < end_unit_, "unit {} is not one of this store's units [{}, {})", u,
+        first_unit_, end_unit_);
+  return layout_.units[u];
+}
+
+std::span<const int64_t> ZeroShards::shard_counts(int64_t begin, int64_t end) {
+  for (size_t r = 0; r < counts_.size(); ++r) {
+    counts_[r] = std::max<int64_t>(
+        0, std::min(end, shard_bounds_[r + 1]) - std::max(begin, shard_bounds_[r]));
+  }
+  return counts_;
+}
+
+void* ZeroShards::param_storage(int64_t flat) {
+  if (low_) return params_low_.data() + (flat - params_base_);
+  return params_f32_.data() + (flat - params_base_);
+}
+
+float* ZeroShards::master(int64_t flat) {
+  if (low_) return master_.data() + (flat - owned_begin_);
+  return params_f32_.data() + (flat - params_base_);
+}
+
+void ZeroShards::zero_grad() {
+  std::fill(grads_f32_.begin(), grads_f32_.end(), 0.0f);
+  std::fill(grads_low_.begin(), grads_low_.end(), uint16_t{0});
+}
+
+model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
+  const model::ParameterUnit& x = unit(u);
+  Slot& s = slot(u);
+  if (stage_ >= 3) {
+    const std::span<const int64_t> counts = shard_counts(x.begin, x.end);
+    const int64_t first = std::clamp(x.begin, lo_, hi_);
+    void* recv = low_ ? static_cast<void*>(s.low.data()) : s.f32.data();
+    group_.all_gather(param_storage(first), recv, counts, low_ ? kLowCarrier : DType::f32);
+    if (!low_) return {s.f32.data(), nullptr};
+    k::cast_from_low(s.low.data(), s.f32.data(), x.size(), *low_);
+    return {s.f32.data(), s.low.data()};
+  }
+  if (!low_) return {params_f32_.data() + (x.begin - params_base_), nullptr};
+  const uint16_t* low = params_low_.data() + (x.begin - params_base_);
+  k::cast_from_low(low, s.f32.data(), x.size(), *low_);
+  return {s.f32.data(), low};
+}
+
+float* ZeroShards::gradients(int64_t u) {
+  const model::ParameterUnit& x = unit(u);
+  if (direct_gradients()) return grads_f32_.data() + (x.begin - grads_base_);
+  std::vector<float>& g = slot(u).grads;
+  std::fill(g.begin(), g.begin() + x.size(), 0.0f);
+  return g.data();
+}
+
+void ZeroShards::accumulate_gradients(int64_t flat, const float* g, int64_t n) {
+  if (!low_grads_) {
+    float* dst = grads_f32_.data() + (flat - grads_base_);
+    k::add(dst, g, dst, n);
+    return;
+  }
+  for (int64_t done = 0; done < n; done += kChunk) {
+    const int64_t m = std::min(kChunk, n - done);
+    uint16_t* dst = grads_low_.data() + (flat + done - grads_base_);
+    k::cast_from_low(dst, chunk_.data(), m, k::LowPrecision::kBf16);
+    k::add(chunk_.data(), g + done, chunk_.data(), m);
+    k::cast_to_low(chunk_.data(), dst, m, k::LowPrecision::kBf16);
+  }
+}
+
+void ZeroShards::gradients_done(int64_t u) {
+  const model::ParameterUnit& x = unit(u);
+  Slot& s = slot(u);
+  if (stage_ >= 2) {
+    const std::span<const int64_t> counts = shard_counts(x.begin, x.end);
+    group_.reduce_scatter(s.grads.data(), reduced_.data(), counts, DType::f32);
+    accumulate_gradients(std::clamp(x.begin, lo_, hi_), reduced_.data(), counts[group_.rank()]);
+    return;
+  }
+  if (!direct_gradients()) accumulate_gradients(x.begin, s.grads.data(), x.size());
+  if (sync_ && last_micro_step_) sync_->ready_from(x.begin - begin_);
+}
+
+double ZeroShards::reduce_gradients() { return sync_ ? sync_->finish() : 0.0; }
+
+const float* ZeroShards::gradient_chunk(int64_t flat, int64_t n) {
+  if (!low_grads_) return grads_f32_.data() + (flat - grads_base_);
+  k::cast_from_low(grads_low_.data() + (flat - grads_base_), chunk_.data(), n,
+                   k::LowPrecision::kBf16);
+  return chunk_.data();
+}
+
+void ZeroShards::publish() {
+  const int64_t b = owned_begin_, n = owned_end_ - b;
+  if (low_) k::cast_to_low(master_.data(), static_cast<uint16_t*>(param_storage(b)), n, *low_);
+  if ((stage_ == 1 || stage_ == 2) && group_.size() > 1) {
+    for (int r = 0; r < group_.size(); ++r) counts_[r] = shard_bounds_[r + 1] - shard_bounds_[r];
+    group_.all_gather(param_storage(b), param_storage(begin_), counts_,
+                      low_ ? kLowCarrier : DType::f32);
+  }
+}
+
+ShardBytes ZeroShards::memory() const {
+  auto bytes = [](const auto& v) { return int64_t(v.size() * sizeof(v[0])); };
+  ShardBytes r;
+  r.params = bytes(params_f32_) + bytes(params_low_);
+  r.grads = bytes(grads_f32_) + bytes(grads_low_);
+  r.master = bytes(master_);
+  r.working = bytes(reduced_) + bytes(chunk_);
+  for (const Slot& s : slots_) r.working += bytes(s.f32) + bytes(s.grads) + bytes(s.low);
+  return r;
+}
+
+}  // namespace tessera::dist
