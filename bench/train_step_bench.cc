@@ -5,6 +5,10 @@
 // communication: the baseline), overlap (stages 0 and 1 reduce buckets while backward runs, as
 // the trainer does) or after (stages 0 and 1 reduce every bucket once backward has finished).
 // Stages 2 and 3 reduce-scatter each block's gradients as backward finishes it either way.
+// --tp N splits the model over N tensor-parallel ranks of the job (the rest are data parallel;
+// --sp 1 adds sequence parallelism); the result then holds the seconds per step the model's
+// tensor-parallel collectives took (model_comm_ms_mean). --probe-allreduce BYTES instead times
+// all-reduces of that many f32 bytes over the job and prints their mean seconds.
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -18,6 +22,7 @@
 #include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
 #include "tessera/dist/mesh.h"
+#include "tessera/dist/model_parallel.h"
 #include "tessera/train/train_state.h"
 
 using namespace tessera;
@@ -30,7 +35,7 @@ int main(int argc, char** argv) {
   mc.vocab_size = 50257;
   mc.max_seq = 1024;
   model::ModelOptions options;
-  int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0;
+  int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, sp = 0, probe_bytes = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--precision") {
@@ -73,6 +78,12 @@ int main(int argc, char** argv) {
       warmup = v;
     else if (k == "--zero")
       zero = v;
+    else if (k == "--tp")
+      tp = v;
+    else if (k == "--sp")
+      sp = v;
+    else if (k == "--probe-allreduce")
+      probe_bytes = v;
     else if (k == "--threads")
       set_num_threads(int(v));
     else {
@@ -84,23 +95,42 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--comm must be none, overlap or after, got %s\n", comm.c_str());
     return 2;
   }
+  if (probe_bytes > 0) {
+    std::vector<float> buffer(size_t(probe_bytes / 4), 1.0f);
+    for (int i = 0; i < 3; ++i) world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
+    const int repeats = 20;
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeats; ++i) {
+      world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const nlohmann::json r = {{"bytes", probe_bytes}, {"ranks", world.size()},
+                              {"allreduce_s_mean", s / repeats}};
+    if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
+    return 0;
+  }
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
   tc.beta2 = 0.999;
   tc.precision = options.precision;
   dist::SingleCommunicator alone;
-  dist::Communicator& dp = comm == "none" ? alone : world;
-  const dist::Mesh mesh(dp, {.dp = dp.size()});
+  dist::Communicator& ranks = comm == "none" ? alone : world;
+  const dist::Mesh mesh(ranks, {.dp = ranks.size() / tp, .tp = tp, .sequence_parallel = sp != 0});
+  const dist::ModelGroups groups(mesh, mc, sp != 0);
+  dist::Communicator& dp = mesh.dp();
   tc.zero = zero;
-  train::TrainState state(mc, tc, mesh, {}, int64_t(bucket_mb * 1024 * 1024));
+  train::TrainState state(mc, tc, mesh, groups.parallel().sharding,
+                          int64_t(bucket_mb * 1024 * 1024));
   options.store = &state;
+  options.parallel = &groups.parallel();
   model::Transformer model(mc, B, T, true, options);
   state.init(1337);
   CounterRng rng(42, 0);
   std::vector<int32_t> pool(64 * (T + 1));
   for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, mc.vocab_size));
   std::vector<int32_t> x(B * T), y(B * T);
-  double total = 0, optimizer_total = 0, first_loss = 0, last_loss = 0;
+  double total = 0, optimizer_total = 0, model_comm_total = 0, first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = pool.data() + ((step * B + b) % 64) * (T + 1);
@@ -108,6 +138,7 @@ int main(int argc, char** argv) {
       std::copy(row + 1, row + T + 1, y.data() + b * T);
     }
     auto t0 = std::chrono::steady_clock::now();
+    const double comm0 = groups.communication_seconds();
     state.zero_grad();
     state.begin_micro_step(comm == "overlap");
     float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp.size()));
@@ -120,6 +151,7 @@ int main(int argc, char** argv) {
     if (step == 0) first_loss = loss;
     last_loss = loss;
     if (step >= warmup) total += dt;
+    if (step >= warmup) model_comm_total += groups.communication_seconds() - comm0;
   }
   const double mean = total / steps;
   nlohmann::json r = {{"B", B},
@@ -137,6 +169,9 @@ int main(int argc, char** argv) {
                       {"first_loss", first_loss},
                       {"last_loss", last_loss}};
   r["ranks"] = world.size();
+  r["tp"] = tp;
+  r["sp"] = sp;
+  r["model_comm_ms_mean"] = 1e3 * model_comm_total / steps;
   r["comm"] = comm;
   r["zero"] = zero;
   const train::MemoryReport memory = state.memory();

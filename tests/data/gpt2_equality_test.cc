@@ -14,7 +14,7 @@
 
 #include "tessera/core/threading.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 #include "tests/e2e/cli_runner.h"
 
 namespace tessera::data {

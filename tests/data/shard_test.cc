@@ -9,7 +9,7 @@
 
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
-#include "tessera/data/mapped_file.h"
+#include "tessera/core/mapped_file.h"
 
 namespace tessera::data {
 namespace {

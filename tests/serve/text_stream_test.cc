@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 #include "tests/expect_error.h"
 
 namespace tessera::serve {
@@ -37,8 +37,8 @@ class PieceTokenizer final : public data::Tokenizer {
 
 bool valid_utf8(const std::string& text) {
   for (size_t pos = 0; pos < text.size();) {
-    const data::Utf8Char c = data::decode_utf8(text, pos);
-    if (c.code_point == data::Utf8Char::kInvalidByte) return false;
+    const Utf8Char c = decode_utf8(text, pos);
+    if (c.code_point == Utf8Char::kInvalidByte) return false;
     pos += c.length;
   }
   return true;

@@ -10,7 +10,7 @@
 #include "tessera/ckpt/hf_names.h"
 #include "tessera/ckpt/safetensors.h"
 #include "tessera/core/error.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::ckpt {
@@ -59,11 +59,11 @@ class WeightFiles {
     std::map<std::string, std::string> placed;
     for (const auto& [name, file] : j["weight_map"].items()) {
       check(file.is_string(), "{}: weight_map['{}'] must be a file name", index.string(),
-            data::printable(name));
+            printable(name));
       const std::string f = file.get<std::string>();
       check(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
             "{}: weight_map['{}'] = '{}' must be a plain file name in the folder", index.string(),
-            data::printable(name), data::printable(f));
+            printable(name), printable(f));
       placed[name] = f;
     }
     std::set<std::string> shards;
@@ -73,7 +73,7 @@ class WeightFiles {
       auto it = tensors_.find(name);
       check(it != tensors_.end() && fs::path(it->second.file->source()).filename() == f,
             "{}: weight_map places tensor '{}' in {}, which does not hold it", index.string(),
-            data::printable(name), data::printable(f));
+            printable(name), printable(f));
     }
   }
 
@@ -103,7 +103,7 @@ class WeightFiles {
     const SafetensorsFile& file = *files_.back();
     for (const SafetensorsEntry& e : file.header().tensors) {
       auto [it, inserted] = tensors_.emplace(e.name, Located{&file, &e});
-      check(inserted, "{}: tensor '{}' is also in {}", file.source(), data::printable(e.name),
+      check(inserted, "{}: tensor '{}' is also in {}", file.source(), printable(e.name),
             it->second.file->source());
     }
   }
@@ -180,7 +180,7 @@ HfImport import_hf(const fs::path& dir) {
     if (expected.count(name) || is_hf_buffer(result.config.arch, name)) continue;
     check(!hf.tied_head.empty() && name == hf.tied_head,
           "{}: unexpected tensor '{}': a {} with this config.json has no such parameter",
-          where.file->source(), data::printable(name), hf.architecture);
+          where.file->source(), printable(name), hf.architecture);
     check(files.read(name) == files.read(file_name(hf.tied_to)),
           "{}: tensor '{}' differs from '{}', but config.json ties them (tie_word_embeddings)",
           where.file->source(), name, file_name(hf.tied_to));

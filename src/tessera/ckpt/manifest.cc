@@ -54,8 +54,9 @@ Manifest::Entry parse_entry(const JsonReader& r, const json& t, const std::strin
   e.shape = shape_from_dims(dims);
 
   std::string dtype = r.string(r.field(t, "dtype", at + ".dtype"), at + ".dtype");
-  if (dtype != "f32" && dtype != "bf16" && dtype != "i32") {
-    r.bad(at + ".dtype", fmt::format("has unknown dtype '{}' (expected f32, bf16 or i32)", dtype));
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16" && dtype != "i32") {
+    r.bad(at + ".dtype",
+          fmt::format("has unknown dtype '{}' (expected f32, bf16, f16 or i32)", dtype));
   }
   e.dtype = dtype_from_name(dtype);
 

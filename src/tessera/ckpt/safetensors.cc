@@ -10,7 +10,7 @@
 #include <set>
 
 #include "tessera/core/error.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -38,7 +38,7 @@ size_t element_size(std::string_view dtype) {
 }
 
 // Names come from the file; a newline in one must not break the one-line error.
-std::string shown(std::string_view name) { return data::printable(name); }
+std::string shown(std::string_view name) { return printable(name); }
 
 // Refuses duplicate keys in any object of the header, which a JSON parser would otherwise
 // resolve silently by keeping one of the values.

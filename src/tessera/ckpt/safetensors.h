@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
-#include "tessera/data/mapped_file.h"
+#include "tessera/core/mapped_file.h"
 
 namespace tessera::ckpt {
 
@@ -56,7 +56,7 @@ class SafetensorsFile {
 
  private:
   std::string source_;
-  data::MappedFile file_;
+  MappedFile file_;
   SafetensorsHeader header_;
 };
 

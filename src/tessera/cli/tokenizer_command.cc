@@ -10,7 +10,7 @@
 #include "tessera/data/tessera_tokenizer_files.h"
 #include "tessera/data/text_corpus.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::cli {
 namespace {
@@ -107,7 +107,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
   const auto add = [&](bool is_integer, long long id, std::string_view shown) {
     check(is_integer && id >= INT32_MIN && id <= INT32_MAX, "stdin: \"{}\" is not a token id",
-          data::printable(shown.substr(0, 40)));
+          printable(shown.substr(0, 40)));
     ids.push_back(int32_t(id));
   };
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -116,7 +116,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     try {
       array = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      fail("stdin: not a JSON array of token ids ({})", data::printable(e.what()));
+      fail("stdin: not a JSON array of token ids ({})", printable(e.what()));
     }
     for (const nlohmann::json& id : array) {
       add(id.is_number_integer(), id.is_number_integer() ? id.get<long long>() : 0, id.dump());

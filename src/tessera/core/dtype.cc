@@ -5,10 +5,10 @@
 namespace tessera {
 
 DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::f32, DType::bf16, DType::i32}) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
     if (dtype_name(t) == name) return t;
   }
-  fail("unknown dtype '{}' (expected f32, bf16 or i32)", name);
+  fail("unknown dtype '{}' (expected f32, bf16, f16 or i32)", name);
 }
 
 }  // namespace tessera

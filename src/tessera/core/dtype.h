@@ -6,13 +6,15 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { f32, bf16, i32 };
+// f16 and bf16 elements are held as their uint16_t bit patterns.
+enum class DType : uint8_t { f32, bf16, f16, i32 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32:
       return 4;
     case DType::bf16:
+    case DType::f16:
       return 2;
     case DType::i32:
       return 4;
@@ -26,6 +28,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "f32";
     case DType::bf16:
       return "bf16";
+    case DType::f16:
+      return "f16";
     case DType::i32:
       return "i32";
   }

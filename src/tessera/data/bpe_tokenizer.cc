@@ -7,7 +7,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/gpt2_pretokenizer.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::data {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tessera/data/dataset_manifest.h"
-#include "tessera/data/mapped_file.h"
+#include "tessera/core/mapped_file.h"
 #include "tessera/data/shard.h"
 
 namespace tessera::data {

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "tessera/data/unicode_classes.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::data {
 namespace {

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "tessera/core/error.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::data {
 namespace {

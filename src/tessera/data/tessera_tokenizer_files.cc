@@ -5,7 +5,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/tiktoken_ranks.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::data {
 namespace {

@@ -6,7 +6,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/base64.h"
 #include "tessera/data/bpe_vocab.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::data {
 std::vector<std::string> parse_tiktoken_ranks(std::string_view text, const std::string& source) {

@@ -9,7 +9,7 @@
 #include "tessera/data/tessera_tokenizer_files.h"
 #include "tessera/data/text_corpus.h"
 #include "tessera/data/tiktoken_ranks.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace fs = std::filesystem;
 

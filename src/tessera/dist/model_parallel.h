@@ -13,10 +13,12 @@
 
 namespace tessera::dist {
 
-// A model's collectives over one communicator, which must outlive it.
+// A model's collectives over one communicator, which must outlive it. It keeps the wall time its
+// calls took, which is communication the model could not hide: they all block.
 class CommunicatorCollectives final : public model::Collectives {
  public:
   explicit CommunicatorCollectives(Communicator& communicator);
+  double seconds() const { return seconds_; }
 
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
@@ -28,8 +30,12 @@ class CommunicatorCollectives final : public model::Collectives {
                   std::span<const int64_t> recv_counts) override;
 
  private:
+  template <typename Call>
+  void timed(Call&& call);
+
   Communicator& c_;
   std::vector<int64_t> counts_;  // size() equal counts, for the gathers and scatters
+  double seconds_ = 0;
 };
 
 // The groups of ModelParallel for this rank of the mesh. Throws naming the mesh and model keys
@@ -41,6 +47,9 @@ class ModelGroups {
   ModelGroups& operator=(const ModelGroups&) = delete;
 
   const model::ModelParallel& parallel() const { return parallel_; }
+  // Seconds the model's tensor- and expert-parallel collectives (and its MoE statistics over dp)
+  // have taken so far.
+  double communication_seconds() const;
 
  private:
   CommunicatorCollectives tp_, ep_, dp_;

@@ -22,6 +22,7 @@ MPI_Datatype transfer_type(DType dtype) {
     case DType::f32:
       return MPI_FLOAT;
     case DType::bf16:
+    case DType::f16:
       return MPI_UINT16_T;
     case DType::i32:
       return MPI_INT32_T;

@@ -15,8 +15,9 @@ namespace k = kernels;
 // Shard boundaries stay 64-byte aligned.
 constexpr int64_t kShardAlign = 16;
 
-// All-gather moves bytes only; f16 travels under the bf16 tag, which has its element size.
-constexpr DType kLowCarrier = DType::bf16;
+DType dtype_of(kernels::LowPrecision p) {
+  return p == kernels::LowPrecision::kF16 ? DType::f16 : DType::bf16;
+}
 
 }  // namespace
 
@@ -126,7 +127,7 @@ model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
     const std::span<const int64_t> counts = shard_counts(x.begin, x.end);
     const int64_t first = std::clamp(x.begin, lo_, hi_);
     void* recv = low_ ? static_cast<void*>(s.low.data()) : s.f32.data();
-    group_.all_gather(param_storage(first), recv, counts, low_ ? kLowCarrier : DType::f32);
+    group_.all_gather(param_storage(first), recv, counts, low_ ? dtype_of(*low_) : DType::f32);
     if (!low_) return {s.f32.data(), nullptr};
     k::cast_from_low(s.low.data(), s.f32.data(), x.size(), *low_);
     return {s.f32.data(), s.low.data()};
@@ -188,7 +189,7 @@ void ZeroShards::publish() {
   if ((stage_ == 1 || stage_ == 2) && group_.size() > 1) {
     for (int r = 0; r < group_.size(); ++r) counts_[r] = shard_bounds_[r + 1] - shard_bounds_[r];
     group_.all_gather(param_storage(b), param_storage(begin_), counts_,
-                      low_ ? kLowCarrier : DType::f32);
+                      low_ ? dtype_of(*low_) : DType::f32);
   }
 }
 

@@ -4,7 +4,7 @@
 #include <span>
 
 #include "tessera/core/error.h"
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 namespace tessera::serve {
 
@@ -66,7 +66,7 @@ TextStream::TextStream(const data::Tokenizer& tokenizer, std::vector<std::string
   for (size_t i = 0; i < stop_.size(); ++i) {
     check(!stop_[i].empty(), "stop string {} of {} is empty; each needs at least one character",
           i + 1, stop_.size());
-    check(valid_utf8(stop_[i]), "stop string '{}' is not valid UTF-8", data::printable(stop_[i]));
+    check(valid_utf8(stop_[i]), "stop string '{}' is not valid UTF-8", printable(stop_[i]));
   }
 }
 

@@ -287,8 +287,10 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   std::tie(summary.first_val_loss, summary.final_val_bits_per_byte) = evaluate(start_step);
   summary.final_val_loss = summary.first_val_loss;
   const auto run_start = Clock::now();
+  const bool model_parallel = rc.mesh.tp > 1 || rc.mesh.ep > 1;
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
+    const double model_comm_before = groups.communication_seconds();
     const double lr = learning_rate(step, tc);
     state.zero_grad();
     double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
@@ -327,6 +329,11 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
                              {"data_wait_s", data_wait}};
     if (dp.size() > 1) record["comm_wait_s"] = comm_wait;
     std::string extra;
+    if (model_parallel) {
+      const double model_comm = groups.communication_seconds() - model_comm_before;
+      record["model_comm_s"] = model_comm;
+      extra += fmt::format(" | tp/ep comm {:.1f} ms", 1e3 * model_comm);
+    }
     if (f16) {
       record["loss_scale"] = loss_scale;
       record["skipped"] = !stepped;

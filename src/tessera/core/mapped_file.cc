@@ -1,4 +1,4 @@
-#include "tessera/data/mapped_file.h"
+#include "tessera/core/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 
 #include "tessera/core/error.h"
 
-namespace tessera::data {
+namespace tessera {
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -41,4 +41,4 @@ MappedFile::~MappedFile() {
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
-}  // namespace tessera::data
+}  // namespace tessera

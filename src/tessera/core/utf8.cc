@@ -1,8 +1,8 @@
-#include "tessera/data/utf8.h"
+#include "tessera/core/utf8.h"
 
 #include <fmt/format.h>
 
-namespace tessera::data {
+namespace tessera {
 
 Utf8Char decode_utf8(std::string_view text, size_t pos) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
@@ -45,4 +45,4 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-}  // namespace tessera::data
+}  // namespace tessera

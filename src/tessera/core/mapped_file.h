@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <span>
 
-namespace tessera::data {
+namespace tessera {
 
 // A whole file mapped read-only into memory, so that datasets far larger than RAM are paged in
 // on demand and shared between processes through the page cache.
@@ -26,4 +26,4 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-}  // namespace tessera::data
+}  // namespace tessera

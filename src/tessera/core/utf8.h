@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace tessera::data {
+namespace tessera {
 
 // One character read from UTF-8 text. Text may hold any bytes, so a byte that does not start a
 // well-formed sequence (stray continuation, overlong form, surrogate, beyond U+10FFFF,
@@ -21,4 +21,4 @@ Utf8Char decode_utf8(std::string_view text, size_t pos);
 // so a path or token can be quoted in a one-line error message.
 std::string printable(std::string_view text);
 
-}  // namespace tessera::data
+}  // namespace tessera
