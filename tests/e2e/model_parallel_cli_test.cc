@@ -75,7 +75,9 @@ TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
         {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"},
         {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=1"},
         {4,
-         "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3 --set mesh.sequence_parallel=true"}}},
+         "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3 --set mesh.sequence_parallel=true"},
+        {2, "--set mesh.tp=2 --set train.recompute=full"},
+        {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true --set train.recompute=selective"}}},
       {"gpt2-50257",
        kGpt2 + " --set model.vocab_size=50257",
        {{2, "--set mesh.tp=2"}, {4, "--set mesh.tp=4 --set mesh.sequence_parallel=true"}}},
@@ -90,6 +92,10 @@ TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
         {4, "--set mesh.dp=4 --set mesh.ep=2"},
         {4, "--set mesh.dp=4 --set mesh.ep=4 --set train.zero=2"},
         {4, "--set mesh.dp=2 --set mesh.tp=2 --set mesh.ep=2"}}},
+      {"moe-capacity",
+       kMoe + " --set model.moe_capacity_factor=1",
+       {{4, "--set mesh.dp=4 --set mesh.ep=2 --set train.zero=3"},
+        {4, "--set mesh.dp=2 --set mesh.tp=2 --set mesh.ep=2 --set train.recompute=full"}}},
   };
   for (const auto& [name, model, layouts] : cases) {
     for (const std::string accum : {"1", "2"}) {
