@@ -101,24 +101,25 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   if (o.weights == WeightFormat::kInt8) {
     ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F})));
   }
+  ParallelScratch& ps = ws.parallel;
   if (sp) {
-    ws.full = {a.floats(N * C), low ? a.halves(N * C) : nullptr};
-    ws.partial = a.floats(N * C);
+    ps.full = {a.floats(N * C), low ? a.halves(N * C) : nullptr};
+    ps.partial = a.floats(N * C);
   }
   if (o.training) {
     m.d_res = a.floats(R * C);
-    ws.d_c = a.floats(N * std::max(C, HD));
+    ps.d_input = a.floats(N * std::max(C, HD));
     ws.d_qkv = a.floats(N * Q);
     const int64_t hidden = F_pre + (spec.activation == Activation::kSwiglu ? F : 0);
     ws.d_hidden = moe ? nullptr : a.floats(N * hidden);
     if (low) ws.dy_low = a.halves(N * std::max({C, Q, F_pre, layout.vocab.local}));
-    if (sp) ws.d_rows = a.floats(R * C);
+    if (sp) ps.d_rows = a.floats(R * C);
     if (spec.attention.kv_heads < sharding.tp) {
-      ws.kv_grads = a.floats((Q + 2 * spec.attention.kv_heads * w.head_dim) * C);
+      ps.shared_rows = a.floats((Q + 2 * spec.attention.kv_heads * w.head_dim) * C);
     }
     if (sp && layer_norm) m.position_grads = a.floats(c.max_seq * C);
   } else if (moe && sp) {
-    ws.d_c = a.floats(N * C);  // the mixture of experts' output before this rank's rows are kept
+    ps.d_input = a.floats(N * C);  // the mixture of experts' output before this rank's rows
   }
   m.total = a.bytes();
   return m;

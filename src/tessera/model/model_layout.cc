@@ -103,8 +103,8 @@ Slice slice_of(const Part& p, bool bias, const Sharding& s, const ModelSpec& m) 
     pl.rows = {{s.ep_rank * per * p.out, per * p.out}};
   }
   // Whatever the tensor-parallel ranks do not split, each of them holds.
-  const bool tp_whole = role == Role::kReplicated || role == Role::kExpert ||
-                        (role == Role::kRow && bias);
+  const bool tp_whole =
+      role == Role::kReplicated || role == Role::kExpert || (role == Role::kRow && bias);
   if (tp_whole) {
     for (Placement::Rows& r : pl.rows) r.copies = s.tp;
   }

@@ -139,20 +139,18 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     }
     expert_tokens_.assign(config_.n_layer, std::vector<int64_t>(config_.moe.n_experts, 0));
   }
-  const ModelSpec& spec = layout_.spec;
   const BlockWorkspace& ws = acts_.workspace;
-  blocks_.reserve(config_.n_layer);
+  embedding_ =
+      std::make_unique<Embedding>(layout_, tp_, parallel_.tp, ws.parallel, acts_.position_grads);
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
-    blocks_.emplace_back(spec, layout_, l, parallel_, format_, ws, acts_.blocks[l], moe,
-                         config_.max_seq);
+    blocks_.push_back(std::make_unique<Block>(layout_.spec, layout_, l, parallel_, format_, ws,
+                                              acts_.blocks[l], moe, config_.max_seq));
   }
-  lnf_ = std::make_unique<Norm>(spec.block.norm, spec.block.norm_eps, config_.d_model,
-                                layout_.outer[PartId::kFinalNorm], format_,
-                                tp_.sequence_parallel() ? parallel_.tp : nullptr);
-  head_ = std::make_unique<Linear>(config_.d_model, layout_.vocab.local,
-                                   PartOffsets{layout_.head_weight(), -1}, format_, ws.dy_low,
-                                   ws.int8_scratch);
+  const HeadBuffers head{acts_.lnf,    acts_.lnf_mean,  acts_.lnf_rstd,   acts_.logits,
+                         acts_.losses, acts_.row_stats, acts_.rank_maxima};
+  head_ = std::make_unique<Head>(layout_, tp_, parallel_.tp, format_, ws.parallel, ws.dy_low,
+                                 ws.int8_scratch, head);
 }
 
 Transformer::~Transformer() = default;
@@ -242,55 +240,6 @@ std::span<const int64_t> Transformer::expert_tokens(int64_t layer) const {
   return expert_tokens_[layer];
 }
 
-// The token embedding, whole on one rank; split over tensor-parallel ranks, each rank looks up
-// the ids of its vocabulary slice and the ranks' rows are summed (scattered, with sequence
-// parallelism), then the positions are added to this rank's rows.
-void Transformer::embed(const int32_t* inputs, int64_t B, int64_t T) {
-  const Access& p = *access_;
-  const int64_t C = config_.d_model, N = B * T;
-  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
-  const float* wpe = wpe_offset >= 0 ? p.f32(wpe_offset) : nullptr;
-  const float* wte = p.f32(layout_.outer[PartId::kTokenEmbedding].weight);
-  if (!tp_.active()) {
-    k::embedding_forward(inputs, wte, wpe, acts_.embedded, B, T, C);
-    return;
-  }
-  const VocabShard& v = layout_.vocab;
-  float* rows = tp_.sequence_parallel() ? acts_.workspace.partial : acts_.embedded;
-  k::vocab_shard_embedding_forward(inputs, wte, v.begin, v.real(), rows, N, C);
-  tp_.complete(rows, acts_.embedded, N);
-  if (wpe != nullptr) {
-    k::position_embedding_forward(wpe, acts_.embedded, tp_.first_row(N), tp_.rows(N), T, C);
-  }
-}
-
-void Transformer::embed_backward(const int32_t* inputs, int64_t B, int64_t T) {
-  const Access& p = *access_;
-  const int64_t C = config_.d_model, N = B * T;
-  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
-  float* dwpe = wpe_offset >= 0 ? p.grad(wpe_offset) : nullptr;
-  float* dwte = p.grad(layout_.outer[PartId::kTokenEmbedding].weight);
-  if (!tp_.active()) {
-    k::embedding_backward(acts_.d_res, inputs, dwte, dwpe, B, T, C);
-    return;
-  }
-  if (dwpe != nullptr) {
-    if (tp_.sequence_parallel()) {
-      // Each rank's rows give part of the positions' gradients: summed over tp first.
-      float* partial = acts_.position_grads;
-      std::fill(partial, partial + T * C, 0.0f);
-      k::position_embedding_backward(acts_.d_res, partial, tp_.first_row(N), tp_.rows(N), T, C);
-      parallel_.tp->all_reduce(partial, T * C);
-      k::add(dwpe, partial, dwpe, T * C);
-    } else {
-      k::position_embedding_backward(acts_.d_res, dwpe, 0, N, T, C);
-    }
-  }
-  const float* d_all = tp_.gather(acts_.d_res, acts_.workspace.full.f32, N);
-  const VocabShard& v = layout_.vocab;
-  k::vocab_shard_embedding_backward(d_all, inputs, dwte, v.begin, v.real(), N, C);
-}
-
 void Transformer::check_batch(int64_t B, int64_t T) const {
   check(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_,
         "batch {} x {} tokens does not fit the model's buffers of {} x {}", B, T, max_batch_,
@@ -311,7 +260,7 @@ void Transformer::for_each_block(Body&& body) {
     acquire_block(l);
     aux_loss_ += body(l);
     release_block(l);
-    if (MoeLayer<float>* moe = blocks_[l].moe()) {
+    if (MoeLayer<float>* moe = blocks_[l]->moe()) {
       const auto counts = moe->tokens_per_expert();
       std::copy(counts.begin(), counts.end(), expert_tokens_[l].begin());
       dropped_ += moe->dropped();
@@ -323,70 +272,24 @@ void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
   check_tokens(inputs, B * T);
   acquire(0);
-  embed(inputs, B, T);
-  for_each_block([&](int64_t l) { return blocks_[l].forward(*access_, input_of(l), B, T); });
-  lnf_->forward(*access_, acts_.blocks.back().res_out, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd,
-                tp_.rows(B * T));
-}
-
-// The head over the gathered final-norm output: this rank's vocabulary slice of the logits.
-void Transformer::compute_logits(int64_t N) {
-  MatmulInput in = acts_.lnf;
-  if (tp_.sequence_parallel()) {
-    in = acts_.workspace.full;
-    tp_.gather(acts_.lnf.f32, in.f32, N);
-    format_.finish(in, N * config_.d_model);
-  }
-  head_->forward(*access_, in, acts_.logits, N);
-}
-
-// The mean cross-entropy; with grad_scale non-zero the logits become its gradient. Over a
-// vocabulary split across ranks, the ranks exchange each row's maximum, exponential sum and
-// target logit, never the logits.
-float Transformer::loss_over_logits(const int32_t* targets, int64_t N, float grad_scale) {
-  check_tokens(targets, N);
-  float* losses = acts_.losses;
-  if (!tp_.active()) {
-    k::softmax_cross_entropy(acts_.logits, targets, losses, N, config_.vocab_size, grad_scale);
-  } else {
-    const VocabShard& v = layout_.vocab;
-    float* max = acts_.row_stats;
-    float* sums = max + N;  // then the target logits, summed together
-    float* target = sums + N;
-    k::vocab_shard_row_max(acts_.logits, N, v.real(), v.local, max);
-    parallel_.tp->all_gather(max, acts_.rank_maxima, N);
-    for (int64_t i = 0; i < N; ++i) {
-      float m = acts_.rank_maxima[i];
-      for (int r = 1; r < tp_.ranks(); ++r) m = std::max(m, acts_.rank_maxima[r * N + i]);
-      max[i] = m;
-    }
-    k::vocab_shard_exp_sums(acts_.logits, max, targets, v.begin, N, v.real(), v.local, sums, target,
-                            grad_scale != 0.0f);
-    parallel_.tp->all_reduce(sums, 2 * N);
-    for (int64_t i = 0; i < N; ++i) losses[i] = std::log(sums[i]) + max[i] - target[i];
-    if (grad_scale != 0.0f) {
-      k::vocab_shard_softmax_grad(acts_.logits, targets, v.begin, sums, N, v.real(), v.local,
-                                  grad_scale);
-    }
-  }
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += losses[i];
-  return float(sum / N);
+  embedding_->forward(*access_, inputs, acts_.embedded, B, T);
+  for_each_block([&](int64_t l) { return blocks_[l]->forward(*access_, input_of(l), B, T); });
+  head_->norm(*access_, acts_.blocks.back().res_out, tp_.rows(B * T));
 }
 
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   run_blocks(inputs, B, T);
-  compute_logits(B * T);
+  head_->logits(*access_, B * T);
   release(0);
-  return targets == nullptr ? 0.0f : loss_over_logits(targets, B * T, 0.0f);
+  if (targets == nullptr) return 0.0f;
+  check_tokens(targets, B * T);
+  return head_->loss(targets, B * T, 0.0f);
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   check(!tp_.active(), "next_token_logits runs on one rank");
   run_blocks(tokens, 1, T);
-  const int64_t C = config_.d_model, last = (T - 1) * C;
-  const MatmulInput row{acts_.lnf.f32 + last, format_.low ? acts_.lnf.low + last : nullptr};
-  head_->forward(*access_, row, acts_.logits, 1);
+  head_->logits_of_rows(*access_, T - 1, 1);
   release(0);
   return acts_.logits;
 }
@@ -427,18 +330,15 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
         omp_get_max_threads());
   acquire(0);
   const Access& p = *access_;
-  const int64_t wpe_offset = layout_.outer[PartId::kPositionEmbedding].weight;
-  const float* wpe = wpe_offset >= 0 ? p.f32(wpe_offset) : nullptr;
-  const float* wte = p.f32(layout_.outer[PartId::kTokenEmbedding].weight);
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];
-    k::embedding_forward(chunks[s].tokens, wte, wpe != nullptr ? wpe + chunk.start * C : nullptr,
-                         acts_.embedded + chunk.row * C, 1, chunk.n, C);
+    embedding_->forward_chunk(p, chunks[s].tokens, chunk.n, chunk.start,
+                              acts_.embedded + chunk.row * C);
   }
   const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
   for_each_block([&](int64_t l) {
     const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, c.kv_heads(), c.head_dim()};
-    blocks_[l].decode(p, input_of(l), kv, paged, N);
+    blocks_[l]->decode(p, input_of(l), kv, paged, N);
     return 0.0;
   });
   // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
@@ -447,8 +347,8 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
     std::memcpy(acts_.embedded + s * C, acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
                 sizeof(float) * C);
   }
-  lnf_->forward(p, acts_.embedded, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, num_chunks);
-  head_->forward(p, acts_.lnf, acts_.logits, num_chunks);
+  head_->norm(p, acts_.embedded, num_chunks);
+  head_->logits_of_rows(p, 0, num_chunks);
   release(0);
   return acts_.logits;
 }
@@ -462,40 +362,28 @@ float Transformer::forward_backward(const int32_t* inputs, const int32_t* target
                                     int64_t T, float loss_scale) {
   check(training_, "forward_backward on a model built for inference");
   run_blocks(inputs, B, T);
-  compute_logits(B * T);
-  const float loss = loss_over_logits(targets, B * T, loss_scale / float(B * T));
+  head_->logits(*access_, B * T);
+  check_tokens(targets, B * T);
+  const float loss = head_->loss(targets, B * T, loss_scale / float(B * T));
   backward(inputs, B, T, loss_scale);
   release(0);
   return loss;
 }
 
 void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale) {
-  const int64_t N = B * T, R = tp_.rows(N), C = config_.d_model;
+  const int64_t N = B * T;
   const Access& p = *access_;
   loss_scale_ = loss_scale;
   unit_grads_[0] = store_->gradients(0);
-  // The logits now hold d(loss)/d(logits); the head's input gradient, summed over the
-  // vocabulary slices, flows into the final norm.
-  MatmulInput in = acts_.lnf;
-  if (tp_.sequence_parallel()) {
-    in = acts_.workspace.full;
-    tp_.gather(acts_.lnf.f32, in.f32, N);
-    format_.finish(in, N * C);
-  }
-  float* d_head = acts_.workspace.d_c;
-  head_->backward(p, acts_.logits, in, d_head, N);
-  float* completed = tp_.sequence_parallel() ? acts_.workspace.d_rows : d_head;
-  tp_.complete(d_head, completed, N);
-  std::memset(acts_.d_res, 0, sizeof(float) * R * C);
-  lnf_->backward(p, completed, acts_.blocks.back().res_out, acts_.lnf_mean, acts_.lnf_rstd,
-                 acts_.d_res, R);
+  // The logits now hold d(loss)/d(logits).
+  head_->backward(p, acts_.blocks.back().res_out, acts_.d_res, N);
   for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
     acquire_block(l);
     const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
     for (int64_t u : units) {
       if (u >= 0) unit_grads_[u] = store_->gradients(u);
     }
-    blocks_[l].backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_);
+    blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_);
     for (int64_t u : units) {
       if (u < 0) continue;
       store_->gradients_done(u);
@@ -503,7 +391,7 @@ void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float lo
     }
     release_block(l);
   }
-  embed_backward(inputs, B, T);
+  embedding_->backward(p, acts_.d_res, inputs, B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;
 }

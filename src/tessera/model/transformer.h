@@ -11,13 +11,13 @@
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/block.h"
 #include "tessera/model/collectives.h"
+#include "tessera/model/embedding.h"
 #include "tessera/model/execution.h"
+#include "tessera/model/head.h"
 #include "tessera/model/int8_weights.h"
-#include "tessera/model/linear.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
-#include "tessera/model/norm.h"
 #include "tessera/model/parameter_store.h"
 #include "tessera/model/tensor_parallel.h"
 
@@ -124,14 +124,10 @@ class Transformer {
   void acquire_block(int64_t l);
   void release_block(int64_t l);
   const float* input_of(int64_t l) const;
-  void embed(const int32_t* inputs, int64_t B, int64_t T);
-  void embed_backward(const int32_t* inputs, int64_t B, int64_t T);
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
-  void compute_logits(int64_t N);
-  float loss_over_logits(const int32_t* targets, int64_t N, float grad_scale);
   void backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale);
 
   ModelConfig config_;
@@ -153,9 +149,9 @@ class Transformer {
   std::vector<float*> unit_grads_;                // of units in backward
   std::unique_ptr<Access> access_;
   std::vector<std::unique_ptr<MoeLayer<float>>> moe_;
-  std::vector<Block> blocks_;
-  std::unique_ptr<Norm> lnf_;
-  std::unique_ptr<Linear> head_;
+  std::unique_ptr<Embedding> embedding_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<Head> head_;
   std::vector<std::vector<int64_t>> expert_tokens_;
   double aux_loss_ = 0;
   int64_t dropped_ = 0;

@@ -1,0 +1,65 @@
+#include "tessera/model/attention.h"
+
+#include "tessera/kernels/ops.h"
+
+namespace tessera::model {
+
+namespace k = kernels;
+
+Attention::Attention(const AttentionGeometry& geometry, int64_t C, int64_t heads, int64_t kv_heads,
+                     const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
+                     MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
+                     float* int8_scratch, std::optional<SharedHeads> shared,
+                     float* scratch_per_thread, float* decode_scratch, int64_t max_context)
+    : g_(geometry),
+      heads_(heads),
+      kv_heads_(kv_heads),
+      head_dim_(geometry.head_dim),
+      qkv_(C, (heads + 2 * kv_heads) * geometry.head_dim, parts[PartId::kQkv], tp, tp_group, format,
+           scratch, dy_low, int8_scratch, shared),
+      proj_(heads * geometry.head_dim, C, parts[PartId::kAttentionOut], tp, format, scratch, dy_low,
+            int8_scratch),
+      format_(format),
+      scratch_(scratch_per_thread),
+      decode_scratch_(decode_scratch),
+      max_context_(max_context) {}
+
+void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
+                        const AttentionActivations& a, float* out, int64_t B, int64_t T) const {
+  const int64_t N = B * T;
+  qkv_.forward(p, normed, a.qkv, N);
+  if (g_.rope) k::rope_forward(a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  k::attention_forward(a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_);
+  format_.finish(a.out, N * heads_ * head_dim_);
+  proj_.forward(p, a.out, residual, out, N);
+}
+
+void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const float* residual,
+                       const AttentionActivations& a, float* out, const k::PagedKv& kv,
+                       std::span<const k::PagedChunk> chunks, int64_t N) const {
+  const int64_t Q = qkv_width(), hd = head_dim_;
+  qkv_.forward(p, normed, a.qkv, N);
+  for (const k::PagedChunk& chunk : chunks) {
+    float* rows = a.qkv + chunk.row * Q;
+    if (g_.rope)
+      k::rope_forward(rows, 1, chunk.n, heads_, kv_heads_, hd, chunk.start, g_.rope_theta);
+    k::paged_kv_write(rows + heads_ * hd, rows + (heads_ + kv_heads_) * hd, Q, kv, chunk);
+  }
+  k::paged_attention_forward(a.qkv, Q, a.out.f32, heads_ * hd, kv, chunks.data(),
+                             int64_t(chunks.size()), heads_, decode_scratch_, max_context_);
+  format_.finish(a.out, N * heads_ * hd);
+  proj_.forward(p, a.out, residual, out, N);
+}
+
+const float* Attention::backward(const ParamAccess& p, const float* d_out,
+                                 const MatmulInput& normed, const AttentionActivations& a,
+                                 float* d_scratch, float* d_qkv, int64_t B, int64_t T) const {
+  const int64_t N = B * T;
+  proj_.backward(p, d_out, a.out, d_scratch, N);
+  k::attention_backward(d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
+                        head_dim_);
+  if (g_.rope) k::rope_backward(d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  return qkv_.backward(p, d_qkv, normed, N);
+}
+
+}  // namespace tessera::model

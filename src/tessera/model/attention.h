@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "tessera/kernels/paged_attention.h"
+#include "tessera/model/block_spec.h"
+#include "tessera/model/layer.h"
+#include "tessera/model/parallel_linear.h"
+
+namespace tessera::model {
+
+// What attention keeps for its backward, over N tokens: q/k/v [N, qkv], the log-sum-exp of each
+// score row [N, heads] and the attention output [N, heads * head_dim] (a matmul input).
+struct AttentionActivations {
+  float* qkv;
+  float* lse;
+  MatmulInput out;
+};
+
+// Causal self-attention over this rank's heads: the column-parallel qkv projection, rotary
+// positions (Llama), attention, and the row-parallel output projection into the residual stream.
+class Attention {
+ public:
+  // heads and kv_heads are this rank's; shared says which kv rows it holds alike with others.
+  Attention(const AttentionGeometry& geometry, int64_t C, int64_t heads, int64_t kv_heads,
+            const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
+            MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
+            float* int8_scratch, std::optional<SharedHeads> shared, float* scratch_per_thread,
+            float* decode_scratch, int64_t max_context);
+
+  // normed: this rank's rows of the attention norm's output; out = residual + attention.
+  void forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
+               const AttentionActivations& a, float* out, int64_t B, int64_t T) const;
+  // Over a paged cache (one rank): each chunk's queries attend over its cached positions, and its
+  // keys and values are written there.
+  void decode(const ParamAccess& p, const MatmulInput& normed, const float* residual,
+              const AttentionActivations& a, float* out, const kernels::PagedKv& kv,
+              std::span<const kernels::PagedChunk> chunks, int64_t N) const;
+  // d_out: dL/d(out) on this rank's rows. Returns dL/d(normed) for them; d_scratch [N, max(C,
+  // heads * head_dim)] and d_qkv [N, qkv] are working space.
+  const float* backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
+                        const AttentionActivations& a, float* d_scratch, float* d_qkv, int64_t B,
+                        int64_t T) const;
+
+  int64_t qkv_width() const { return (heads_ + 2 * kv_heads_) * head_dim_; }
+
+ private:
+  AttentionGeometry g_;
+  int64_t heads_, kv_heads_, head_dim_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+  MatmulFormat format_;
+  float* scratch_;
+  float* decode_scratch_;
+  int64_t max_context_;
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/model/collectives.h"
+#include "tessera/model/layer.h"
+#include "tessera/model/model_layout.h"
+#include "tessera/model/parallel_linear.h"
+#include "tessera/model/tensor_parallel.h"
+
+namespace tessera::model {
+
+// The token embedding, and GPT-2's learned positions. Split over tensor-parallel ranks, each rank
+// looks up the ids of its vocabulary slice and the ranks' rows are summed (reduce-scattered onto
+// each rank's rows with sequence parallelism), then the positions are added to this rank's rows.
+class Embedding {
+ public:
+  // position_grads: [max_seq, C] scratch for the positions' partial gradients under sequence
+  // parallelism (else unused).
+  Embedding(const ModelLayout& layout, const TensorParallel& tp, Collectives* tp_group,
+            const ParallelScratch& scratch, float* position_grads);
+
+  // tokens [B, T] (checked); x: this rank's rows of their embeddings.
+  void forward(const ParamAccess& p, const int32_t* tokens, float* x, int64_t B, int64_t T) const;
+  // n tokens of one sequence at positions [start, start + n), into x [n, C] (one rank).
+  void forward_chunk(const ParamAccess& p, const int32_t* tokens, int64_t n, int64_t start,
+                     float* x) const;
+  // dx: dL/d(x) on this rank's rows; the tables' gradients accumulate.
+  void backward(const ParamAccess& p, const float* dx, const int32_t* tokens, int64_t B,
+                int64_t T) const;
+
+ private:
+  PartOffsets tokens_, positions_;
+  VocabShard vocab_;
+  int64_t C_;
+  const TensorParallel& tp_;
+  Collectives* tp_group_;
+  ParallelScratch scratch_;
+  float* position_grads_;
+};
+
+}  // namespace tessera::model

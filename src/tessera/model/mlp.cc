@@ -1,0 +1,48 @@
+#include "tessera/model/mlp.h"
+
+#include "tessera/kernels/ops.h"
+
+namespace tessera::model {
+
+namespace k = kernels;
+
+Mlp::Mlp(Activation activation, int64_t C, int64_t ffn, const PartTable& parts,
+         const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
+         const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch)
+    : activation_(activation),
+      ffn_(ffn),
+      in_(C, activation == Activation::kSwiglu ? 2 * ffn : ffn, parts[PartId::kMlpIn], tp, tp_group,
+          format, scratch, dy_low, int8_scratch),
+      out_(ffn, C, parts[PartId::kMlpOut], tp, format, scratch, dy_low, int8_scratch),
+      format_(format) {}
+
+void Mlp::recompute(const MlpActivations& a, int64_t N) const {
+  if (activation_ == Activation::kGelu) {
+    k::gelu_forward(a.hidden, a.act.f32, N * ffn_);
+  } else {
+    k::swiglu_forward(a.hidden, a.act.f32, N, ffn_);
+  }
+  format_.finish(a.act, N * ffn_);
+}
+
+void Mlp::forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
+                  const MlpActivations& a, float* out, int64_t N) const {
+  in_.forward(p, normed, a.hidden, N);
+  recompute(a, N);
+  out_.forward(p, a.act, residual, out, N);
+}
+
+const float* Mlp::backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
+                           const MlpActivations& a, float* d_hidden, int64_t N) const {
+  float* d_act = d_hidden;
+  float* d_pre = activation_ == Activation::kGelu ? d_hidden : d_hidden + N * ffn_;
+  out_.backward(p, d_out, a.act, d_act, N);
+  if (activation_ == Activation::kGelu) {
+    k::gelu_backward(d_act, a.hidden, d_pre, N * ffn_);
+  } else {
+    k::swiglu_backward(d_act, a.hidden, d_pre, N, ffn_);
+  }
+  return in_.backward(p, d_pre, normed, N);
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,106 @@
+#include "tessera/model/parallel_linear.h"
+
+#include <algorithm>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::model {
+
+namespace k = kernels;
+
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, PartOffsets params,
+                                           const TensorParallel& tp, Collectives* tp_group,
+                                           MatmulFormat format, const ParallelScratch& scratch,
+                                           uint16_t* dy_low, float* int8_scratch,
+                                           std::optional<SharedHeads> shared)
+    : linear_(in, out, params, format, dy_low, int8_scratch),
+      tp_(tp),
+      tp_group_(tp_group),
+      format_(format),
+      scratch_(scratch),
+      shared_(shared) {
+  check(!shared_ || params.bias < 0, "shared key/value heads with a bias");
+}
+
+MatmulInput ColumnParallelLinear::input(const MatmulInput& rows, int64_t N) const {
+  if (!tp_.sequence_parallel()) return rows;
+  tp_.gather(rows.f32, scratch_.full.f32, N);
+  format_.finish(scratch_.full, N * linear_.in());
+  return scratch_.full;
+}
+
+void ColumnParallelLinear::forward(const ParamAccess& p, const MatmulInput& rows, float* y,
+                                   int64_t N) const {
+  linear_.forward(p, input(rows, N), y, N);
+}
+
+const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* dy,
+                                            const MatmulInput& rows, int64_t N) const {
+  const MatmulInput x = input(rows, N);
+  if (shared_) {
+    weight_backward_shared(p, dy, x, N);
+  } else {
+    linear_.backward(p, dy, x, scratch_.d_input, N);
+  }
+  float* completed = tp_.sequence_parallel() ? scratch_.d_rows : scratch_.d_input;
+  tp_.complete(scratch_.d_input, completed, N);
+  return completed;
+}
+
+// The gradient of the shared rows is each rank's part of it: the rows' gradients of every rank
+// meet in a buffer of all the heads, are summed over tp, and each rank adds its own head's sum.
+void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const float* dy,
+                                                  const MatmulInput& x, int64_t N) const {
+  const SharedHeads& s = *shared_;
+  const int64_t C = linear_.in(), local = linear_.out() * C, head = s.head_rows * C;
+  const int64_t all_heads = s.total_heads * head;
+  float* mine = scratch_.shared_rows;  // [out, C]: this micro-batch's gradient of the local rows
+  float* summed = mine + local;        // [segments, total_heads, head_rows, C]
+  std::fill(mine, mine + local, 0.0f);
+  linear_.backward_into(p, dy, x, scratch_.d_input, mine, N);
+  std::fill(summed, summed + s.segments * all_heads, 0.0f);
+  for (int64_t j = 0; j < s.segments; ++j) {
+    const float* rows = mine + (s.first_row + j * s.head_rows) * C;
+    std::copy(rows, rows + head, summed + j * all_heads + s.head * head);
+  }
+  tp_group_->all_reduce(summed, s.segments * all_heads);
+  float* dw = p.grad(linear_.params().weight);
+  const int64_t own = s.first_row * C;  // the rows before the shared ones are this rank's alone
+  k::add(dw, mine, dw, own);
+  for (int64_t j = 0; j < s.segments; ++j) {
+    float* rows = dw + (s.first_row + j * s.head_rows) * C;
+    k::add(rows, summed + j * all_heads + s.head * head, rows, head);
+  }
+  const int64_t after = (s.first_row + s.segments * s.head_rows) * C;
+  k::add(dw + after, mine + after, dw + after, local - after);
+}
+
+RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, PartOffsets params,
+                                     const TensorParallel& tp, MatmulFormat format,
+                                     const ParallelScratch& scratch, uint16_t* dy_low,
+                                     float* int8_scratch)
+    : linear_(in, out, params, format, dy_low, int8_scratch), tp_(tp), scratch_(scratch) {}
+
+void RowParallelLinear::forward(const ParamAccess& p, const MatmulInput& in, const float* residual,
+                                float* out, int64_t N) const {
+  const int64_t R = tp_.rows(N), C = linear_.out();
+  if (!tp_.active()) {
+    linear_.forward(p, in, out, N);
+  } else {
+    float* partial = tp_.sequence_parallel() ? scratch_.partial : out;
+    linear_.forward(p, in, partial, N, /*with_bias=*/false);
+    tp_.complete(partial, out, N);
+    if (linear_.params().bias >= 0) k::add_bias(out, p.f32(linear_.params().bias), R, C);
+  }
+  k::add(residual, out, out, R * C);
+}
+
+// The bias gradient comes from the whole dL/d(out) every rank gathers, so it needs no sum.
+void RowParallelLinear::backward(const ParamAccess& p, const float* d_out, const MatmulInput& in,
+                                 float* dx, int64_t N) const {
+  const float* dy = tp_.gather(d_out, scratch_.full.f32, N);
+  linear_.backward(p, dy, in, dx, N);
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tessera/model/collectives.h"
+#include "tessera/model/layer.h"
+#include "tessera/model/linear.h"
+#include "tessera/model/tensor_parallel.h"
+
+namespace tessera::model {
+
+// Working space the tensor-parallel linears share (one set per model): a gathered input and its
+// low copy [N, C], row-parallel partial sums [N, C], and completed input gradients [R, C] (used
+// with sequence parallelism), and the gradient of a linear's input before completion.
+struct ParallelScratch {
+  MatmulInput full;
+  float* partial = nullptr;
+  float* d_rows = nullptr;
+  float* d_input = nullptr;  // [N, in] of the widest column-parallel input
+  float* shared_rows = nullptr;
+};
+
+// Rows of a column-parallel weight that several tensor-parallel ranks hold alike (a key and a
+// value head shared by tp / kv_heads ranks): `heads` segments of `head_rows` rows, the first at
+// local row `first_row`, each this rank's copy of head `head` of `total_heads`. Their weight
+// gradients are partial on each rank and are summed over the ranks that share them.
+struct SharedHeads {
+  int64_t first_row = 0, head_rows = 0, segments = 0, head = 0, total_heads = 0;
+};
+
+// Megatron's column-parallel linear: this rank computes its slice of the outputs from the whole
+// input, which it gathers first (sequence parallelism); its input gradient is a partial sum that
+// the ranks complete (TensorParallel).
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(int64_t in, int64_t out, PartOffsets params, const TensorParallel& tp,
+                       Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch,
+                       uint16_t* dy_low, float* int8_scratch,
+                       std::optional<SharedHeads> shared = std::nullopt);
+
+  // rows: this rank's rows of the input (all N without sequence parallelism); y [N, out].
+  void forward(const ParamAccess& p, const MatmulInput& rows, float* y, int64_t N) const;
+  // dy [N, out]. Returns dL/d(input) for this rank's rows, completed over tp.
+  const float* backward(const ParamAccess& p, const float* dy, const MatmulInput& rows,
+                        int64_t N) const;
+  // The input as the matmul reads it: rows, or all N gathered into the scratch.
+  MatmulInput input(const MatmulInput& rows, int64_t N) const;
+
+ private:
+  void weight_backward_shared(const ParamAccess& p, const float* dy, const MatmulInput& x,
+                              int64_t N) const;
+
+  Linear linear_;
+  const TensorParallel& tp_;
+  Collectives* tp_group_;
+  MatmulFormat format_;
+  ParallelScratch scratch_;
+  std::optional<SharedHeads> shared_;
+};
+
+// Megatron's row-parallel linear: this rank multiplies its slice of the input, and the ranks'
+// partial sums are completed (all-reduced, or reduce-scattered onto each rank's rows with
+// sequence parallelism) before the bias, once, and the residual are added.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(int64_t in, int64_t out, PartOffsets params, const TensorParallel& tp,
+                    MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
+                    float* int8_scratch);
+
+  // in [N, in]; out, this rank's rows, = residual + the completed sum + bias.
+  void forward(const ParamAccess& p, const MatmulInput& in, const float* residual, float* out,
+               int64_t N) const;
+  // d_out: dL/d(out) on this rank's rows; dx [N, in] is written.
+  void backward(const ParamAccess& p, const float* d_out, const MatmulInput& in, float* dx,
+                int64_t N) const;
+
+ private:
+  Linear linear_;
+  const TensorParallel& tp_;
+  ParallelScratch scratch_;
+};
+
+}  // namespace tessera::model
