@@ -194,12 +194,16 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
   }
   if (rc.mesh.tp > 1 || rc.mesh.ep > 1) {
     const model::ModelLayout& l = state.layout();
+    const std::string experts =
+        rc.model.is_moe() ? fmt::format(", {} of {} experts", rc.model.moe.n_experts / rc.mesh.ep,
+                                        rc.model.moe.n_experts)
+                          : std::string();
     spdlog::info(
         "model parallel: mesh {}{} | this rank holds {} of {} attention heads, {} of {} "
-        "vocabulary rows (padded to {}), {} of {} experts",
+        "vocabulary rows (padded to {}){}",
         rc.mesh.str(), groups.parallel().sequence_parallel ? ", sequence parallel" : "",
         rc.model.n_head / rc.mesh.tp, rc.model.n_head, l.vocab.real(), rc.model.vocab_size,
-        l.vocab.padded, rc.model.moe.n_experts / rc.mesh.ep, rc.model.moe.n_experts);
+        l.vocab.padded, experts);
   }
   log_memory(state, model, mesh, tc);
 
