@@ -334,5 +334,21 @@ TEST(MoeLayer, RejectsBadSizes) {
   EXPECT_THROW(MoeLayer<float>(dense, 3), Error);
 }
 
+// Dropless, a rank's experts may receive every assignment of the expert-parallel group; a
+// capacity factor bounds them by their experts' capacity over the batch's ranks.
+TEST(MoeRows, CapacityBoundsTheRowsExpertsReceive) {
+  MoeConfig moe;
+  moe.n_experts = 4;
+  moe.top_k = 2;
+  EXPECT_EQ(moe_rows(moe, 32, 4, 4).received, 32 * 2 * 4);
+  moe.capacity_factor = 1.25;
+  // One local expert of capacity ceil(1.25 x 128 tokens x 2 / 4) = 80.
+  EXPECT_EQ(moe_rows(moe, 32, 4, 4).received, 80);
+  // On one rank its own 64 assignments are the tighter bound.
+  EXPECT_EQ(moe_rows(moe, 32, 1, 1).received, 64);
+  moe.n_shared = 3;
+  EXPECT_EQ(moe_rows(moe, 32, 1, 1).hidden, 96);
+}
+
 }  // namespace
 }  // namespace tessera::model

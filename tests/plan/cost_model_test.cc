@@ -1,9 +1,13 @@
 // The planner's arithmetic against closed forms: Megatron's FLOP counts, the ZeRO memory
-// formulas over the layout's ranks, the pipeline bubble, and the layout string's round trip.
+// formulas over the layout's ranks with the engine's own parameter layout and activation
+// allocation, the pipeline bubble, and the layout string's round trip.
 #include "tessera/plan/cost_model.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tessera/model/activation_memory.h"
+#include "tessera/model/model_layout.h"
 #include "tests/expect_error.h"
 
 namespace tessera::plan {
@@ -51,15 +55,69 @@ TEST(CostModel, MemoryFollowsZeroOverTheLayoutsRanks) {
   const model::ModelConfig c = gpt_1t();
   const Accelerator a = test_gpu();
   const Workload w{64, 2048, 1e9};
-  const double psi = split_parameters(c).dense;
+  // The parameters of tensor-parallel rank 0, over 16 pipeline stages.
+  const double psi = double(model::model_layout(c, {.tp = 8}).params.total());
   for (int zero = 0; zero <= 3; ++zero) {
     const Layout l{.dp = 8, .tp = 8, .pp = 16, .zero = zero, .micro_batch = 1};
     const Estimate e = estimate(c, a, l, w);
     ASSERT_TRUE(e.invalid.empty()) << e.invalid;
-    const double per_chip = psi / (8 * 16);
+    const double per_chip = psi / 16;
     EXPECT_DOUBLE_EQ(e.memory.params, 2 * per_chip / (zero >= 3 ? 8 : 1));
     EXPECT_DOUBLE_EQ(e.memory.grads, 2 * per_chip / (zero >= 2 ? 8 : 1));
     EXPECT_DOUBLE_EQ(e.memory.optimizer, 12 * per_chip / (zero >= 1 ? 8 : 1));
+  }
+}
+
+// Experts are replicated over tp and split over ep; ZeRO shards them over dp / ep and the dense
+// parameters over dp, in the precision of the workload.
+TEST(CostModel, ExpertsFollowZeroOverTheirOwnReplicas) {
+  model::ModelConfig c;
+  c.arch = model::Architecture::kLlama;
+  c.vocab_size = 32000;
+  c.n_layer = 4;
+  c.n_head = 8;
+  c.d_model = 512;
+  c.max_seq = 1024;
+  c.tie_embeddings = false;
+  c.moe.n_experts = 8;
+  c.moe.top_k = 2;
+  const model::ModelLayout local = model::model_layout(c, {.tp = 2, .ep = 4});
+  const double dense = double(local.experts_begin);
+  const double experts = double(local.params.total() - local.experts_begin);
+  const Layout l{.dp = 8, .tp = 2, .ep = 4, .zero = 1, .micro_batch = 1};
+  const Estimate e = estimate(c, test_gpu(), l, {8, 1024, 1e9, model::Precision::kF32});
+  ASSERT_TRUE(e.invalid.empty()) << e.invalid;
+  EXPECT_DOUBLE_EQ(e.memory.params, 4 * (dense + experts));
+  EXPECT_DOUBLE_EQ(e.memory.grads, 4 * (dense + experts));
+  EXPECT_DOUBLE_EQ(e.memory.optimizer, 8 * (dense / 8 + experts / 2));
+}
+
+// Without a pipeline the activations are what the engine allocates for one micro-batch; a
+// pipeline keeps each layer's saved activations for the micro-batches in flight.
+TEST(CostModel, ActivationsAreTheEnginesAllocation) {
+  const model::ModelConfig c = gpt_1t();
+  const Accelerator a = test_gpu();
+  for (bool sp : {false, true}) {
+    for (model::Recompute r :
+         {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+      SCOPED_TRACE(fmt::format("sp {}, recompute {}", sp, model::recompute_name(r)));
+      const model::ActivationBytes engine =
+          model::activation_bytes(c, {.tp = 8},
+                                  {.max_batch = 2,
+                                   .max_seq = 2048,
+                                   .training = true,
+                                   .precision = model::Precision::kBf16,
+                                   .recompute = r,
+                                   .sequence_parallel = sp});
+      Layout l{.dp = 8, .tp = 8, .micro_batch = 2, .recompute = r, .sequence_parallel = sp};
+      EXPECT_EQ(estimate(c, a, l, {64, 2048, 1e9}).memory.activations, double(engine.total));
+      l.dp = 1;
+      l.pp = 8;
+      const double per_layer = double(engine.saved_per_layer);
+      const double unsaved = double(engine.total) - per_layer * 128;
+      EXPECT_DOUBLE_EQ(estimate(c, a, l, {64, 2048, 1e9}).memory.activations,
+                       per_layer * 16 * 8 + unsaved);
+    }
   }
 }
 
@@ -86,6 +144,13 @@ TEST(CostModel, LayoutsThatCannotRunSayWhy) {
             std::string::npos);
   EXPECT_NE(estimate(c, a, {.dp = 2, .ep = 2}, {8, 2048, 1e9}).invalid.find("MoE"),
             std::string::npos);
+  EXPECT_NE(estimate(c, a, {.tp = 8}, {1, 1023, 1e9}).invalid.find("1023 tokens over tp=8"),
+            std::string::npos);
+  EXPECT_EQ(estimate(c, a, {.tp = 8, .sequence_parallel = false}, {1, 1023, 1e9}).invalid, "");
+  model::ModelConfig narrow = c;
+  narrow.ffn_hidden = 100;
+  EXPECT_NE(estimate(narrow, a, {.tp = 8}, {8, 2048, 1e9}).invalid.find("MLP width 100"),
+            std::string::npos);
 }
 
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
@@ -96,12 +161,15 @@ TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
                  .zero = 2,
                  .micro_batch = 4,
                  .recompute = model::Recompute::kFull,
-                 .vpp = 2};
+                 .vpp = 2,
+                 .sequence_parallel = false};
+  EXPECT_EQ(l.str(), "dp=6,tp=8,pp=64,ep=1,zero=2,mb=4,recompute=full,vpp=2,sp=0");
   EXPECT_EQ(parse_layout(l.str()).str(), l.str());
   EXPECT_EQ(parse_layout("dp=4").str(), Layout{.dp = 4}.str());
   testing::expect_error([] { parse_layout("dp=4,tp"); }, {"'tp' is not key=value"});
   testing::expect_error([] { parse_layout("dp=0"); }, {"dp=0 is not a positive integer"});
   testing::expect_error([] { parse_layout("zero=4"); }, {"zero=4 must be 0, 1, 2 or 3"});
+  testing::expect_error([] { parse_layout("sp=yes"); }, {"sp=yes must be 0 or 1"});
   testing::expect_error([] { parse_layout("recompute=some"); }, {"train.recompute"});
 }
 

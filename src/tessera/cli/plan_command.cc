@@ -108,7 +108,7 @@ int run_compare(const PlanInputs& in, const plan::HardwareCatalog& catalog,
                 const std::vector<std::string>& names, plan::RankBy rank_by, bool json) {
   nlohmann::json out = nlohmann::json::array();
   std::string table =
-      fmt::format("{:<10} {:<62} {:>6} {:>10} {:>9} {:>11} {:>14}\n", "hardware", "best layout",
+      fmt::format("{:<10} {:<66} {:>6} {:>10} {:>9} {:>11} {:>14}\n", "hardware", "best layout",
                   "MFU", "tokens/s", "days", "on-demand", "$ per 1M tok");
   for (const std::string& name : names) {
     const plan::Accelerator& a = catalog.find(name);
@@ -127,7 +127,7 @@ int run_compare(const PlanInputs& in, const plan::HardwareCatalog& catalog,
     }
     out.push_back(j);
     table +=
-        fmt::format("{:<10} {:<62} {:>5.1f}% {:>10} {:>9.1f} {:>11} {:>14}\n", name, e.layout.str(),
+        fmt::format("{:<10} {:<66} {:>5.1f}% {:>10} {:>9.1f} {:>11} {:>14}\n", name, e.layout.str(),
                     100 * e.mfu, plan::human_count(e.tokens_per_s), e.days,
                     e.cost_on_demand ? plan::human_dollars(*e.cost_on_demand) : "-", per_million);
   }
@@ -209,7 +209,8 @@ int plan_command(int argc, char** argv) {
        {"global-batch", "N",
         "sequences per optimizer step (default: about 4M tokens, rounded up to a multiple of "
         "--chips)"},
-       {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp="},
+       {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp=,sp="},
+       {"precision", "P", "f32, bf16 or f16: parameters, gradients and activations (default bf16)"},
        {"compare", "A,B", "best layout on each accelerator, side by side"},
        {"rank-by", "time|cost", "order of the search's table (default time)"},
        {"top", "K", "layouts to show (default 10)"},
@@ -254,6 +255,12 @@ int plan_command(int argc, char** argv) {
   in.workload.tokens = flags.get_double("tokens", 1e12);
   check(in.workload.tokens > 0, "tessera plan: --tokens must be positive, got {}",
         in.workload.tokens);
+  const std::string precision = flags.get_or("precision", "bf16");
+  try {
+    in.workload.precision = model::precision_from_name(precision);
+  } catch (const Error& e) {
+    fail("tessera plan: --precision: {}", e.what());
+  }
   const std::string rank_name = flags.get_or("rank-by", "time");
   check(rank_name == "time" || rank_name == "cost",
         "tessera plan: --rank-by must be time or cost, got '{}'", rank_name);

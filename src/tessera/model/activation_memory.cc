@@ -134,12 +134,14 @@ ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
   ActivationBytes b{m.saved_per_layer, m.working, m.total};
   if (c.is_moe()) {
     // The MoE layers keep their values outside the arena: one per block when blocks keep their
-    // activations, else one that every block uses in turn.
-    const int64_t N = o.max_batch * o.max_seq;
-    const int64_t moe = 4 * moe_activation_floats(c.moe, c.d_model, c.ffn(), N, sharding.ep);
+    // activations, else one that every block uses in turn; all of them share one scratch.
+    const int64_t N = o.max_batch * o.max_seq, C = c.d_model, F = c.ffn();
+    const int64_t moe = 4 * moe_activation_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks);
+    const int64_t scratch = 4 * moe_scratch_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks);
     const bool per_layer = o.training && o.recompute != Recompute::kFull;
     (per_layer ? b.saved_per_layer : b.working) += moe;
-    b.total += per_layer ? moe * c.n_layer : moe;
+    b.working += scratch;
+    b.total += (per_layer ? moe * c.n_layer : moe) + scratch;
   }
   return b;
 }

@@ -20,6 +20,9 @@ struct ActivationOptions {
   WeightFormat weights = WeightFormat::kDense;
   bool sequence_parallel = false;
   int threads = 1;  // the OpenMP threads attention keeps scratch for
+  // The ranks whose micro-batches a mixture of experts routes together (the data-parallel
+  // ranks): a capacity factor bounds what its experts receive by their share of them.
+  int64_t batch_ranks = 1;
 };
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),

@@ -16,15 +16,39 @@ using kernels::linear_forward;
 using kernels::swiglu_backward;
 using kernels::swiglu_forward;
 
-int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep) {
+MoeRows moe_rows(const MoeConfig& moe, int64_t N, int64_t ep, int64_t batch_ranks) {
+  const int64_t E = moe.n_experts, k = moe.top_k;
+  MoeRows r;
+  r.assignments = N * k;
+  r.received = r.assignments * ep;
+  if (moe.capacity_factor > 0) {
+    // The same expression as routing's capacity, at the batch's largest token count.
+    const auto capacity =
+        int64_t(std::ceil(moe.capacity_factor * double(N * batch_ranks) * double(k) / double(E)));
+    r.received = std::min(r.received, E / ep * capacity);
+  }
+  r.hidden = std::max(r.received, N * moe.n_shared);
+  return r;
+}
+
+int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
+                              int64_t batch_ranks) {
   const int64_t E = moe.n_experts, k = moe.top_k, S = moe.n_shared;
-  const int64_t received = N * k * ep;
+  const int64_t received = moe_rows(moe, N, ep, batch_ranks).received;
   return N * (E + 4 * k) + received * 2 * F + (ep > 1 ? received * C : 0) + N * 2 * S * F;
 }
 
+int64_t moe_scratch_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
+                           int64_t batch_ranks) {
+  const MoeRows r = moe_rows(moe, N, ep, batch_ranks);
+  return 3 * std::max(r.assignments, r.received) * (C + 1) + r.hidden * 4 * F +
+         N * (moe.top_k + moe.n_experts);
+}
+
 template <typename T>
-int64_t MoeLayer<T>::activation_floats(const ModelConfig& config, int64_t N, int64_t ep) {
-  return moe_activation_floats(config.moe, config.d_model, config.ffn(), N, ep);
+int64_t MoeLayer<T>::activation_floats(const ModelConfig& config, int64_t N, int64_t ep,
+                                       int64_t batch_ranks) {
+  return moe_activation_floats(config.moe, config.d_model, config.ffn(), N, ep, batch_ranks);
 }
 
 namespace {
@@ -35,7 +59,8 @@ int group_rank(const Collectives* c) { return c != nullptr ? c->rank() : 0; }
 }  // namespace
 
 template <typename T>
-MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel)
+MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel,
+                      std::shared_ptr<MoeScratch<T>> scratch)
     : C_(config.d_model),
       F_(config.ffn()),
       E_(config.moe.n_experts),
@@ -46,7 +71,8 @@ MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoePa
       max_tokens_(max_tokens),
       parallel_(parallel),
       ep_ranks_(group_size(parallel.ep)),
-      ep_rank_(group_rank(parallel.ep)) {
+      ep_rank_(group_rank(parallel.ep)),
+      scratch_(scratch != nullptr ? std::move(scratch) : std::make_shared<MoeScratch<T>>()) {
   validate(config);
   check(config.is_moe(), "a MoE layer needs model.moe_experts >= 1");
   check(max_tokens >= 1, "a MoE layer needs room for at least one token, got {}", max_tokens);
@@ -55,10 +81,11 @@ MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoePa
   check(std::is_same_v<T, float> || (ep_ranks_ == 1 && group_size(parallel.batch) == 1),
         "a MoE layer split over ranks computes in f32");
   local_experts_ = E_ / ep_ranks_;
-  const int64_t N = max_tokens, A = N * k_, received = A * ep_ranks_;
-  check(received <= std::numeric_limits<int32_t>::max(),
+  const int64_t N = max_tokens;
+  const MoeRows bound = moe_rows(config.moe, N, ep_ranks_, group_size(parallel.batch));
+  const int64_t A = bound.assignments, received = bound.received;
+  check(A * ep_ranks_ <= std::numeric_limits<int32_t>::max(),
         "{} tokens x top_k {} overflow the MoE layer's 32-bit row indices", max_tokens, k_);
-  const int64_t hidden_rows = std::max(received, N * config.moe.n_shared);
   probs_.resize(N * E_);
   gates_.resize(A);
   expert_.resize(A);
@@ -72,15 +99,19 @@ MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoePa
   sent_counts_.resize(E_);
   received_counts_.resize(E_);
   received_begin_.resize(local_experts_ + 1);
+  expert_begin_.resize(E_ + 1);
+  next_row_.resize(local_experts_);
+  MoeScratch<T>& s = *scratch_;
+  auto at_least = [](std::vector<T>& v, int64_t n) {
+    if (int64_t(v.size()) < n) v.resize(n);
+  };
   const int64_t rows = std::max(A, received);
-  rows_a_.resize(rows * (C_ + 1));
-  rows_b_.resize(rows * (C_ + 1));
-  rows_c_.resize(rows * (C_ + 1));
-  act_.resize(hidden_rows * F_);
-  dact_.resize(hidden_rows * F_);
-  dhidden_.resize(hidden_rows * 2 * F_);
-  dgates_.resize(A);
-  dlogits_.resize(N * E_);
+  for (std::vector<T>* v : {&s.rows_a, &s.rows_b, &s.rows_c}) at_least(*v, rows * (C_ + 1));
+  at_least(s.act, bound.hidden * F_);
+  at_least(s.dact, bound.hidden * F_);
+  at_least(s.dhidden, bound.hidden * 2 * F_);
+  at_least(s.dgates, A);
+  at_least(s.dlogits, N * E_);
   counts_.resize(std::max<int64_t>(E_ * group_size(parallel.batch), 2 * E_));
   send_elements_.resize(ep_ranks_);
   recv_elements_.resize(ep_ranks_);
@@ -165,7 +196,8 @@ void MoeLayer<T>::route(const T* x, int64_t N, const MoeWeights<T>& w) {
 // Rows in expert order: the first row of each expert, then each kept assignment's absolute row.
 template <typename T>
 void MoeLayer<T>::sort_by_expert(int64_t N) {
-  std::vector<int64_t> begin(E_ + 1, 0);
+  std::vector<int64_t>& begin = expert_begin_;
+  begin[0] = 0;
   for (int64_t e = 0; e < E_; ++e) begin[e + 1] = begin[e] + sent_counts_[e];
   sent_rows_ = begin[E_];
   for (int64_t a = 0; a < N * k_; ++a) {
@@ -206,6 +238,9 @@ void MoeLayer<T>::exchange_counts() {
     received_begin_[j + 1] = received_begin_[j] + n;
   }
   received_rows_ = received_begin_[El];
+  check(received_rows_ * 2 * F_ <= int64_t(hidden_.size()),
+        "MoE layer: {} rows arrived for this rank's experts, more than the {} routing allows",
+        received_rows_, int64_t(hidden_.size()) / (2 * F_));
 }
 
 template <typename T>
@@ -227,9 +262,10 @@ void MoeLayer<T>::dispatch(const T* rows, T* out, int64_t width) {
     }
     // Rows arrive rank by rank, each rank's in expert order; this rank's experts want them
     // expert by expert.
-    T* arrived = rows_c_.data();
+    T* arrived = scratch_->rows_c.data();
     parallel_.ep->all_to_all(rows, send_elements_, arrived, recv_elements_);
-    std::vector<int64_t> next(received_begin_.begin(), received_begin_.end() - 1);
+    std::vector<int64_t>& next = next_row_;
+    std::copy(received_begin_.begin(), received_begin_.end() - 1, next.begin());
     int64_t at = 0;
     for (int64_t s = 0; s < ep_ranks_; ++s) {
       for (int64_t j = 0; j < El; ++j) {
@@ -250,8 +286,9 @@ void MoeLayer<T>::dispatch_back(const T* rows, T* out, int64_t width) {
   }
   if constexpr (std::is_same_v<T, float>) {
     const int64_t El = local_experts_;
-    T* leaving = rows_c_.data();
-    std::vector<int64_t> next(received_begin_.begin(), received_begin_.end() - 1);
+    T* leaving = scratch_->rows_c.data();
+    std::vector<int64_t>& next = next_row_;
+    std::copy(received_begin_.begin(), received_begin_.end() - 1, next.begin());
     int64_t at = 0;
     for (int64_t s = 0; s < ep_ranks_; ++s) {
       for (int64_t j = 0; j < El; ++j) {
@@ -276,9 +313,9 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
   exchange_counts();
 
   // Each kept assignment's row of x, sent to its expert's rank.
-  gather_rows(x, rows_a_.data());
-  T* in = distributed() ? received_.data() : rows_a_.data();
-  if (distributed()) dispatch(rows_a_.data(), in, C);
+  gather_rows(x, scratch_->rows_a.data());
+  T* in = distributed() ? received_.data() : scratch_->rows_a.data();
+  if (distributed()) dispatch(scratch_->rows_a.data(), in, C);
   const int64_t R = received_rows_;
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
@@ -286,21 +323,22 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
     linear_forward<T>(in + r0 * C, w.gate_up + j * 2 * F * C, nullptr, hidden_.data() + r0 * 2 * F,
                       n, C, 2 * F);
   }
-  swiglu_forward<T>(hidden_.data(), act_.data(), R, F);
-  T* out = rows_b_.data();
+  swiglu_forward<T>(hidden_.data(), scratch_->act.data(), R, F);
+  T* out = scratch_->rows_b.data();
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_forward<T>(act_.data() + r0 * F, w.down + j * C * F, nullptr, out + r0 * C, n, F, C);
+    linear_forward<T>(scratch_->act.data() + r0 * F, w.down + j * C * F, nullptr, out + r0 * C, n,
+                      F, C);
   }
-  T* returned = rows_a_.data();  // the sent rows of x are spent
+  T* returned = scratch_->rows_a.data();  // the sent rows of x are spent
   dispatch_back(out, returned, C);
 
   // The shared experts write y, then each token adds its experts in choice order.
   if (SF_ > 0) {
     linear_forward<T>(x, w.shared_gate_up, nullptr, shared_hidden_.data(), N, C, 2 * SF_);
-    swiglu_forward<T>(shared_hidden_.data(), act_.data(), N, SF_);
-    linear_forward<T>(act_.data(), w.shared_down, nullptr, y, N, SF_, C);
+    swiglu_forward<T>(shared_hidden_.data(), scratch_->act.data(), N, SF_);
+    linear_forward<T>(scratch_->act.data(), w.shared_down, nullptr, y, N, SF_, C);
   } else {
     std::fill(y, y + N * C, T(0));
   }
@@ -330,7 +368,7 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
   const int64_t C = C_, F = F_, E = E_, k = k_, W = C + 1, R = received_rows_;
 
   // Each kept row's output gradient (before gating) and its gate go to the expert's rank.
-  T* sent = rows_a_.data();
+  T* sent = scratch_->rows_a.data();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < sent_rows_; ++r) {
     const int32_t a = row_assignment_[r];
@@ -338,28 +376,28 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
     std::copy(d, d + C, sent + r * W);
     sent[r * W + C] = gates_[a];
   }
-  T* got = rows_b_.data();
+  T* got = scratch_->rows_b.data();
   dispatch(sent, got, W);
   const T* in = received_.data();
   if (!distributed()) {
-    gather_rows(x, rows_c_.data());
-    in = rows_c_.data();
+    gather_rows(x, scratch_->rows_c.data());
+    in = scratch_->rows_c.data();
   }
 
   // Experts. With u = dy * down (the SwiGLU output's gradient before gating), the gate's gradient
   // is dy . (down a) = u . a, and scaling a and u by the gate afterwards yields the gradients of
   // down and of the SwiGLU output without a copy of the expert outputs.
-  swiglu_forward<T>(hidden_.data(), act_.data(), R, F);
+  swiglu_forward<T>(hidden_.data(), scratch_->act.data(), R, F);
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
     gemm<T>(false, false, n, F, C, T(1), got + r0 * W, W, w.down + j * C * F, F, T(0),
-            dact_.data() + r0 * F, F);
+            scratch_->dact.data() + r0 * F, F);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) {
-    T* act = act_.data() + r * F;
-    T* dact = dact_.data() + r * F;
+    T* act = scratch_->act.data() + r * F;
+    T* dact = scratch_->dact.data() + r * F;
     T dot = 0;
     for (int64_t f = 0; f < F; ++f) dot += dact[f] * act[f];
     const T gate = got[r * W + C];
@@ -372,23 +410,24 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    gemm<T>(true, false, C, F, n, T(1), got + r0 * W, W, act_.data() + r0 * F, F, T(1),
+    gemm<T>(true, false, C, F, n, T(1), got + r0 * W, W, scratch_->act.data() + r0 * F, F, T(1),
             g.down + j * C * F, F);
   }
-  swiglu_backward<T>(dact_.data(), hidden_.data(), dhidden_.data(), R, F);
-  T* d_in = rows_a_.data();  // the sent rows are spent: [R, C] of input gradients
+  swiglu_backward<T>(scratch_->dact.data(), hidden_.data(), scratch_->dhidden.data(), R, F);
+  T* d_in = scratch_->rows_a.data();  // the sent rows are spent: [R, C] of input gradients
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_backward<T>(dhidden_.data() + r0 * 2 * F, in + r0 * C, w.gate_up + j * 2 * F * C,
-                       d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr, n, C, 2 * F);
+    linear_backward<T>(scratch_->dhidden.data() + r0 * 2 * F, in + r0 * C,
+                       w.gate_up + j * 2 * F * C, d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr,
+                       n, C, 2 * F);
   }
   // Input gradients, beside the gates' gradients, back to where the rows came from.
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) std::copy(d_in + r * C, d_in + (r + 1) * C, got + r * W);
-  T* back = rows_a_.data();
+  T* back = scratch_->rows_a.data();
   dispatch_back(got, back, W);
-  std::fill(dgates_.begin(), dgates_.begin() + N * k, T(0));  // dropped assignments stay 0
+  std::fill_n(scratch_->dgates.begin(), N * k, T(0));  // dropped assignments stay 0
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     T* dxt = dx + t * C;
@@ -398,7 +437,7 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
       if (r < 0) continue;
       const T* d = back + r * W;
       for (int64_t c = 0; c < C; ++c) dxt[c] += d[c];
-      dgates_[t * k + j] = d[C];
+      scratch_->dgates[t * k + j] = d[C];
     }
   }
 
@@ -412,30 +451,32 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     const T* p = probs_.data() + t * E;
-    T* d = dlogits_.data() + t * E;
+    T* d = scratch_->dlogits.data() + t * E;
     for (int64_t e = 0; e < E; ++e) d[e] = aux_grad * T(batch_stats_[e]);
     const int32_t* chosen = expert_.data() + t * k;
     T chosen_sum = 0, gated = 0;
     for (int64_t j = 0; j < k; ++j) {
       chosen_sum += p[chosen[j]];
-      gated += dgates_[t * k + j] * gates_[t * k + j];
+      gated += scratch_->dgates[t * k + j] * gates_[t * k + j];
     }
-    for (int64_t j = 0; j < k; ++j) d[chosen[j]] += (dgates_[t * k + j] - gated) / chosen_sum;
+    for (int64_t j = 0; j < k; ++j)
+      d[chosen[j]] += (scratch_->dgates[t * k + j] - gated) / chosen_sum;
     T dot = 0;
     for (int64_t e = 0; e < E; ++e) dot += p[e] * d[e];
     for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - dot);
   }
-  T* scratch = rows_a_.data();
-  linear_backward<T>(dlogits_.data(), x, w.router, scratch, g.router, nullptr, N, C, E);
+  T* scratch = scratch_->rows_a.data();
+  linear_backward<T>(scratch_->dlogits.data(), x, w.router, scratch, g.router, nullptr, N, C, E);
   kernels::add<T>(dx, scratch, dx, N * C);
 
   if (SF_ > 0) {
-    swiglu_forward<T>(shared_hidden_.data(), act_.data(), N, SF_);
-    linear_backward<T>(dy, act_.data(), w.shared_down, dact_.data(), g.shared_down, nullptr, N, SF_,
-                       C);
-    swiglu_backward<T>(dact_.data(), shared_hidden_.data(), dhidden_.data(), N, SF_);
-    linear_backward<T>(dhidden_.data(), x, w.shared_gate_up, scratch, g.shared_gate_up, nullptr, N,
-                       C, 2 * SF_);
+    swiglu_forward<T>(shared_hidden_.data(), scratch_->act.data(), N, SF_);
+    linear_backward<T>(dy, scratch_->act.data(), w.shared_down, scratch_->dact.data(),
+                       g.shared_down, nullptr, N, SF_, C);
+    swiglu_backward<T>(scratch_->dact.data(), shared_hidden_.data(), scratch_->dhidden.data(), N,
+                       SF_);
+    linear_backward<T>(scratch_->dhidden.data(), x, w.shared_gate_up, scratch, g.shared_gate_up,
+                       nullptr, N, C, 2 * SF_);
     kernels::add<T>(dx, scratch, dx, N * C);
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -37,6 +38,27 @@ struct MoeParallel {
   int64_t loss_ranks = 1;
 };
 
+// How many rows of C values a MoE layer's experts may receive and how many hidden rows it may
+// hold, for up to N tokens per rank; see moe_activation_floats.
+struct MoeRows {
+  int64_t assignments = 0;  // N * top_k: the rows this rank sends at most
+  int64_t received = 0;     // the rows this rank's experts receive at most
+  int64_t hidden = 0;       // max(received, N * n_shared)
+};
+MoeRows moe_rows(const MoeConfig& moe, int64_t N, int64_t ep, int64_t batch_ranks);
+
+// What forward and backward use and leave, in elements of T: the same for every layer, which
+// run one after another, so one serves them all.
+template <typename T>
+struct MoeScratch {
+  // [max(assignments, received), C + 1] each: rows in sent order, rows in this rank's expert
+  // order, and the rows in flight (or x's rows gathered again, on one rank).
+  std::vector<T> rows_a, rows_b, rows_c;
+  std::vector<T> act, dact;        // [hidden, F]
+  std::vector<T> dhidden;          // [hidden, 2F]
+  std::vector<T> dgates, dlogits;  // [N * k], [N, E]
+};
+
 // A Mixture-of-Experts SwiGLU layer over N tokens of C channels.
 //
 // Routing: probs = softmax(x Wr^T) over the E experts; each token takes its top_k experts by
@@ -57,11 +79,14 @@ struct MoeParallel {
 // received, expert by expert, and sends the outputs back, where each token adds its experts in
 // choice order, which keeps the output independent of the thread count. Backward sends each
 // row's gradient with its gate and receives the input gradient with the gate's gradient, so no
-// expert output is kept. Everything is allocated at construction for up to max_tokens tokens.
+// expert output is kept. Everything is allocated at construction for up to max_tokens tokens;
+// layers built with the same `scratch` share it (it grows to the largest of them).
 template <typename T>
 class MoeLayer {
  public:
-  MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel = {});
+  MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel = {},
+           std::shared_ptr<MoeScratch<T>> scratch = nullptr);
+  const std::shared_ptr<MoeScratch<T>>& scratch() const { return scratch_; }
 
   // x[N, C] -> y[N, C] (written); returns the auxiliary loss, coefficient included, of the whole
   // batch. Saves what backward needs, so backward must follow the forward of the same x and
@@ -79,7 +104,8 @@ class MoeLayer {
 
   // Values forward saves for backward, in elements of T, with every int32 index counted as one;
   // see moe_activation_floats.
-  static int64_t activation_floats(const ModelConfig& config, int64_t N, int64_t ep = 1);
+  static int64_t activation_floats(const ModelConfig& config, int64_t N, int64_t ep = 1,
+                                   int64_t batch_ranks = 1);
 
  private:
   void route(const T* x, int64_t N, const MoeWeights<T>& w);
@@ -104,10 +130,10 @@ class MoeLayer {
   std::vector<int32_t> expert_;  // [N * k] chosen expert of each assignment
   std::vector<int32_t> row_;     // [N * k] its row in the sent (expert-sorted) order, -1 if dropped
   std::vector<int32_t> row_assignment_;  // [N * k] inverse of row_ over the kept rows
-  // [max received, C]: rows of x this rank's experts took from other ranks (expert parallel;
-  // on one rank they are gathered from x again in backward)
+  // [received, C]: rows of x this rank's experts took from other ranks (expert parallel; on one
+  // rank they are gathered from x again in backward)
   std::vector<T> received_;
-  std::vector<T> hidden_;            // [max received, 2F] experts' gate_up outputs
+  std::vector<T> hidden_;            // [received, 2F] experts' gate_up outputs
   std::vector<T> shared_hidden_;     // [N, 2SF]
   std::vector<double> batch_stats_;  // [2E + 1]: assignments and probability sums per
                                      // expert, then tokens, over the batch
@@ -118,26 +144,28 @@ class MoeLayer {
   std::vector<int64_t> sent_counts_, received_counts_, received_begin_;
   int64_t sent_rows_ = 0, received_rows_ = 0;
 
-  // Scratch, reused by forward and backward.
-  // [max(N * k, max received), C + 1] each: rows in sent order, rows in this rank's expert
-  // order, and the rows in flight (or x's rows gathered again, on one rank).
-  std::vector<T> rows_a_, rows_b_, rows_c_;
-  std::vector<T> act_, dact_;        // [max(received, N * S), F]
-  std::vector<T> dhidden_;           // [max(received, N * S), 2F]
-  std::vector<T> dgates_, dlogits_;  // [N * k], [N, E]
-  std::vector<float> counts_;        // per-expert counts on their way between ranks
+  std::shared_ptr<MoeScratch<T>> scratch_;
+  std::vector<float> counts_;  // per-expert counts on their way between ranks
   std::vector<int64_t> send_elements_, recv_elements_;
+  std::vector<int64_t> expert_begin_, next_row_;  // [E + 1], [E_local]
 };
 
 // MoeLayer::activation_floats for one block's mixture of experts of d_model C and expert width
-// F over N tokens, its experts split over `ep` ranks:
+// F over N tokens per rank, its experts split over `ep` ranks, its batch's tokens routed
+// together over `batch_ranks` ranks:
 //   N * (E + 4 k) + received * 2F + (ep > 1 ? received * C : 0) + N * 2 S F
 // = router probabilities, per assignment its gate, expert, row and the row's assignment, the
-//   gate_up outputs of the rows this rank's experts received (received = N k ep, the bound
-//   reached when every rank's tokens choose this rank's experts; N k on one rank, where nothing
-//   is dropped), the received rows themselves when they came from other ranks, and the shared
-//   experts' gate_up output. The SwiGLU outputs are recomputed in backward rather than kept.
-int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep);
+//   gate_up outputs of the rows this rank's experts received, the received rows themselves when
+//   they came from other ranks, and the shared experts' gate_up output. The SwiGLU outputs are
+//   recomputed in backward rather than kept. received is N k ep, reached when every rank's tokens
+//   choose this rank's experts (N k on one rank, where nothing is dropped), and with a capacity
+//   factor at most the local experts' capacity, E / ep x ceil(capacity_factor N batch_ranks k / E).
+int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
+                              int64_t batch_ranks);
+// The MoeScratch one layer or many share, in elements:
+//   3 rows (C + 1) + hidden * 4F + N * (k + E), rows = max(assignments, received).
+int64_t moe_scratch_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
+                           int64_t batch_ranks);
 
 extern template class MoeLayer<float>;
 extern template class MoeLayer<double>;

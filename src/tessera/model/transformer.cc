@@ -119,7 +119,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                                              options_.recompute,
                                              options_.weights,
                                              tp_.sequence_parallel(),
-                                             scratch_threads_};
+                                             scratch_threads_,
+                                             parallel_.batch->size()};
   {
     Arena counting = Arena::counting();
     Allocator counter(counting);
@@ -134,8 +135,10 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   if (config_.is_moe()) {
     const bool per_layer = training_ && options_.recompute != Recompute::kFull;
     const MoeParallel moe_parallel{parallel_.ep, parallel_.batch, parallel_.batch->size()};
+    std::shared_ptr<MoeScratch<float>> scratch;
     for (int64_t l = 0; l < (per_layer ? config_.n_layer : 1); ++l) {
-      moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N, moe_parallel));
+      moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N, moe_parallel, scratch));
+      scratch = moe_.back()->scratch();
     }
     expert_tokens_.assign(config_.n_layer, std::vector<int64_t>(config_.moe.n_experts, 0));
   }

@@ -15,6 +15,7 @@
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/model/block_spec.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::plan {
@@ -122,10 +123,11 @@ struct Linear {
 
 // The linear layers of one block, in forward order.
 std::vector<Linear> block_linears(const ModelConfig& c) {
-  const bool bias = is_gpt2(c);
-  const int64_t C = c.d_model, HD = c.n_head * c.head_dim();
-  return {
-      {C, c.qkv_width(), bias}, {HD, C, bias}, {C, c.mlp_hidden_width(), bias}, {c.ffn(), C, bias}};
+  std::vector<Linear> linears;
+  for (const model::Part& p : model::block_spec(c).parts) {
+    if (p.kind == model::PartKind::kLinear) linears.push_back({p.in, p.out, p.bias});
+  }
+  return linears;
 }
 
 // The gemms of kernels::linear_forward and linear_backward.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessera/core/error.h"
 #include "tessera/dist/zero_memory.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
@@ -13,9 +14,11 @@ namespace {
 
 using model::Recompute;
 
-constexpr double kBf16 = 2;  // bytes per activation or gradient element on the wire
 // A run cannot fill all of HBM: the allocator, communication buffers and workspace take some.
 constexpr double kUsableHbm = 0.92;
+// An accelerator runs attention as one stream of work, so the scratch the engine keeps for each
+// of its CPU threads counts once.
+constexpr int kAttentionThreads = 1;
 
 // Fraction of peak a chip's matmuls reach: it approaches `peak_fraction` as the narrowest
 // per-chip matrix dimension (d_model, or the MLP's hidden width over the tensor-parallel ranks)
@@ -33,21 +36,50 @@ MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
 }  // namespace
 
 ParameterSplit split_parameters(const model::ModelConfig& c) {
-  const model::ModelLayout layout = model::model_layout(c);
+  const model::ModelSpec spec = model::model_spec(c);
+  auto matrix = [](const model::Part& p) { return double(p.stack * p.out * p.in); };
   ParameterSplit s;
-  for (const model::ParamInfo& p : layout.params.entries()) {
-    const double n = double(p.shape.numel());
-    const bool expert = p.name.find(".moe.experts.") != std::string::npos;
-    (expert ? s.experts : s.dense) += n;
-    if (p.shape.rank() < 2) continue;
-    const bool embedding = p.name == "wte.weight" || p.name == "wpe.weight";
-    if (p.name == "lm_head.weight" || (p.name == "wte.weight" && c.tie_embeddings)) {
-      s.head_matmul += n;
-    } else if (!embedding) {
-      s.blocks_matmul += expert ? n * double(c.moe.top_k) / double(c.moe.n_experts) : n;
-    }
+  for (const model::Part& p : spec.block.parts) {
+    if (p.kind == model::PartKind::kLinear) s.blocks_matmul += matrix(p) * p.token_share;
+  }
+  s.blocks_matmul *= double(spec.n_layer);
+  for (const model::Part& p : spec.head) {
+    if (p.kind == model::PartKind::kLinear) s.head_matmul += matrix(p);
+  }
+  for (const model::Part& p : spec.embedding) {
+    if (spec.tied_head && p.id == model::PartId::kTokenEmbedding) s.head_matmul += matrix(p);
   }
   return s;
+}
+
+PlannedModel::PlannedModel(const model::ModelConfig& config)
+    : config_(config), split_(split_parameters(config)) {}
+
+ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
+  const auto [it, added] = parameters_.try_emplace({tp, ep});
+  if (added) {
+    const model::ModelLayout layout = model::model_layout(config_, {.tp = tp, .ep = ep});
+    it->second = {double(layout.experts_begin),
+                  double(layout.params.total() - layout.experts_begin)};
+  }
+  return it->second;
+}
+
+model::ActivationBytes PlannedModel::activations(const Layout& l, const Workload& w) {
+  const auto [it, added] = activations_.try_emplace(
+      {l.tp, l.ep, l.dp, l.micro_batch, w.seq_len, w.precision, l.recompute, l.sequence_parallel});
+  if (added) {
+    it->second = model::activation_bytes(config_, {.tp = l.tp, .ep = l.ep},
+                                         {.max_batch = l.micro_batch,
+                                          .max_seq = w.seq_len,
+                                          .training = true,
+                                          .precision = w.precision,
+                                          .recompute = l.recompute,
+                                          .sequence_parallel = l.sequence_parallel,
+                                          .threads = kAttentionThreads,
+                                          .batch_ranks = l.dp});
+  }
+  return it->second;
 }
 
 namespace {
@@ -87,6 +119,17 @@ std::string check_layout(const model::ModelConfig& c, const Layout& l, const Wor
   if (l.ep > 1 && (!c.is_moe() || l.dp % l.ep != 0 || c.moe.n_experts % l.ep != 0)) {
     return fmt::format("ep={} needs an MoE model whose experts and dp={} it divides", l.ep, l.dp);
   }
+  const int64_t tokens = l.micro_batch * w.seq_len;
+  if (l.sequence_parallel && l.tp > 1 && tokens % l.tp != 0) {
+    return fmt::format(
+        "sp=1 splits a micro-batch's {} tokens over tp={}, which does not divide them", tokens,
+        l.tp);
+  }
+  try {
+    model::check_sharding(c, l.tp, l.ep);
+  } catch (const Error& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -110,11 +153,13 @@ FlopsPerToken flops_per_token(const model::ModelConfig& c, const ParameterSplit&
 
 Estimate estimate(const model::ModelConfig& c, const Accelerator& a, const Layout& l,
                   const Workload& w) {
-  return estimate(c, split_parameters(c), a, l, w);
+  PlannedModel planned(c);
+  return estimate(planned, a, l, w);
 }
 
-Estimate estimate(const model::ModelConfig& c, const ParameterSplit& s, const Accelerator& a,
-                  const Layout& l, const Workload& w) {
+Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, const Workload& w) {
+  const model::ModelConfig& c = planned.config();
+  const ParameterSplit& s = planned.split();
   Estimate e;
   e.layout = l;
   e.invalid = check_layout(c, l, w);
@@ -124,25 +169,24 @@ Estimate estimate(const model::ModelConfig& c, const ParameterSplit& s, const Ac
   const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len);
   const double layers_per_chip = double(c.n_layer) / double(l.pp);
 
-  // Memory: parameters split over tp x pp (experts also over ep), model state by ZeRO stage
-  // over the ranks that replicate it, activations of the micro-batches in flight.
-  const double dense_per_chip = s.dense / double(l.tp * l.pp);
-  const double experts_per_chip = s.experts / double(l.tp * l.pp * l.ep);
-  const dist::ZeroBytes dense =
-      dist::zero_model_state(l.zero, model::Precision::kBf16, dense_per_chip, l.dp);
+  // Memory: what the engine holds on tp rank 0 and ep rank 0, its parameters spread over the
+  // pipeline stages, model state by ZeRO stage over the ranks that replicate it, and the
+  // activations each layer keeps for the micro-batches in flight.
+  const ChipParameters held = planned.parameters(l.tp, l.ep);
+  const double dense_per_chip = held.dense / double(l.pp);
+  const double experts_per_chip = held.experts / double(l.pp);
+  const dist::ZeroBytes dense = dist::zero_model_state(l.zero, w.precision, dense_per_chip, l.dp);
   const dist::ZeroBytes experts =
-      dist::zero_model_state(l.zero, model::Precision::kBf16, experts_per_chip, l.dp / l.ep);
+      dist::zero_model_state(l.zero, w.precision, experts_per_chip, l.dp / l.ep);
   e.memory.params = dense.params + experts.params;
   e.memory.grads = dense.grads + experts.grads;
   e.memory.optimizer = dense.optimizer + experts.optimizer;
-  const double per_layer =
-      double(model::saved_activation_bytes_per_layer(c, l.micro_batch * w.seq_len,
-                                                     model::Precision::kBf16, l.recompute)) /
-      double(l.tp);
+  const model::ActivationBytes activations = planned.activations(l, w);
+  const double saved_per_layer = double(activations.saved_per_layer);
+  const double unsaved = double(activations.total) - saved_per_layer * double(c.n_layer);
   double in_flight = double(std::min<int64_t>(micro_batches, l.pp));
   if (l.vpp > 1) in_flight *= 1.0 + double(l.pp - 1) / double(l.pp * l.vpp);
-  const double logits = tokens_per_micro_batch * double(c.vocab_size) * 4 / double(l.tp);
-  e.memory.activations = per_layer * (layers_per_chip * in_flight + 1) + logits;
+  e.memory.activations = saved_per_layer * layers_per_chip * in_flight + unsaved;
   e.usable_memory = kUsableHbm * a.hbm_bytes;
   e.fits = e.memory.total() <= e.usable_memory;
 
@@ -161,7 +205,8 @@ Estimate estimate(const model::ModelConfig& c, const ParameterSplit& s, const Ac
 
   // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
   // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
-  const double activation_bytes = tokens_per_micro_batch * double(c.d_model) * kBf16;
+  const double activation_element = w.precision == model::Precision::kF32 ? 4 : 2;
+  const double activation_bytes = tokens_per_micro_batch * double(c.d_model) * activation_element;
   const double tp_passes = l.recompute == Recompute::kFull ? 6 : 4;
   const int64_t domain = a.scaleup_domain;
   e.time.tensor_parallel = double(micro_batches) * layers_per_chip * tp_passes *
@@ -181,12 +226,13 @@ Estimate estimate(const model::ModelConfig& c, const ParameterSplit& s, const Ac
     e.time.expert_all_to_all =
         double(micro_batches) * layers_per_chip * 4 * routed * double(l.ep - 1) / double(l.ep) / bw;
   }
-  // Data parallelism: gradients (bf16) reduced once per step at ZeRO 0 and 1, reduce-scattered
-  // every micro-step at 2 and 3, plus the parameter all-gather after the update (1, 2) or before
-  // every forward and backward (3).
+  // Data parallelism: gradients (in the precision's gradient type) reduced once per step at ZeRO 0
+  // and 1, reduce-scattered every micro-step at 2 and 3, plus the parameter all-gather after the
+  // update (1, 2) or before every forward and backward (3).
   const int64_t dp_per_domain = std::max<int64_t>(1, domain / l.tp);
+  const double gradient_element = dist::zero_model_state(0, w.precision, 1, 1).grads;
   auto dp_seconds = [&](double params, int64_t ranks) {
-    const double bytes = params * kBf16;
+    const double bytes = params * gradient_element;
     const double m = double(micro_batches);
     switch (l.zero) {
       case 0:
@@ -205,7 +251,8 @@ Estimate estimate(const model::ModelConfig& c, const ParameterSplit& s, const Ac
   const double last_backward = (e.time.compute / double(micro_batches)) * 2.0 / 3.0;
   e.time.data_parallel = l.zero <= 1 ? std::max(0.0, dp_time - last_backward) : dp_time;
   // AdamW reads and writes the master weights and both moments and writes bf16 parameters.
-  const double optimizer_params = e.memory.optimizer / 12;
+  const double optimizer_params =
+      e.memory.optimizer / dist::zero_model_state(0, w.precision, 1, 1).optimizer;
   e.time.optimizer = optimizer_params * 28 / a.hbm_bandwidth;
 
   const double step = e.time.total();

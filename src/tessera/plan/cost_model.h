@@ -3,9 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
+#include "tessera/model/activation_memory.h"
 #include "tessera/model/model_config.h"
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
@@ -16,15 +20,46 @@ struct Workload {
   int64_t global_batch = 0;  // sequences per optimizer step
   int64_t seq_len = 0;
   double tokens = 0;  // tokens to train, for days and cost
+  // Of parameters, gradients and activations; master weights and moments stay f32.
+  model::Precision precision = model::Precision::kBf16;
 };
 
-// The model's parameters as the cost model needs them, from the engine's own layout.
+// The matmul weights a token passes through, from the model's parts (model::model_spec).
 struct ParameterSplit {
-  double blocks_matmul = 0;       // matmul weights of the blocks a token passes through
-  double head_matmul = 0;         // the output projection
-  double dense = 0, experts = 0;  // all parameters, without and within routed experts
+  double blocks_matmul = 0;  // of the blocks, routed experts weighted by their token share
+  double head_matmul = 0;    // the output projection
 };
 ParameterSplit split_parameters(const model::ModelConfig& config);
+
+// The parameters one chip of a tensor- and expert-parallel layout holds, before pipeline stages
+// and ZeRO divide them: the engine's local layout of tp rank 0 and ep rank 0, with its alignment
+// and vocabulary padding, in the parts that ZeRO shards over dp and over dp / ep.
+struct ChipParameters {
+  double dense = 0, experts = 0;
+};
+
+// A model as the cost model evaluates it: its parameter split, and the engine's own layout and
+// activation allocation for each tensor- and expert-parallel shape and micro-batch. A search
+// evaluates thousands of layouts that share a few hundred of these, so each is computed once.
+class PlannedModel {
+ public:
+  explicit PlannedModel(const model::ModelConfig& config);
+
+  const model::ModelConfig& config() const { return config_; }
+  const ParameterSplit& split() const { return split_; }
+  ChipParameters parameters(int64_t tp, int64_t ep);
+  // What the engine allocates to train one micro-batch of the layout on tp rank 0 and ep rank 0,
+  // with all of the model's layers (model::activation_bytes).
+  model::ActivationBytes activations(const Layout& layout, const Workload& workload);
+
+ private:
+  using ActivationKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, model::Precision,
+                                   model::Recompute, bool>;
+  model::ModelConfig config_;
+  ParameterSplit split_;
+  std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
+  std::map<ActivationKey, model::ActivationBytes> activations_;
+};
 
 // FLOPs per trained token. The model count is 6 x (matmul parameters a token passes through) +
 // 12 x layers x sequence x attention width, counting the full attention matrix as Megatron and
@@ -71,8 +106,8 @@ struct Estimate {
 
 Estimate estimate(const model::ModelConfig& config, const Accelerator& accelerator,
                   const Layout& layout, const Workload& workload);
-// The same with the split computed once, for searches over many layouts.
-Estimate estimate(const model::ModelConfig& config, const ParameterSplit& split,
-                  const Accelerator& accelerator, const Layout& layout, const Workload& workload);
+// The same for searches over many layouts, which share the model's memoised parts.
+Estimate estimate(PlannedModel& planned, const Accelerator& accelerator, const Layout& layout,
+                  const Workload& workload);
 
 }  // namespace tessera::plan

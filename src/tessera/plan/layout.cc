@@ -7,8 +7,9 @@
 namespace tessera::plan {
 
 std::string Layout::str() const {
-  return fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={}", dp, tp, pp, ep,
-                     zero, micro_batch, model::recompute_name(recompute), vpp);
+  return fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={},sp={}", dp, tp, pp,
+                     ep, zero, micro_batch, model::recompute_name(recompute), vpp,
+                     int(sequence_parallel));
 }
 
 namespace {
@@ -50,8 +51,11 @@ Layout parse_layout(std::string_view text) {
       layout.zero = value[0] - '0';
     } else if (key == "recompute") {
       layout.recompute = model::recompute_from_name(value);
+    } else if (key == "sp") {
+      check(value == "0" || value == "1", "--layout: sp={} must be 0 or 1", value);
+      layout.sequence_parallel = value == "1";
     } else {
-      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp)", key);
+      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp, sp)", key);
     }
   }
   return layout;

@@ -11,16 +11,19 @@ namespace tessera::plan {
 // How a training run spreads over its chips: data, tensor, pipeline and expert parallel degrees
 // (dp * tp * pp chips; the expert-parallel ranks come out of the data-parallel ones), the ZeRO
 // stage over dp, sequences per micro-batch, activation recomputation and the virtual pipeline
-// stages per rank of an interleaved schedule. Tensor parallelism is always sequence-parallel.
+// stages per rank of an interleaved schedule. Tensor parallelism is sequence-parallel (the
+// engine's mesh.sequence_parallel) unless sp=0.
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1, ep = 1;
   int zero = 1;
   int64_t micro_batch = 1;
   model::Recompute recompute = model::Recompute::kSelective;
   int64_t vpp = 1;
+  bool sequence_parallel = true;
 
   int64_t chips() const { return dp * tp * pp; }
-  // "dp=64,tp=8,pp=4,ep=1,zero=1,mb=1,recompute=selective,vpp=1", the form parse_layout reads.
+  // "dp=64,tp=8,pp=4,ep=1,zero=1,mb=1,recompute=selective,vpp=1,sp=1", the form parse_layout
+  // reads.
   std::string str() const;
 };
 

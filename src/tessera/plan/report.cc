@@ -23,11 +23,11 @@ std::string human_dollars(double usd) {
 
 std::string layout_table(const std::vector<Estimate>& estimates) {
   std::string out =
-      fmt::format("{:>3}  {:<62} {:>10} {:>9} {:>6} {:>10} {:>9} {:>10}\n", "#", "layout",
+      fmt::format("{:>3}  {:<66} {:>10} {:>9} {:>6} {:>10} {:>9} {:>10}\n", "#", "layout",
                   "mem/chip", "step", "MFU", "tokens/s", "days", "on-demand");
   for (size_t i = 0; i < estimates.size(); ++i) {
     const Estimate& e = estimates[i];
-    out += fmt::format("{:>3}  {:<62} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>9.1f} {:>10}\n", i + 1,
+    out += fmt::format("{:>3}  {:<66} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>9.1f} {:>10}\n", i + 1,
                        e.layout.str(), human_bytes(e.memory.total()), e.time.total(), 100 * e.mfu,
                        human_count(e.tokens_per_s), e.days,
                        e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
@@ -48,7 +48,8 @@ nlohmann::json estimate_json(const Estimate& e) {
             {"zero", l.zero},
             {"micro_batch", l.micro_batch},
             {"recompute", model::recompute_name(l.recompute)},
-            {"vpp", l.vpp}}},
+            {"vpp", l.vpp},
+            {"sequence_parallel", l.sequence_parallel}}},
           {"fits", e.fits},
           {"memory_bytes",
            {{"params", e.memory.params},

@@ -19,12 +19,10 @@ double total_cost(const Estimate& e) {
   return e.days * double(e.layout.chips());  // no price: chip-days stand in
 }
 
-}  // namespace
-
-SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, int64_t chips,
-                            const Workload& w, RankBy rank_by) {
+SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, const Workload& w,
+                    RankBy rank_by) {
+  const model::ModelConfig& c = planned.config();
   SearchResult result;
-  const ParameterSplit split = split_parameters(c);
   const int64_t max_tp = std::min<int64_t>(a.scaleup_domain, c.n_head);
   for (int64_t tp = 1; tp <= max_tp; tp *= 2) {
     if (chips % tp != 0) continue;
@@ -39,7 +37,7 @@ SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, i
               for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
                 if ((c.n_layer / pp) % vpp != 0) continue;
                 const Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
-                Estimate e = estimate(c, split, a, l, w);
+                Estimate e = estimate(planned, a, l, w);
                 if (!e.invalid.empty()) continue;
                 ++result.evaluated;
                 if (e.fits) {
@@ -66,12 +64,21 @@ SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, i
   return result;
 }
 
+}  // namespace
+
+SearchResult search_layouts(const model::ModelConfig& c, const Accelerator& a, int64_t chips,
+                            const Workload& w, RankBy rank_by) {
+  PlannedModel planned(c);
+  return search(planned, a, chips, w, rank_by);
+}
+
 std::optional<int64_t> smallest_feasible_chips(const model::ModelConfig& c, const Accelerator& a,
                                                const Workload& w) {
+  PlannedModel planned(c);
   for (int64_t chips = 1; chips <= (int64_t{1} << 20); chips *= 2) {
     Workload scaled = w;
     scaled.global_batch = std::max(w.global_batch, chips);
-    if (!search_layouts(c, a, chips, scaled, RankBy::kTime).ranked.empty()) return chips;
+    if (!search(planned, a, chips, scaled, RankBy::kTime).ranked.empty()) return chips;
   }
   return std::nullopt;
 }
