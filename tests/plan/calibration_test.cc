@@ -6,16 +6,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "tessera/core/config.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
+#include "tessera/dist/mesh.h"
 #include "tessera/dist/single_communicator.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
-#include "tessera/dist/mesh.h"
 #include "tessera/train/train_state.h"
 
 namespace tessera::plan {
@@ -33,9 +34,10 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-// CPU seconds of each of `steps` training steps after one warm-up, run as the trainer runs them.
-std::vector<double> timed_steps(const model::ModelConfig& config, const StepShape& step,
-                                int steps) {
+// CPU seconds of each of `steps` training steps after one warm-up, run as the trainer runs them;
+// `after_each` runs after every timed step.
+std::vector<double> timed_steps(const model::ModelConfig& config, const StepShape& step, int steps,
+                                const std::function<void()>& after_each) {
   train::TrainConfig tc;
   dist::SingleCommunicator alone;
   const dist::Mesh mesh(alone, {});
@@ -58,7 +60,10 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
     model.forward_backward(x.data(), y.data(), step.batch, step.seq, 1.0f);
     state.reduce_gradients();
     state.update(3e-4, 1.0f);
-    if (s > 0) seconds.push_back(cpu_seconds() - t0);
+    if (s > 0) {
+      seconds.push_back(cpu_seconds() - t0);
+      after_each();
+    }
   }
   return seconds;
 }
@@ -77,8 +82,9 @@ class OneThread {
 // thread, and the steps are timed in CPU seconds: on a shared machine a second thread would wait
 // at every barrier for a core another process holds, and wall time would measure the neighbours
 // rather than the model. Both sides keep the fastest they see: the machine also slows down by a
-// quarter for a second or two at a time (other guests on its host), so it is calibrated on both
-// sides of the steps and the faster calibration predicts.
+// quarter or more for a second or two at a time (other guests on its host, whose time a guest's
+// CPU clock counts as its own), so it is calibrated before the steps and after each of them, and
+// the fastest calibration predicts.
 void expect_prediction_matches(const std::string& config_file, const StepShape& step) {
 #if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "the timings of an unoptimised or instrumented build say nothing of the model";
@@ -87,18 +93,23 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
   const model::ModelConfig config = shipped(config_file);
   dist::SingleCommunicator alone;
   const double t0 = cpu_seconds();
-  const StepPrediction before = predict_step(config, step, measure_machine(config, step, alone));
+  std::vector<StepPrediction> calibrations{
+      predict_step(config, step, measure_machine(config, step, alone))};
   const double calibration_s = cpu_seconds() - t0;
-  const std::vector<double> steps = timed_steps(config, step, 3);
-  const StepPrediction after = predict_step(config, step, measure_machine(config, step, alone));
-  const StepPrediction& p = before.total_s < after.total_s ? before : after;
+  const std::vector<double> steps = timed_steps(config, step, 3, [&] {
+    calibrations.push_back(predict_step(config, step, measure_machine(config, step, alone)));
+  });
+  const StepPrediction& p = *std::min_element(
+      calibrations.begin(), calibrations.end(),
+      [](const StepPrediction& a, const StepPrediction& b) { return a.total_s < b.total_s; });
   const double measured = *std::min_element(steps.begin(), steps.end());
   std::printf(
       "%s B%lld T%lld: predicted %.1f ms (matmul %.1f, attention %.1f, memory %.1f, "
-      "optimizer %.1f; calibrations %.1f and %.1f), measured %.1f ms (steps",
+      "optimizer %.1f; calibrations",
       config_file.c_str(), (long long)step.batch, (long long)step.seq, 1e3 * p.total_s,
-      1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s, 1e3 * p.optimizer_s,
-      1e3 * before.total_s, 1e3 * after.total_s, 1e3 * measured);
+      1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s, 1e3 * p.optimizer_s);
+  for (const StepPrediction& c : calibrations) std::printf(" %.1f", 1e3 * c.total_s);
+  std::printf("), measured %.1f ms (steps", 1e3 * measured);
   for (double s : steps) std::printf(" %.1f", 1e3 * s);
   std::printf("), ratio %.3f, calibration took %.2f CPU s\n", p.total_s / measured, calibration_s);
   EXPECT_GT(p.total_s / measured, 0.75);

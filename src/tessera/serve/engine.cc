@@ -390,11 +390,12 @@ void Engine::emit(Sequence& seq, const float* logits) {
 // in. retire_finished then removes it from the batch.
 void Engine::finish(Sequence& seq, FinishReason reason) {
   seq.finished = reason;
-  metrics_.request_finished(finish_reason_name(reason));
   cache_.release(seq.cache_id);
   seq.cache_id = -1;
-  // Before the client hears of the end, so it finds the blocks back in /metrics.
-  metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free(), cache_.blocks_cached());
+  // Before the count of finished requests and before the client hears of the end, so whoever
+  // sees either finds the blocks back and the sequence gone from the batch in /metrics.
+  publish_gauges();
+  metrics_.request_finished(finish_reason_name(reason));
   metrics_.request_latency(std::chrono::duration<double>(Clock::now() - seq.submitted).count());
   if (reason == FinishReason::kCancelled) end_stream(seq, reason);
 }
@@ -426,7 +427,8 @@ void Engine::fail_all(FinishReason reason, const std::string& message) {
 }
 
 void Engine::publish_gauges() {
-  metrics_.set_running(int64_t(running_.size()));
+  metrics_.set_running(
+      int64_t(std::ranges::count_if(running_, [](const auto& seq) { return !seq->finished; })));
   metrics_.set_kv_blocks(cache_.blocks_used(), cache_.blocks_free(), cache_.blocks_cached());
 }
 
