@@ -14,7 +14,7 @@ mkdir -p "$out"
 targets=(
   "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lz"
   "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
-  "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
