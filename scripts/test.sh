@@ -11,6 +11,9 @@ ctest --test-dir build --output-on-failure --timeout 900
 echo "--- unit tests under ASan + UBSan"
 cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
 ninja -C build-sanitize >/dev/null
-ctest --test-dir build-sanitize --output-on-failure --timeout 900 --label-exclude e2e
+# The planner's layout search is arithmetic over thousands of layouts: the Release stage above
+# runs it, and under the Debug sanitizer build it alone would take most of the time budget.
+ctest --test-dir build-sanitize --output-on-failure --timeout 900 --label-exclude e2e \
+  --exclude-regex '^PlannerValidation\.SearchRanks'
 
 bash scripts/fuzz.sh
