@@ -10,7 +10,10 @@ mkdir -p "$out"
 
 # target | seconds | sources beside fuzz/<target>.cc | libraries and flags. toml++ is linked as
 # the same shared library the engine uses: its header-only form asserts on inputs that the
-# library itself rejects with a parse error.
+# library itself rejects with a parse error. The HTTP target is built as the server ships, with
+# NDEBUG: Boost 1.81's Beast asserts n >= 5 in parse_chunk_header where 3 bytes are legal when a
+# client sends a chunked body a few bytes at a time (Beast fixed the assertion in 1.86; the code
+# after it already asks for more input), while AddressSanitizer still checks every access.
 targets=(
   "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lz"
   "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
@@ -19,7 +22,7 @@ targets=(
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
-  "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
+  "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt -DNDEBUG"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
