@@ -16,10 +16,10 @@ mkdir -p "$out"
 # after it already asks for more input), while AddressSanitizer still checks every access.
 targets=(
   "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lz"
-  "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
+  "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
   "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt"
-  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt"
+  "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lz"
+  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lz"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
   "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt -DNDEBUG"
@@ -57,15 +57,18 @@ PY
       printf '\xffGET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.0\r\nAuthorization: Bearer key\r\n\r\n' >"$dir/pipelined.http"
       ;;
     manifest_fuzz)
+      # manifest_crc32 is the crc32 of the rest, dumped compactly with sorted keys.
       cat >"$dir/manifest.json" <<'JSON'
-{"format": "tessera-checkpoint", "version": 1, "world_size": 1, "step": 3, "metadata": {},
- "tensors": [{"name": "wte", "shape": [4, 2], "dtype": "f32", "file": "rank-0.bin",
-              "offset": 0, "nbytes": 32, "crc32": 12345}]}
+{"format": "tessera-checkpoint", "version": 2, "world_size": 1, "step": 3,
+ "metadata": {"samples_consumed": 12, "optimizer_steps": 3},
+ "tensors": [{"name": "wte", "shape": [4, 2], "dtype": "f32", "file": "rank-00000.bin",
+              "offset": 0, "nbytes": 32, "crc32": 12345}],
+ "manifest_crc32": 910857278}
 JSON
       ;;
     safetensors_fuzz)
       python3 - "$dir" <<'PY'
-import json, struct, sys
+import json, struct, sys, zlib
 def safetensors(tensors, metadata=None):
     header, data = {}, b""
     for name, dtype, shape, raw in tensors:
@@ -84,6 +87,10 @@ files = {
                            ("h", "F16", [3], struct.pack("<3H", 0x3C00, 0x0001, 0x7C00)),
                            ("ids", "I64", [1], struct.pack("<q", 5)),
                            ("empty", "F32", [0, 4], b"")]),
+    "digests": safetensors([("w", "F32", [2], struct.pack("<2f", 1, 2))],
+                           {"format": "pt", "tessera.crc32": json.dumps(
+                               {"w": "%08x" % zlib.crc32(struct.pack("<2f", 1, 2))},
+                               separators=(",", ":"))}),
 }
 for name, content in files.items():
     open(f"{sys.argv[1]}/{name}.safetensors", "wb").write(content)

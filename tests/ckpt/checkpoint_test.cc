@@ -133,7 +133,7 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadata) {
   }
   json raw = json::parse(read_text(dir / "manifest.json"));
   EXPECT_EQ(raw["format"], "tessera-checkpoint");
-  EXPECT_EQ(raw["version"], 1);
+  EXPECT_EQ(raw["version"], 2);
   EXPECT_EQ(raw["world_size"], 1);
 
   // Load in a different order from the save: matching is by name.

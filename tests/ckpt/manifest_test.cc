@@ -14,16 +14,22 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// `j` with its manifest_crc32 made to match the rest of it, as a writer leaves it.
+json sealed(json j) {
+  j[kManifestChecksumKey] = manifest_checksum(j);
+  return j;
+}
+
 json valid_manifest() {
-  return json::parse(R"({
-    "format": "tessera-checkpoint", "version": 1, "step": 5, "world_size": 1,
+  return sealed(json::parse(R"({
+    "format": "tessera-checkpoint", "version": 2, "step": 5, "world_size": 1,
     "metadata": {"model": "tiny"},
     "tensors": [
       {"name": "w", "shape": [2, 3], "dtype": "f32", "file": "rank-00000.bin",
        "offset": 0, "nbytes": 24, "crc32": 123},
       {"name": "b", "shape": [3], "dtype": "bf16", "file": "rank-00000.bin",
        "offset": 64, "nbytes": 6, "crc32": 4294967295}
-    ]})");
+    ]})"));
 }
 
 // The one-line message parse_manifest gives, or a note that it accepted the manifest.
@@ -61,7 +67,9 @@ TEST(Manifest, NamesTheFileAndFieldOfEveryStructuralError) {
       {"missing step", [](json& j) { j.erase("step"); }, "'step'"},
       {"missing metadata", [](json& j) { j.erase("metadata"); }, "'metadata'"},
       {"wrong format", [](json& j) { j["format"] = "safetensors"; }, "'format'"},
-      {"future version", [](json& j) { j["version"] = 2; }, "'version'"},
+      {"old version", [](json& j) { j["version"] = 1; }, "'version'"},
+      {"future version", [](json& j) { j["version"] = 3; }, "'version'"},
+      {"missing checksum", [](json& j) { j.erase(kManifestChecksumKey); }, "'manifest_crc32'"},
       {"string step", [](json& j) { j["step"] = "5"; }, "'step'"},
       {"float step", [](json& j) { j["step"] = 5.5; }, "'step'"},
       {"negative step", [](json& j) { j["step"] = -1; }, "'step'"},
@@ -95,6 +103,8 @@ TEST(Manifest, NamesTheFileAndFieldOfEveryStructuralError) {
   for (const BadCase& c : cases) {
     json j = valid_manifest();
     c.edit(j);
+    // Resealed, so the check behind the checksum is the one that speaks.
+    if (j.is_object() && j.contains(kManifestChecksumKey)) j = sealed(j);
     std::string message = error_for(j);
     EXPECT_NE(message.find("run/step-000005/manifest.json"), std::string::npos)
         << c.what << ": " << message;
@@ -123,9 +133,9 @@ TEST(Manifest, ReadingBadJsonOrAMissingFileNamesManifestJson) {
   EXPECT_NE(bad_json.find("manifest.json: invalid JSON"), std::string::npos) << bad_json;
   EXPECT_EQ(bad_json.find('\n'), std::string::npos) << bad_json;
 
-  std::ofstream(dir / "manifest.json") << R"({"format": "tessera-checkpoint", "version": 1})";
+  std::ofstream(dir / "manifest.json") << R"({"format": "tessera-checkpoint", "version": 2})";
   std::string missing_field = error_reading();
-  EXPECT_NE(missing_field.find("manifest.json: missing field 'world_size'"), std::string::npos)
+  EXPECT_NE(missing_field.find("manifest.json: missing field 'manifest_crc32'"), std::string::npos)
       << missing_field;
   fs::remove_all(dir);
 }
@@ -138,7 +148,7 @@ TEST(Manifest, LoadRejectsACommittedStepWithAMalformedManifest) {
   fs::path dir = save(run, 1, {{"w", w}}, json::object(), 0);
   json j = json::parse(std::ifstream(dir / "manifest.json"));
   j["tensors"][0]["nbytes"] = "16";
-  std::ofstream(dir / "manifest.json", std::ios::trunc) << j.dump();
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << sealed(j).dump();
   try {
     load(dir, {{"w", w}});
     ADD_FAILURE() << "load accepted a malformed manifest";

@@ -50,9 +50,45 @@ TEST(Base64, RoundTripsAndRejectsNonCanonicalText) {
 }
 
 TEST(TiktokenRanks, ParsesAndFormats) {
-  const std::vector<std::string> tokens = parse_tiktoken_ranks("YQ== 0\nYg== 2\n", "r.tiktoken");
+  const std::vector<std::string> tokens =
+      parse_tiktoken_ranks("YQ== 0\nYg== 2\n", "r.tiktoken").tokens;
   EXPECT_EQ(tokens, (std::vector<std::string>{"a", "", "b"}));
   EXPECT_EQ(format_tiktoken_ranks(tokens), "YQ== 0\nYg== 2\n");
+}
+
+// The 256 bytes at ranks 0-255, then "th" (256), "the" (257) and " the" (258).
+std::string byte_level_ranks() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, char(b));
+  for (const char* merged : {"th", "the", " the"}) tokens.emplace_back(merged);
+  return format_tiktoken_ranks(tokens);
+}
+
+// `text` with its one occurrence of `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(TiktokenRanks, AFlippedBase64ByteIsRefusedNamingTheFileAndLine) {
+  const std::string good = byte_level_ranks();
+  const BpeVocab vocab = parse_tiktoken_ranks(good, "r.tiktoken");
+  EXPECT_EQ(vocab.tokens[257], "the");
+  EXPECT_FALSE(vocab.merges.empty());
+  // "the" (line 258) read as "xhe", which no two tokens of lower rank make.
+  EXPECT_ERROR(parse_tiktoken_ranks(replaced(good, "dGhl 257", "eGhl 257"), "r.tiktoken"),
+               "r.tiktoken:258:", "\"xhe\" (rank 257)", "corrupted");
+  // "b" (rank 98, line 99) read as "c", which line 100 gives rank 99.
+  EXPECT_ERROR(parse_tiktoken_ranks(replaced(good, "Yg== 98", "Yw== 98"), "r.tiktoken"),
+               "r.tiktoken:100:", "already has rank 98 on line 99");
+  // A single byte's base64 with a flipped padding bit is no canonical base64 at all.
+  EXPECT_ERROR(parse_tiktoken_ranks(replaced(good, "YQ== 97", "YR== 97"), "r.tiktoken"),
+               "r.tiktoken:98:", "not base64");
+  // A byte rank holding two bytes.
+  EXPECT_ERROR(parse_tiktoken_ranks(replaced(good, "YQ== 97", "YWE= 97"), "r.tiktoken"),
+               "r.tiktoken:98:", "rank 97", "single bytes");
 }
 
 TEST(TiktokenRanks, BadLinesNameFileAndLine) {

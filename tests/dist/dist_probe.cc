@@ -5,12 +5,18 @@
 //   wait-timeout     the same through start_recv and wait
 //   barrier-timeout  rank 0 waits at a barrier rank 1 never enters
 //   exit             rank 1 exits without a word while the others wait at a barrier
+//   all-reduce DIR   every rank, with a 3 s timeout and its flight record in DIR, all-reduces
+//                    over dp in a loop for 30 s, until the test stops one of them (SIGSTOP)
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/launch.h"
+#include "tessera/dist/mesh.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -38,8 +44,21 @@ int main(int argc, char** argv) {
       dist::set_timeout_seconds(60);
       if (world.rank() == 1) _exit(3);
       world.barrier();
+    } else if (std::strcmp(mode, "all-reduce") == 0 && argc > 2) {
+      dist::set_timeout_seconds(3);
+      const dist::Mesh mesh(world, {.dp = world.size()});
+      dist::start_flight_recorder(argv[2]);
+      float buffer[256] = {};
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (std::chrono::steady_clock::now() < end) {
+        mesh.dp().all_reduce(buffer, 256, DType::f32);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
     } else {
-      fail("unknown mode '{}' (expected timeout, wait-timeout, barrier-timeout or exit)", mode);
+      fail(
+          "unknown mode '{}' (expected timeout, wait-timeout, barrier-timeout, exit or "
+          "all-reduce DIR)",
+          mode);
     }
   } catch (const Error& e) {
     dist::abort_job(e.what());

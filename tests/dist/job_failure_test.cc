@@ -2,12 +2,23 @@
 // these run only in a process that was not itself started by a launcher.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "tessera/core/error.h"
+#include "tessera/dist/flight_record.h"
 #include "tessera/dist/launch.h"
 
 namespace tessera::dist {
@@ -19,18 +30,29 @@ struct JobResult {
   double seconds;
 };
 
-JobResult run_job(int ranks, const std::string& program_and_args) {
+using Clock = std::chrono::steady_clock;
+
+FILE* start_job(int ranks, const std::string& program_and_args) {
   const std::string command = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
                               std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " +
                               std::to_string(ranks) + " " + program_and_args + " 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
+  return popen(command.c_str(), "r");
+}
+
+// Reads the job's output until it ends; returns its exit code.
+int finish_job(FILE* pipe, std::string& output) {
   std::array<char, 4096> buffer;
   while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
   const int status = pclose(pipe);
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output, elapsed.count()};
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+JobResult run_job(int ranks, const std::string& program_and_args) {
+  const auto start = Clock::now();
+  JobResult job;
+  job.exit_code = finish_job(start_job(ranks, program_and_args), job.output);
+  job.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return job;
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -82,6 +104,73 @@ TEST_F(JobFailure, ARankThatDiesTakesTheOthersDownWithAMessage) {
         << job.output;
   }
   EXPECT_LT(job.seconds, 30.0);
+}
+
+// The acceptance test of the flight recorder: SIGSTOP one rank of a job that all-reduces in a
+// loop (dist.timeout_s = 3), and every rank ends within the timeout and 10 s, with a message that
+// names the stopped rank and the pending all_reduce, and both ranks' records on disk.
+TEST_F(JobFailure, AStoppedRankIsNamedFromTheFlightRecords) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessera-flight-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  FILE* pipe = start_job(2, std::string(TESSERA_DIST_PROBE) + " all-reduce " + dir.string());
+  std::string output;
+  std::atomic<bool> ended = false;
+  int exit_code = 0;
+  std::thread reader([&] {
+    exit_code = finish_job(pipe, output);
+    ended = true;
+  });
+
+  // Rank 1 is stopped once its record shows it all-reducing.
+  std::optional<RankRecord> before;
+  for (auto give_up = Clock::now() + std::chrono::seconds(20); Clock::now() < give_up && !ended;
+       std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+    before = read_record_file(dir / "rank-1.json");
+    if (before && std::any_of(before->communicators.begin(), before->communicators.end(),
+                              [](const FlightCommunicator& c) {
+                                return c.name == "dp" && c.collectives_completed > 0;
+                              })) {
+      break;
+    }
+    before.reset();
+  }
+  ASSERT_TRUE(before.has_value()) << "rank 1 wrote no flight record showing an all_reduce";
+  const pid_t stopped = pid_t(before->pid);
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+  const auto limit = std::chrono::seconds(3 + 10);
+  while (!ended && Clock::now() - stopped_at < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+  if (!ended) kill(stopped, SIGKILL);  // so that the test ends, failing below
+  reader.join();
+
+  EXPECT_TRUE(ended) << "the job ran on " << seconds << " s after the SIGSTOP";
+  EXPECT_NE(exit_code, 0) << output;
+  const std::optional<RankRecord> waiting = read_record_file(dir / "rank-0.json");
+  ASSERT_TRUE(waiting.has_value()) << output;
+  EXPECT_TRUE(read_record_file(dir / "rank-1.json").has_value());
+  // Rank 0's last record holds the all_reduce it gave up on.
+  const FlightOp* pending = nullptr;
+  for (const FlightOp& op : waiting->operations) {
+    if (op.pending()) pending = &op;
+  }
+  ASSERT_NE(pending, nullptr) << output;
+  EXPECT_EQ(pending->op, "all_reduce");
+  EXPECT_EQ(waiting->communicators.at(pending->communicator).name, "dp");
+  const std::string message = "error: rank 0 of 2: all_reduce #" + std::to_string(pending->seq) +
+                              " of 256 f32 elements on dp (2 ranks) did not complete within 3 s: "
+                              "rank 1 (pid " +
+                              std::to_string(stopped) + " on host " + before->host +
+                              ") stopped responding ";
+  EXPECT_TRUE(contains(output, message)) << "expected '" << message << "' in\n" << output;
+  EXPECT_TRUE(contains(output, "flight records in " + dir.string())) << output;
+  EXPECT_FALSE(contains(output, "error: rank 1 of 2: all_reduce")) << "the stopped rank blames "
+                                                                   << "another:\n"
+                                                                   << output;
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(JobFailure, CliErrorsNameTheRankAndEndTheJob) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -93,6 +94,43 @@ inline std::vector<double> training_losses(const std::string& run_dir) {
   for (std::string line; std::getline(in, line);) {
     auto record = nlohmann::json::parse(line);
     if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+  }
+  return losses;
+}
+
+// The `tessera train` processes whose command line names `out`: the ranks of that job.
+inline std::vector<pid_t> training_processes(const std::string& out) {
+  namespace fs = std::filesystem;
+  const fs::path binary = fs::canonical(TESSERA_BINARY);
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code exe_ec;
+    if (fs::read_symlink(it->path() / "exe", exe_ec) != binary || exe_ec) continue;
+    std::ifstream in(it->path() / "cmdline", std::ios::binary);
+    const std::string cmdline{std::istreambuf_iterator<char>(in), {}};
+    const size_t first_end = cmdline.find('\0');
+    const bool trains = first_end != std::string::npos &&
+                        cmdline.compare(first_end, 7, std::string("\0train\0", 7)) == 0;
+    if (trains && cmdline.find(out) != std::string::npos) pids.push_back(pid_t(std::stol(name)));
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+// Each step's training loss in metrics.jsonl, the last record of a step winning: a run that
+// restarted from a checkpoint trains the steps after it again.
+inline std::map<int64_t, double> losses_by_step(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::map<int64_t, double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("loss")) {
+      losses[record["step"].get<int64_t>()] = record["loss"].get<double>();
+    }
   }
   return losses;
 }

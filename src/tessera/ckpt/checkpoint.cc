@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -136,20 +135,6 @@ void remove_all_or_fail(const fs::path& path) {
   if (ec) fail("{}: cannot remove: {}", path.string(), ec.message());
 }
 
-std::optional<int64_t> parse_step_name(const std::string& name) {
-  constexpr std::string_view kPrefix = "step-";
-  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return std::nullopt;
-  }
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  int64_t step = 0;
-  auto [end, ec] = std::from_chars(first, last, step);
-  if (ec != std::errc() || end != last) return std::nullopt;
-  return step;
-}
-
 bool is_committed(const fs::path& step_dir) {
   std::error_code ec;
   return fs::is_regular_file(step_dir / kCommitFile, ec);
@@ -161,7 +146,7 @@ std::vector<std::pair<int64_t, fs::path>> committed_steps(const fs::path& run_di
   std::error_code ec;
   for (auto it = fs::directory_iterator(run_dir, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
-    std::optional<int64_t> step = parse_step_name(it->path().filename().string());
+    std::optional<int64_t> step = parse_step_dir_name(it->path().filename().string());
     if (step && it->is_directory(ec) && is_committed(it->path())) {
       steps.emplace_back(*step, it->path());
     }
@@ -320,7 +305,7 @@ bool looks_like_step_dir(const fs::path& dir) {
   fs::path normal = dir.lexically_normal();
   std::string name =
       normal.has_filename() ? normal.filename().string() : normal.parent_path().filename().string();
-  return parse_step_name(name).has_value();
+  return parse_step_dir_name(name).has_value();
 }
 
 void require_committed(const fs::path& step_dir) {
@@ -332,8 +317,6 @@ void require_committed(const fs::path& step_dir) {
 }
 
 }  // namespace
-
-std::string step_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
 
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
@@ -419,7 +402,7 @@ std::optional<std::filesystem::path> find_latest(const std::filesystem::path& ru
   if (!fs::is_directory(run_dir, ec)) return std::nullopt;
   std::ifstream latest(run_dir / kLatestFile);
   std::string name;
-  if (latest >> name && parse_step_name(name) && is_committed(run_dir / name)) {
+  if (latest >> name && parse_step_dir_name(name) && is_committed(run_dir / name)) {
     return run_dir / name;
   }
   auto steps = committed_steps(run_dir);

@@ -61,7 +61,4 @@ std::optional<std::filesystem::path> find_latest(const std::filesystem::path& ru
 // partial data.
 void load(const std::filesystem::path& step_dir, const std::vector<NamedTensor>& tensors);
 
-// "step-000123" for 123.
-std::string step_dir_name(int64_t step);
-
 }  // namespace tessera::ckpt

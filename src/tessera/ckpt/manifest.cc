@@ -1,16 +1,20 @@
 #include "tessera/ckpt/manifest.h"
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
 
+#include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 #include "tessera/core/json_reader.h"
 
 namespace tessera::ckpt {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Shape is built from an initializer list only, so dispatch on the rank.
@@ -97,9 +101,18 @@ json manifest_to_json(const Manifest& manifest) {
                        {"nbytes", e.nbytes},
                        {"crc32", e.crc32}});
   }
-  return {{"format", kFormatName},         {"version", kFormatVersion},
-          {"step", manifest.step},         {"world_size", manifest.world_size},
-          {"metadata", manifest.metadata}, {"tensors", tensors}};
+  json j = {{"format", kFormatName},         {"version", kFormatVersion},
+            {"step", manifest.step},         {"world_size", manifest.world_size},
+            {"metadata", manifest.metadata}, {"tensors", tensors}};
+  j[kManifestChecksumKey] = manifest_checksum(j);
+  return j;
+}
+
+uint32_t manifest_checksum(const json& j) {
+  json rest = j;
+  rest.erase(kManifestChecksumKey);
+  const std::string text = rest.dump();
+  return crc32(text.data(), text.size());
 }
 
 Manifest parse_manifest(const json& j, const std::string& source) {
@@ -110,8 +123,23 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     r.bad("format", fmt::format("is '{}', expected '{}'", format, kFormatName));
   }
   int64_t version = r.int64(r.field(j, "version", "version"), "version");
+  if (version == 1) {
+    r.bad("version",
+          fmt::format("is 1, written by an earlier Tessera whose manifests carry no checksum; "
+                      "this build reads version {}: export the checkpoint with that build "
+                      "(tessera convert export) and import the folder with this one "
+                      "(tessera convert import)",
+                      kFormatVersion));
+  }
   if (version != kFormatVersion) {
     r.bad("version", fmt::format("is {}; this build reads version {}", version, kFormatVersion));
+  }
+  const uint64_t stored =
+      r.uint64(r.field(j, kManifestChecksumKey, kManifestChecksumKey), kManifestChecksumKey);
+  const uint32_t actual = manifest_checksum(j);
+  if (stored != actual) {
+    fail("{}: checksum mismatch: the manifest is corrupted ({} is {}, its contents give {})",
+         source, kManifestChecksumKey, stored, actual);
   }
   int64_t world_size = r.int64(r.field(j, "world_size", "world_size"), "world_size");
   if (world_size < 1) r.bad("world_size", fmt::format("is {}; it must be at least 1", world_size));
@@ -134,8 +162,8 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   return m;
 }
 
-Manifest read_manifest(const std::filesystem::path& step_dir) {
-  std::filesystem::path path = step_dir / kManifestFile;
+Manifest read_manifest(const fs::path& step_dir) {
+  fs::path path = step_dir / kManifestFile;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open the checkpoint manifest", path.string());
   std::ostringstream text;
@@ -147,7 +175,33 @@ Manifest read_manifest(const std::filesystem::path& step_dir) {
   } catch (const json::exception& e) {
     fail("{}: invalid JSON: {}", path.string(), e.what());
   }
-  return parse_manifest(j, path.string());
+  Manifest m = parse_manifest(j, path.string());
+  const fs::path dir = step_dir.lexically_normal();
+  const std::string name =
+      (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
+  if (const std::optional<int64_t> named = parse_step_dir_name(name)) {
+    check(*named == m.step,
+          "{}: field 'step' is {}, but the folder is {}: the manifest belongs to another step "
+          "(a step folder must keep its name)",
+          path.string(), m.step, name);
+  }
+  return m;
+}
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+std::optional<int64_t> parse_step_dir_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  int64_t step = 0;
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last) return std::nullopt;
+  return step;
 }
 
 }  // namespace tessera::ckpt

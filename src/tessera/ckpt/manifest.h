@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,12 @@
 namespace tessera::ckpt {
 
 inline constexpr const char* kFormatName = "tessera-checkpoint";
-inline constexpr int kFormatVersion = 1;
+// Version 2 added manifest_crc32; version 1 manifests are refused, since nothing in them can be
+// told apart from corruption.
+inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kManifestFile = "manifest.json";
+// The field holding the manifest's own checksum, manifest_checksum() of the rest of it.
+inline constexpr const char* kManifestChecksumKey = "manifest_crc32";
 
 // The parsed manifest.json of one step directory.
 struct Manifest {
@@ -34,15 +39,26 @@ struct Manifest {
   std::vector<Entry> tensors;
 };
 
+// The JSON of the manifest, with its kManifestChecksumKey.
 nlohmann::json manifest_to_json(const Manifest& manifest);
 
-// Validates the structure and every field's type, naming `source` and the field in the error:
-// a manifest is outside input, so nothing in it is trusted (file names cannot leave the step
-// directory, byte counts must agree with shape and dtype, names are unique).
+// crc32 of the compact dump (keys sorted, as nlohmann::json keeps them) of `json` without its
+// kManifestChecksumKey: the dump is the same text whatever whitespace the file was written with.
+uint32_t manifest_checksum(const nlohmann::json& json);
+
+// Checks the format, the version and the manifest's own checksum before anything else in it is
+// used, then validates the structure and every field's type, naming `source` and the field in
+// the error: a manifest is outside input, so nothing in it is trusted (file names cannot leave
+// the step directory, byte counts must agree with shape and dtype, names are unique).
 Manifest parse_manifest(const nlohmann::json& json, const std::string& source);
 
-// Reads and validates <step_dir>/manifest.json. Does not require the COMMIT marker, so tools can
-// inspect an incomplete step; load() does require it.
+// Reads and validates <step_dir>/manifest.json; when the directory is named step-N, the
+// manifest's step must be N. Does not require the COMMIT marker, so tools can inspect an
+// incomplete step; load() does require it.
 Manifest read_manifest(const std::filesystem::path& step_dir);
+
+// "step-000123" for 123, and back; nullopt for a name of any other form.
+std::string step_dir_name(int64_t step);
+std::optional<int64_t> parse_step_dir_name(const std::string& name);
 
 }  // namespace tessera::ckpt

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 #include "tessera/core/utf8.h"
 
@@ -80,6 +82,42 @@ std::map<std::string, std::string> parse_metadata(const json& value, const std::
     metadata[key] = v.get<std::string>();
   }
   return metadata;
+}
+
+std::map<std::string, uint32_t> parse_digests(const std::string& text,
+                                              const std::vector<SafetensorsEntry>& tensors,
+                                              const std::string& source) {
+  const std::string where =
+      fmt::format("{}: {} entry '{}'", source, kMetadataKey, kSafetensorsDigestsKey);
+  json j;
+  try {
+    j = json::parse(text, DuplicateKeyCheck(source));
+  } catch (const json::exception& e) {
+    fail("{} is not valid JSON: {}", where, e.what());
+  }
+  check(j.is_object(), "{} must be a JSON object of tensor name -> crc32, got {}", where,
+        j.type_name());
+  std::set<std::string_view> names;
+  for (const SafetensorsEntry& e : tensors) names.insert(e.name);
+  std::map<std::string, uint32_t> digests;
+  for (const auto& [name, value] : j.items()) {
+    check(names.count(name) == 1, "{} has a digest for tensor '{}', which the file does not hold",
+          where, shown(name));
+    const std::string hex = value.is_string() ? value.get<std::string>() : std::string();
+    uint32_t crc = 0;
+    const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), crc, 16);
+    check(hex.size() == 8 && ec == std::errc() && end == hex.data() + hex.size(),
+          "{}: the digest of tensor '{}' must be a string of 8 hex digits, got {}", where,
+          shown(name), shown(value.dump()));
+    digests[name] = crc;
+  }
+  for (const SafetensorsEntry& e : tensors) {
+    check(digests.contains(e.name),
+          "{} has no digest for tensor '{}': the file was changed after Tessera wrote it; remove "
+          "the entry to read the file unchecked",
+          where, shown(e.name));
+  }
+  return digests;
 }
 
 SafetensorsEntry parse_entry(const std::string& name, const json& value, uint64_t data_size,
@@ -225,6 +263,9 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file, const std::st
   check(covered == data_size,
         "{}: bytes [{}, {}) at the end of the data section belong to no tensor", source, covered,
         data_size);
+  if (auto it = header.metadata.find(kSafetensorsDigestsKey); it != header.metadata.end()) {
+    header.digests = parse_digests(it->second, header.tensors, source);
+  }
   return header;
 }
 
@@ -261,16 +302,29 @@ const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
 }
 
 void SafetensorsFile::read_f32(const SafetensorsEntry& entry, std::span<float> out) const {
-  convert_to_f32(entry, file_.bytes().subspan(header_.data_start), out, source_);
+  const std::span<const uint8_t> data = file_.bytes().subspan(header_.data_start);
+  if (auto it = header_.digests.find(entry.name); it != header_.digests.end()) {
+    check(entry.end <= data.size(), "{}: tensor '{}' lies outside the data section", source_,
+          shown(entry.name));
+    const uint32_t crc = crc32(data.data() + entry.begin, entry.end - entry.begin);
+    check(crc == it->second,
+          "{}: checksum mismatch for tensor '{}': its bytes give crc32 {:08x}, {} records {:08x}; "
+          "the file is corrupted",
+          source_, shown(entry.name), crc, kSafetensorsDigestsKey, it->second);
+  }
+  convert_to_f32(entry, data, out, source_);
 }
 
 void write_safetensors(const fs::path& path, const std::vector<SafetensorsTensor>& tensors,
                        DType dtype, const std::map<std::string, std::string>& metadata) {
   check(dtype == DType::f32 || dtype == DType::bf16,
         "{}: safetensors export writes f32 or bf16, not {}", path.string(), dtype_name(dtype));
+  check(!metadata.contains(kSafetensorsDigestsKey),
+        "{}: the metadata key '{}' is the writer's own (the tensors' digests)", path.string(),
+        kSafetensorsDigestsKey);
   const size_t item = dtype_size(dtype);
   json header = json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  json digests = json::object();
   uint64_t offset = 0;
   for (const SafetensorsTensor& t : tensors) {
     check(!t.name.empty() && t.name != kMetadataKey, "{}: cannot write a tensor named '{}'",
@@ -286,17 +340,27 @@ void write_safetensors(const fs::path& path, const std::vector<SafetensorsTensor
     header[t.name] = {{"dtype", dtype == DType::f32 ? "F32" : "BF16"},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
+    digests[t.name] = "00000000";
     offset += bytes;
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
+  // The digests are known only once the data is written, so the header goes out first with
+  // placeholders of the same width and is rewritten in place at the end.
+  auto header_text = [&] {
+    json meta(metadata);
+    meta[kSafetensorsDigestsKey] = digests.dump();
+    header[kMetadataKey] = meta;
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return text;
+  };
+  const std::string placeholder = header_text();
 
   const fs::path tmp = path.string() + ".tmp";
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
   check(f != nullptr, "{}: cannot create: {}", tmp.string(), std::strerror(errno));
-  const uint64_t header_bytes = text.size();
+  const uint64_t header_bytes = placeholder.size();
   write_or_fail(f.get(), &header_bytes, 8, tmp);
-  write_or_fail(f.get(), text.data(), text.size(), tmp);
+  write_or_fail(f.get(), placeholder.data(), placeholder.size(), tmp);
   std::vector<float> values;
   std::vector<uint16_t> halves;
   for (const SafetensorsTensor& t : tensors) {
@@ -304,17 +368,25 @@ void write_safetensors(const fs::path& path, const std::vector<SafetensorsTensor
     for (int64_t d : t.shape) numel *= d;
     values.assign(size_t(numel), 0.0f);
     t.fill(values);
+    uint32_t crc = 0;
     if (dtype == DType::f32) {
+      crc = crc32(values.data(), values.size() * sizeof(float));
       write_or_fail(f.get(), values.data(), values.size() * sizeof(float), tmp);
-      continue;
+    } else {
+      for (size_t begin = 0; begin < values.size(); begin += kWriteChunk) {
+        const size_t n = std::min(kWriteChunk, values.size() - begin);
+        halves.resize(n);
+        for (size_t i = 0; i < n; ++i) halves[i] = f32_to_bf16(values[begin + i]);
+        crc = crc32(halves.data(), n * sizeof(uint16_t), crc);
+        write_or_fail(f.get(), halves.data(), n * sizeof(uint16_t), tmp);
+      }
     }
-    for (size_t begin = 0; begin < values.size(); begin += kWriteChunk) {
-      const size_t n = std::min(kWriteChunk, values.size() - begin);
-      halves.resize(n);
-      for (size_t i = 0; i < n; ++i) halves[i] = f32_to_bf16(values[begin + i]);
-      write_or_fail(f.get(), halves.data(), n * sizeof(uint16_t), tmp);
-    }
+    digests[t.name] = fmt::format("{:08x}", crc);
   }
+  const std::string text = header_text();
+  check(std::fseek(f.get(), 8, SEEK_SET) == 0, "{}: seek failed: {}", tmp.string(),
+        std::strerror(errno));
+  write_or_fail(f.get(), text.data(), text.size(), tmp);
   check(std::fflush(f.get()) == 0, "{}: write failed: {}", tmp.string(), std::strerror(errno));
   check(std::fclose(f.release()) == 0, "{}: close failed: {}", tmp.string(), std::strerror(errno));
   std::error_code ec;

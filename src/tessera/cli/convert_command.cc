@@ -12,6 +12,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/data/tokenizer_copy.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/train/run_config.h"
 #include "tessera/ckpt/state_reader.h"
@@ -144,10 +145,7 @@ int import_model(int argc, char** argv) {
   nlohmann::json tokenizer_meta = "byte";
   if (tokenizer_name != "byte") {
     const fs::path copy = out / kTokenizerDir;
-    fs::remove_all(copy, ec);
-    fs::copy(tokenizer_name, copy, fs::copy_options::recursive, ec);
-    check(!ec, "{}: cannot copy the tokenizer into {} ({})", tokenizer_name, out.string(),
-          ec.message());
+    data::copy_tokenizer(tokenizer_name, copy);
     tokenizer_meta = {{"kind", tokenizer->kind()}, {"dir", copy.string()}};
   }
   const Config config =

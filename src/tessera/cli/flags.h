@@ -47,5 +47,6 @@ int serve_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int convert_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
+int supervise_command(int argc, char** argv);
 
 }  // namespace tessera::cli

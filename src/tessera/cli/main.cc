@@ -8,6 +8,8 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/dist/launch.h"
+#include "tessera/train/divergence_guard.h"
+#include "tessera/train/supervisor.h"
 
 namespace {
 
@@ -20,7 +22,8 @@ constexpr const char* kUsage =
     "  serve      answer requests over an OpenAI-compatible HTTP API\n"
     "  tokenizer  train a BPE vocabulary; encode or decode text\n"
     "  convert    export to or import from Hugging Face safetensors\n"
-    "  plan       choose the parallel layout, accelerator and budget of a training run\n\n"
+    "  plan       choose the parallel layout, accelerator and budget of a training run\n"
+    "  supervise  run a job and restart it from its last checkpoint when it fails\n\n"
     "Run 'tessera <command> --help' for the flags of one command.\n";
 
 }  // namespace
@@ -43,8 +46,13 @@ int main(int argc, char** argv) {
     if (command == "tokenizer") return tessera::cli::tokenizer_command(argc - 2, argv + 2);
     if (command == "convert") return tessera::cli::convert_command(argc - 2, argv + 2);
     if (command == "plan") return tessera::cli::plan_command(argc - 2, argv + 2);
+    if (command == "supervise") return tessera::cli::supervise_command(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
+  } catch (const tessera::train::DivergedError& e) {
+    // Every rank judges the same reduced figures, so all of them end here together.
+    if (tessera::dist::world().rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return tessera::train::kExitDiverged;
   } catch (const tessera::Error& e) {
     // With several ranks, one that fails alone would leave the others waiting for it.
     if (many_ranks) tessera::dist::abort_job(e.what());

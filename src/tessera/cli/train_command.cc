@@ -1,7 +1,13 @@
 #include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "tessera/cli/flags.h"
+#include "tessera/core/error.h"
+#include "tessera/dist/launch.h"
 #include "tessera/train/run_config.h"
+#include "tessera/train/supervisor.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -14,6 +20,9 @@ int train_command(int argc, char** argv) {
        {"tokenizer", "DIR", "\"byte\" or a tokenizer folder for text (sets data.tokenizer)"},
        {"out", "DIR", "output directory for config, metrics and checkpoints (default runs/train)"},
        {"set", "KEY=VALUE", "override any config key, e.g. --set train.steps=60", true},
+       {"max-restarts", "N",
+        "restart the run after a failure, up to N times, from its last checkpoint"},
+       {"restart-backoff", "SECONDS", "wait before the first restart, doubled after each (1)"},
        {"help", "", "show this help"}},
       argc, argv);
   if (flags.has("help")) {
@@ -24,12 +33,33 @@ int train_command(int argc, char** argv) {
                stdout);
     return 0;
   }
+  const std::string out = flags.get_or("out", "runs/train");
+  if (flags.has("max-restarts")) {
+    check(dist::world().size() == 1,
+          "--max-restarts restarts this process, so it cannot run under a launcher's ranks; "
+          "put the launcher under the supervisor instead: tessera supervise -- mpirun ...");
+    // The same command without the supervisor's flags, so each attempt trains and resumes.
+    std::vector<std::string> command = {std::filesystem::read_symlink("/proc/self/exe"), "train"};
+    for (int i = 0; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--max-restarts" || arg == "--restart-backoff") {
+        ++i;
+      } else if (arg.starts_with("--max-restarts=") || arg.starts_with("--restart-backoff=")) {
+        continue;
+      } else {
+        command.push_back(arg);
+      }
+    }
+    return train::supervise(command, {.max_restarts = int(flags.get_int("max-restarts", 0)),
+                                      .backoff_s = flags.get_double("restart-backoff", 1),
+                                      .log = std::filesystem::path(out) / "restarts.jsonl"});
+  }
   Config config(train::run_config_schema());
   if (auto path = flags.get("config")) config.load_file(*path);
   if (auto data = flags.get("data")) config.set_override("data.path=" + *data);
   if (auto tokenizer = flags.get("tokenizer")) config.set_override("data.tokenizer=" + *tokenizer);
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
-  train::train(config, flags.get_or("out", "runs/train"));
+  train::train(config, out);
   return 0;
 }
 

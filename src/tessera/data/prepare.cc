@@ -12,6 +12,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/data/shard.h"
 #include "tessera/data/text_corpus.h"
+#include "tessera/data/tokenizer_copy.h"
 
 namespace tessera::data {
 namespace fs = std::filesystem;
@@ -135,9 +136,7 @@ DatasetManifest prepare_dataset(const Tokenizer& tokenizer, const std::string& t
   if (tokenizer_source != "byte" && fs::is_directory(tokenizer_source, ec)) {
     m.tokenizer_source = fs::absolute(tokenizer_source).string();
     m.tokenizer_copy = "tokenizer";
-    fs::copy(tokenizer_source, o.out_dir / m.tokenizer_copy, fs::copy_options::recursive, ec);
-    check(!ec, "{}: cannot copy the tokenizer into {} ({})", tokenizer_source, o.out_dir.string(),
-          ec.message());
+    copy_tokenizer(tokenizer_source, o.out_dir / m.tokenizer_copy);
   }
 
   const std::vector<int32_t> separator =

@@ -1,11 +1,11 @@
 #include "tessera/data/tessera_tokenizer_files.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
-#include "tessera/data/tiktoken_ranks.h"
 #include "tessera/core/utf8.h"
+#include "tessera/data/text_corpus.h"
+#include "tessera/data/tiktoken_ranks.h"
 
 namespace tessera::data {
 namespace {
@@ -13,13 +13,6 @@ namespace {
 constexpr char kFormat[] = "tessera-bpe";
 constexpr int kVersion = 1;
 constexpr char kPattern[] = "gpt2";
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  check(out.good(), "{}: cannot write the file", printable(path.string()));
-}
 
 }  // namespace
 
@@ -67,8 +60,8 @@ void save_tessera_tokenizer(const BpeVocab& vocab, const std::filesystem::path& 
                                  {"version", kVersion},
                                  {"pattern", kPattern},
                                  {"special_tokens", specials}};
-  write_file(dir / kTesseraRanksFile, format_tiktoken_ranks(vocab.tokens));
-  write_file(dir / kTesseraConfigFile, config.dump(2) + "\n");
+  write_text_file(dir / kTesseraRanksFile, format_tiktoken_ranks(vocab.tokens));
+  write_text_file(dir / kTesseraConfigFile, config.dump(2) + "\n");
 }
 
 }  // namespace tessera::data

@@ -69,4 +69,14 @@ std::string read_text_file(const fs::path& path) {
   return text;
 }
 
+void write_text_file(const fs::path& path, std::string_view text) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
+                                                       &std::fclose);
+  if (!file) fail("{}: cannot write the file ({})", path.string(), std::strerror(errno));
+  if (std::fwrite(text.data(), 1, text.size(), file.get()) != text.size() ||
+      std::fclose(file.release()) != 0) {
+    fail("{}: cannot write the file ({})", path.string(), std::strerror(errno));
+  }
+}
+
 }  // namespace tessera::data

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera::data {
@@ -14,5 +15,7 @@ std::vector<std::filesystem::path> corpus_files(const std::filesystem::path& pat
 
 // A whole file; the error names the path.
 std::string read_text_file(const std::filesystem::path& path);
+// Creates or replaces the file with `text`; the error names the path.
+void write_text_file(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace tessera::data

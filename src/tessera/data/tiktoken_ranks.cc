@@ -4,13 +4,47 @@
 #include <unordered_map>
 
 #include "tessera/core/error.h"
+#include "tessera/core/utf8.h"
 #include "tessera/data/base64.h"
 #include "tessera/data/bpe_vocab.h"
-#include "tessera/core/utf8.h"
 
 namespace tessera::data {
-std::vector<std::string> parse_tiktoken_ranks(std::string_view text, const std::string& source) {
-  std::vector<std::string> tokens;
+namespace {
+
+// The 256 bytes come first in a byte-level BPE; every merge after them makes one token.
+constexpr size_t kByteTokens = 256;
+
+// Checks the ranks form a byte-level BPE, naming the line of the lowest rank that does not: a
+// changed byte in one token breaks that token's split, or the splits of the tokens built on it.
+void check_bpe_structure(const BpeVocab& vocab, const std::vector<size_t>& line_of,
+                         const std::string& source) {
+  std::vector<bool> built(vocab.tokens.size(), false);
+  for (const BpeMerge& m : vocab.merges) {
+    if (m.left < m.result && m.right < m.result) built[size_t(m.result)] = true;
+  }
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) {
+    const std::string& token = vocab.tokens[id];
+    if (token.empty()) continue;
+    if (id < kByteTokens) {
+      check(token.size() == 1,
+            "{}:{}: rank {} holds \"{}\", but ranks 0-255 of a byte-level BPE are single bytes; "
+            "the file is corrupted",
+            source, line_of[id], id, printable(token));
+    } else {
+      check(built[id],
+            "{}:{}: token \"{}\" (rank {}) is not two tokens of lower rank joined, as every "
+            "token after the 256 bytes of a byte-level BPE is; the file is corrupted",
+            source, line_of[id], printable(token), id);
+    }
+  }
+}
+
+}  // namespace
+
+BpeVocab parse_tiktoken_ranks(std::string_view text, const std::string& source) {
+  BpeVocab vocab;
+  std::vector<std::string>& tokens = vocab.tokens;
+  std::vector<size_t> line_of;  // by rank
   std::unordered_map<std::string, int64_t> ranks;
   size_t line_number = 0;
   for (size_t pos = 0; pos < text.size();) {
@@ -37,20 +71,26 @@ std::vector<std::string> parse_tiktoken_ranks(std::string_view text, const std::
       fail("{}:{}: rank \"{}\" is not an integer in [0, {}]", source, line_number,
            printable(rank_text.substr(0, 80)), kMaxTokenId);
     }
-    if (size_t(rank) >= tokens.size()) tokens.resize(size_t(rank) + 1);
+    if (size_t(rank) >= tokens.size()) {
+      tokens.resize(size_t(rank) + 1);
+      line_of.resize(size_t(rank) + 1);
+    }
     if (!tokens[rank].empty()) {
-      fail("{}:{}: rank {} was already given to \"{}\"", source, line_number, rank,
-           printable(tokens[rank]));
+      fail("{}:{}: rank {} was already given to \"{}\" on line {}", source, line_number, rank,
+           printable(tokens[rank]), line_of[rank]);
     }
     auto [it, fresh] = ranks.emplace(*bytes, rank);
     if (!fresh) {
-      fail("{}:{}: token \"{}\" already has rank {}", source, line_number, printable(*bytes),
-           it->second);
+      fail("{}:{}: token \"{}\" already has rank {} on line {}", source, line_number,
+           printable(*bytes), it->second, line_of[size_t(it->second)]);
     }
     tokens[rank] = std::move(*bytes);
+    line_of[rank] = line_number;
   }
   check(!tokens.empty(), "{}: no tokens in the rank file", source);
-  return tokens;
+  vocab.merges = merges_from_ranks(tokens);
+  check_bpe_structure(vocab, line_of, source);
+  return vocab;
 }
 
 std::string format_tiktoken_ranks(const std::vector<std::string>& tokens) {

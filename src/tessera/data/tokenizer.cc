@@ -3,13 +3,13 @@
 #include <memory>
 
 #include "tessera/core/error.h"
+#include "tessera/core/utf8.h"
 #include "tessera/data/bpe_tokenizer.h"
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/data/gpt2_vocab_files.h"
 #include "tessera/data/tessera_tokenizer_files.h"
-#include "tessera/data/text_corpus.h"
 #include "tessera/data/tiktoken_ranks.h"
-#include "tessera/core/utf8.h"
+#include "tessera/data/tokenizer_copy.h"
 
 namespace fs = std::filesystem;
 
@@ -19,13 +19,6 @@ namespace {
 bool is_file(const fs::path& path) {
   std::error_code ec;
   return fs::is_regular_file(path, ec);
-}
-
-BpeVocab read_ranks(const fs::path& path) {
-  BpeVocab vocab;
-  vocab.tokens = parse_tiktoken_ranks(read_text_file(path), printable(path.string()));
-  vocab.merges = merges_from_ranks(vocab.tokens);
-  return vocab;
 }
 
 }  // namespace
@@ -39,19 +32,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
   check(fs::exists(status), "{}: no such tokenizer directory (give \"byte\" or a directory)",
         shown);
   check(fs::is_directory(status), "{}: a tokenizer must be \"byte\" or a directory", shown);
+  const TokenizerFileReader files(dir);
+  auto read_ranks = [&](const fs::path& path) {
+    return parse_tiktoken_ranks(files.read(path), printable(path.string()));
+  };
 
   if (is_file(dir / kTesseraConfigFile)) {
     const fs::path config = dir / kTesseraConfigFile;
     BpeVocab vocab = read_ranks(dir / kTesseraRanksFile);
-    vocab.special_tokens = parse_tessera_config(read_text_file(config), printable(config.string()));
+    vocab.special_tokens = parse_tessera_config(files.read(config), printable(config.string()));
     return std::make_unique<BpeTokenizer>(std::move(vocab), "tessera-bpe", shown);
   }
   const fs::path encoder = dir / "encoder.json", merges = dir / "vocab.bpe";
   if (is_file(encoder) || is_file(merges)) {
     check(is_file(encoder) && is_file(merges), "{}: GPT-2 format needs both {} and {}", shown,
           encoder.filename().string(), merges.filename().string());
-    BpeVocab vocab = parse_gpt2_vocab(read_text_file(encoder), printable(encoder.string()),
-                                      read_text_file(merges), printable(merges.string()));
+    BpeVocab vocab = parse_gpt2_vocab(files.read(encoder), printable(encoder.string()),
+                                      files.read(merges), printable(merges.string()));
     return std::make_unique<BpeTokenizer>(std::move(vocab), "gpt2-bpe", shown);
   }
   std::vector<fs::path> rank_files;

@@ -222,28 +222,59 @@ bool Communicator::test(Request& request) {
   return do_complete(request, false);
 }
 
-std::string Communicator::describe(Op op, int64_t count, std::string_view type, int peer, int tag) {
+std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string_view name) {
+  check(color >= 0, "split: color must be >= 0, got {}", color);
+  return do_split(color, key, name);
+}
+
+std::string_view Communicator::op_name(Op op) {
   switch (op) {
     case Op::kAllReduce:
-      return fmt::format("all_reduce of {} {} elements", count, type);
+      return "all_reduce";
     case Op::kReduceScatter:
-      return fmt::format("reduce_scatter of {} {} elements", count, type);
+      return "reduce_scatter";
     case Op::kAllGather:
-      return fmt::format("all_gather of {} {} elements", count, type);
+      return "all_gather";
     case Op::kBroadcast:
-      return fmt::format("broadcast of {} {} elements from rank {}", count, type, peer);
+      return "broadcast";
     case Op::kAllToAll:
-      return fmt::format("all_to_all of {} {} elements per rank", count, type);
+      return "all_to_all";
     case Op::kAllToAllV:
-      return fmt::format("all_to_all_v sending {} {} elements", count, type);
+      return "all_to_all_v";
     case Op::kSend:
-      return fmt::format("send of {} {} elements to rank {} (tag {})", count, type, peer, tag);
+      return "send";
     case Op::kRecv:
-      return fmt::format("recv of {} {} elements from rank {} (tag {})", count, type, peer, tag);
+      return "recv";
     case Op::kBarrier:
       return "barrier";
   }
   return "operation";
+}
+
+std::string Communicator::describe(Op op, int64_t count, std::string_view type, int peer, int tag,
+                                   int64_t seq) {
+  const std::string name =
+      seq > 0 ? fmt::format("{} #{}", op_name(op), seq) : std::string(op_name(op));
+  switch (op) {
+    case Op::kAllReduce:
+    case Op::kReduceScatter:
+    case Op::kAllGather:
+      return fmt::format("{} of {} {} elements", name, count, type);
+    case Op::kBroadcast:
+      return fmt::format("{} of {} {} elements from rank {}", name, count, type, peer);
+    case Op::kAllToAll:
+      return fmt::format("{} of {} {} elements per rank", name, count, type);
+    case Op::kAllToAllV:
+      return fmt::format("{} sending {} {} elements", name, count, type);
+    case Op::kSend:
+      return fmt::format("{} of {} {} elements to rank {} (tag {})", name, count, type, peer, tag);
+    case Op::kRecv:
+      return fmt::format("{} of {} {} elements from rank {} (tag {})", name, count, type, peer,
+                         tag);
+    case Op::kBarrier:
+      break;
+  }
+  return name;
 }
 
 }  // namespace tessera::dist

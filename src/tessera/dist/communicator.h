@@ -39,7 +39,8 @@ struct Request {
 // training step's inner loop.
 //
 // A blocking call, or a wait, that does not complete within the job's timeout (see launch.h)
-// ends the whole job with a message naming the rank and the operation, rather than hanging.
+// ends the whole job with a message naming the rank and the operation, rather than hanging, and
+// once the flight recorder runs (flight_recorder.h), the rank that holds the operation up.
 // The blocking forms use MPI's blocking calls, which Open MPI runs several times faster than the
 // non-blocking ones, so prefer them wherever there is nothing to overlap.
 // All calls must come from the thread that called init_world.
@@ -89,8 +90,9 @@ class Communicator {
   void barrier();
 
   // Collective: ranks passing the same `color` (>= 0) form a new communicator, ranked by `key`
-  // and then by rank in this one.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // and then by rank in this one. `name` ("dp", "tp", ...) stands for it in messages and in the
+  // flight record (flight_recorder.h).
+  std::unique_ptr<Communicator> split(int color, int key, std::string_view name = "group");
 
   Request start_all_reduce(void* data, int64_t count, DType dtype);
   Request start_reduce_scatter(const void* send, void* recv, std::span<const int64_t> recv_counts,
@@ -133,9 +135,15 @@ class Communicator {
   // when `block` is set; returns whether it completed.
   virtual bool do_complete(Request& request, bool block) = 0;
   virtual void do_all_reduce_f64(double* data, int64_t count) = 0;
+  // `color` is validated.
+  virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string_view name) = 0;
 
-  // "all_reduce of 1024 bf16 elements", for error messages.
-  static std::string describe(Op op, int64_t count, std::string_view type, int peer, int tag);
+  // "all_reduce"
+  static std::string_view op_name(Op op);
+  // "all_reduce of 1024 bf16 elements", for error messages; with a `seq` above 0, the operation's
+  // number on its communicator: "all_reduce #57 of 1024 bf16 elements".
+  static std::string describe(Op op, int64_t count, std::string_view type, int peer, int tag,
+                              int64_t seq = 0);
 
  private:
   std::vector<int64_t> all_to_all_counts_;  // reused, so a warm exchange allocates nothing

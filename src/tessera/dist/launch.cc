@@ -73,7 +73,7 @@ Communicator& init_world(int& argc, char**& argv) {
   std::atexit(finalize);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world");
   // Kernels run OpenMP threads while the main thread talks to MPI, which MPI_THREAD_SINGLE
   // does not allow.
   if (provided < MPI_THREAD_FUNNELED) {

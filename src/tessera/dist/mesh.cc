@@ -29,11 +29,11 @@ Mesh::Mesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(
   const MeshCoords& c = coords_;
   const int ep = int(shape.ep), group = c.dp / ep, within = c.dp % ep;
   // The color of an axis group is the rank of its member at coordinate 0 on that axis.
-  dp_ = world.split(rank_of({0, c.tp, c.pp}), c.dp);
-  tp_ = world.split(rank_of({c.dp, 0, c.pp}), c.tp);
-  pp_ = world.split(rank_of({c.dp, c.tp, 0}), c.pp);
-  ep_ = world.split(rank_of({group * ep, c.tp, c.pp}), within);
-  expert_dp_ = world.split(rank_of({within, c.tp, c.pp}), group);
+  dp_ = world.split(rank_of({0, c.tp, c.pp}), c.dp, "dp");
+  tp_ = world.split(rank_of({c.dp, 0, c.pp}), c.tp, "tp");
+  pp_ = world.split(rank_of({c.dp, c.tp, 0}), c.pp, "pp");
+  ep_ = world.split(rank_of({group * ep, c.tp, c.pp}), within, "ep");
+  expert_dp_ = world.split(rank_of({within, c.tp, c.pp}), group, "expert_dp");
 }
 
 int Mesh::rank_of(const MeshCoords& c) const {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <thread>
 
 #include "tessera/core/error.h"
@@ -16,6 +18,11 @@ namespace tessera::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A thread that wakes up this much later than it meant to was stopped with its whole process
+// (SIGSTOP, a debugger): the time lost is not another rank's fault, and does not count against
+// the deadline of the operation it was in.
+constexpr std::chrono::seconds kStoppedGap{1};
 
 MPI_Datatype transfer_type(DType dtype) {
   switch (dtype) {
@@ -50,10 +57,19 @@ Clock::time_point deadline_after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-std::string timeout_message(const std::string& what, double seconds) {
-  return fmt::format(
-      "{} did not complete within {:g} s; another rank has probably failed or stopped", what,
-      seconds);
+// The world rank of each rank of `comm`, in its rank order.
+std::vector<int> world_ranks(MPI_Comm comm) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int size = 0;
+  MPI_Group_size(group, &size);
+  std::vector<int> ranks(size), out(size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
 }
 
 }  // namespace
@@ -79,6 +95,7 @@ class MpiCommunicator::Watchdog {
     comm_ = &comm;
     what_ = what;
     timeout_s_ = timeout;
+    started_ = Clock::now();
     deadline_ = deadline;
   }
   void end() {
@@ -97,14 +114,15 @@ class MpiCommunicator::Watchdog {
 
   [[noreturn]] void run() {
     std::unique_lock lock(mutex_);
+    Clock::time_point wake = Clock::now();
     while (true) {
       const Clock::time_point now = Clock::now();
+      if (comm_ != nullptr && started_ < wake && now - wake > kStoppedGap) deadline_ += now - wake;
       // The lock is held from here to the exit, so the operation cannot complete in between.
       if (comm_ != nullptr && now >= deadline_) {
-        exit_job(timeout_message(comm_->describe(what_), timeout_s_));
+        exit_job(comm_->timeout_message(what_, timeout_s_));
       }
-      const Clock::time_point wake =
-          comm_ != nullptr ? std::min(now + kMaxSleep, deadline_) : now + kMaxSleep;
+      wake = comm_ != nullptr ? std::min(now + kMaxSleep, deadline_) : now + kMaxSleep;
       lock.unlock();
       std::this_thread::sleep_until(wake);
       lock.lock();
@@ -116,14 +134,17 @@ class MpiCommunicator::Watchdog {
   const MpiCommunicator* comm_ = nullptr;
   Operation what_;
   double timeout_s_ = 0;
+  Clock::time_point started_;
   Clock::time_point deadline_;
 };
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  flight_id_ = FlightRecorder::instance().add_communicator(name_, world_ranks(comm_));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -132,17 +153,17 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
-  check(color >= 0, "split: color must be >= 0, got {}", color);
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, std::string_view name) {
   barrier();
   MPI_Comm sub = MPI_COMM_NULL;
   const int code = MPI_Comm_split(comm_, color, key, &sub);
   check(code == MPI_SUCCESS, "MPI error in split (color {}, key {}) on rank {}: {}", color, key,
         world_rank_, mpi_error_string(code));
-  return std::make_unique<MpiCommunicator>(sub);
+  return std::make_unique<MpiCommunicator>(sub, std::string(name));
 }
 
-int32_t MpiCommunicator::acquire(const Operation& what) {
+int32_t MpiCommunicator::acquire(const Operation& what, size_t element_bytes,
+                                 std::span<const int64_t> counts) {
   size_t index = 0;
   while (index < slots_.size() && slots_[index]->busy) ++index;
   if (index == slots_.size()) {
@@ -155,6 +176,18 @@ int32_t MpiCommunicator::acquire(const Operation& what) {
   ++slot.generation;
   slot.what = what;
   slot.round_to = nullptr;
+  int64_t elements = what.count;  // that this rank sends or reduces
+  if (what.op == Op::kAllGather) elements = counts[rank_];
+  if (what.op == Op::kAllToAll) elements = what.count * size_;
+  const bool collective = what.op != Op::kSend && what.op != Op::kRecv;
+  slot.what.flight = FlightRecorder::instance().begin({.op = op_name(what.op),
+                                                       .dtype = what.type,
+                                                       .communicator = flight_id_,
+                                                       .peer = what.peer,
+                                                       .tag = what.tag,
+                                                       .count = what.count,
+                                                       .bytes = elements * int64_t(element_bytes)},
+                                                      collective);
   return static_cast<int32_t>(index);
 }
 
@@ -165,7 +198,8 @@ void MpiCommunicator::release(Slot& slot) {
 
 Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t count,
                                   std::span<const int64_t> counts, DType dtype, int peer, int tag) {
-  const int32_t index = acquire({op, dtype_name(dtype), count, peer, tag});
+  const int32_t index =
+      acquire({op, dtype_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts);
   Slot& slot = *slots_[index];
   const int code = transfer(slot, send, recv, counts, dtype, &slot.request);
   if (code != MPI_SUCCESS) fail_mpi(slot, code);
@@ -174,7 +208,8 @@ Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t c
 
 void MpiCommunicator::do_run(Op op, const void* send, void* recv, int64_t count,
                              std::span<const int64_t> counts, DType dtype, int peer, int tag) {
-  Slot& slot = *slots_[acquire({op, dtype_name(dtype), count, peer, tag})];
+  Slot& slot =
+      *slots_[acquire({op, dtype_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts)];
   Watchdog& watchdog = Watchdog::instance();
   watchdog.begin(*this, slot.what);
   const int code = transfer(slot, send, recv, counts, dtype, nullptr);
@@ -184,14 +219,14 @@ void MpiCommunicator::do_run(Op op, const void* send, void* recv, int64_t count,
 }
 
 void MpiCommunicator::do_all_reduce_f64(double* data, int64_t count) {
-  Slot& slot = *slots_[acquire({Op::kAllReduce, "f64", count, -1, 0})];
+  Slot& slot = *slots_[acquire({Op::kAllReduce, "f64", count, -1, 0, {}}, sizeof(double), {})];
   Watchdog& watchdog = Watchdog::instance();
   watchdog.begin(*this, slot.what);
   const int code =
       MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm_);
   watchdog.end();
   if (code != MPI_SUCCESS) fail_mpi(slot, code);
-  release(slot);
+  finish(slot);
 }
 
 int MpiCommunicator::transfer(Slot& slot, const void* send, void* recv,
@@ -297,7 +332,8 @@ bool MpiCommunicator::do_complete(Request& request, bool block) {
 }
 
 void MpiCommunicator::poll(Slot& slot) {
-  const Clock::time_point deadline = deadline_after(timeout_seconds());
+  Clock::time_point deadline = deadline_after(timeout_seconds());
+  Clock::time_point last = Clock::now();
   // Open MPI moves a non-blocking collective forward only inside MPI calls, so the wait keeps
   // testing; sleeping between tests slowed a 64 MiB all-reduce several times over. Yielding
   // still lets other ranks sharing the core run.
@@ -306,14 +342,16 @@ void MpiCommunicator::poll(Slot& slot) {
     const int code = MPI_Test(&slot.request, &done, &slot.status);
     if (code != MPI_SUCCESS) fail_mpi(slot, code);
     if (done) return;
-    if (Clock::now() > deadline) {
-      abort_job(timeout_message(describe(slot.what), timeout_seconds()));
-    }
+    const Clock::time_point now = Clock::now();
+    if (now - last > kStoppedGap) deadline += now - last;
+    last = now;
+    if (now > deadline) abort_job(timeout_message(slot.what, timeout_seconds()));
     sched_yield();
   }
 }
 
 void MpiCommunicator::finish(Slot& slot) {
+  FlightRecorder::instance().end(slot.what.flight);
   if (slot.round_to != nullptr) {
     const float* result =
         slot.what.op == Op::kReduceScatter ? slot.wide_out.data() : slot.wide_in.data();
@@ -341,9 +379,28 @@ void MpiCommunicator::fail_mpi(Slot& slot, int code) {
 std::string MpiCommunicator::describe(const Operation& what) const {
   std::string text = Communicator::describe(what.op, what.count, what.type, what.peer, what.tag);
   if (comm_ != MPI_COMM_WORLD) {
-    text += fmt::format(" in a group of {} ranks (its rank {})", size_, rank_);
+    text += fmt::format(" on {} ({} ranks, its rank {})", name_, size_, rank_);
   }
   return text;
+}
+
+std::string MpiCommunicator::timeout_message(const Operation& what, double seconds) const {
+  const bool message = what.op == Op::kSend || what.op == Op::kRecv;
+  const Stall stall{
+      .what = fmt::format("{} on {} ({} ranks)",
+                          Communicator::describe(what.op, what.count, what.type, what.peer,
+                                                 what.tag, what.flight.seq),
+                          name_, size_),
+      .communicator = what.flight.communicator,
+      .seq = what.flight.seq,
+      .peer = message ? what.peer : -1,
+      .timeout_s = seconds};
+  if (std::optional<std::string> text = FlightRecorder::instance().stall_message(stall)) {
+    return *text;
+  }
+  return fmt::format(
+      "{} did not complete within {:g} s; another rank has probably failed or stopped",
+      describe(what), seconds);
 }
 
 }  // namespace tessera::dist

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/dist/communicator.h"
+#include "tessera/dist/flight_recorder.h"
 
 namespace tessera::dist {
 
@@ -18,21 +19,21 @@ namespace tessera::dist {
 // its request against the same deadline. MPI failures are returned, not fatal, and surface as
 // Errors naming the rank and the operation.
 //
+// Every operation is recorded in the process's flight recorder, and a timeout's message is built
+// from the flight records of all ranks once the recorder has a directory (start_flight_recorder).
+//
 // Each operation holds a slot while it runs: its MPI request, the f32 scratch of a bf16 reduction
 // and the int count arrays MPI wants. Slots are reused and their scratch only grows, so a warm
 // communicator allocates nothing per operation (what MPI allocates inside is its own affair).
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD) and sets its
-  // error handler to MPI_ERRORS_RETURN.
-  explicit MpiCommunicator(MPI_Comm comm);
+  // error handler to MPI_ERRORS_RETURN. `name` ("world", "dp", ...) stands for it in messages.
+  MpiCommunicator(MPI_Comm comm, std::string name);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  // Waits at a barrier with the usual deadline first, so a missing rank ends the job rather
-  // than leaving the others stuck inside MPI_Comm_split.
-  std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
   class Watchdog;
@@ -44,6 +45,7 @@ class MpiCommunicator final : public Communicator {
     int64_t count = 0;
     int peer = -1;
     int tag = 0;
+    FlightTicket flight;
   };
 
   struct Slot {
@@ -68,8 +70,12 @@ class MpiCommunicator final : public Communicator {
               DType dtype, int peer, int tag) override;
   bool do_complete(Request& request, bool block) override;
   void do_all_reduce_f64(double* data, int64_t count) override;
+  // Waits at a barrier with the usual deadline first, so a missing rank ends the job rather
+  // than leaving the others stuck inside MPI_Comm_split.
+  std::unique_ptr<Communicator> do_split(int color, int key, std::string_view name) override;
 
-  int32_t acquire(const Operation& what);
+  // Takes a free slot for `what` and records the operation's start.
+  int32_t acquire(const Operation& what, size_t element_bytes, std::span<const int64_t> counts);
   // Issues the slot's operation: non-blocking into `request`, or blocking when it is null.
   // Returns MPI's error code.
   int transfer(Slot& slot, const void* send, void* recv, std::span<const int64_t> counts,
@@ -82,11 +88,15 @@ class MpiCommunicator final : public Communicator {
   // Throws an Error for a failed MPI call on `slot`, after releasing it.
   [[noreturn]] void fail_mpi(Slot& slot, int code);
   std::string describe(const Operation& what) const;
+  // What a rank says when `what` has run past its `seconds`.
+  std::string timeout_message(const Operation& what, double seconds) const;
 
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 0;
   int world_rank_ = 0;
+  std::string name_;
+  int32_t flight_id_ = -1;  // in the flight record
   // Owned through pointers so that a reference to a slot survives slots_ growing.
   std::vector<std::unique_ptr<Slot>> slots_;
 };

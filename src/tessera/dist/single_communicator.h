@@ -14,7 +14,6 @@ class SingleCommunicator final : public Communicator {
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
   Request do_start(Op op, const void* send, void* recv, int64_t count,
@@ -23,6 +22,7 @@ class SingleCommunicator final : public Communicator {
               DType dtype, int peer, int tag) override;
   bool do_complete(Request& request, bool block) override;
   void do_all_reduce_f64(double*, int64_t) override {}
+  std::unique_ptr<Communicator> do_split(int, int, std::string_view) override;
 };
 
 }  // namespace tessera::dist

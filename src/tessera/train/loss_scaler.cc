@@ -27,6 +27,8 @@ bool DynamicLossScaler::update(bool grads_finite) {
   return true;
 }
 
+bool DynamicLossScaler::at_floor() const { return scale_ <= kMinScale; }
+
 void DynamicLossScaler::restore(double scale, int64_t skipped) {
   scale_ = scale;
   skipped_ = skipped;

@@ -15,6 +15,8 @@ class DynamicLossScaler {
   // Records the outcome of one step's backward; returns whether the optimizer may step.
   bool update(bool grads_finite);
   int64_t skipped_steps() const { return skipped_; }
+  // Whether the scale can fall no further: an overflow now is the gradients', not the scale's.
+  bool at_floor() const;
   void restore(double scale, int64_t skipped);
 
  private:

@@ -1,5 +1,8 @@
 #include "tessera/train/run_config.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "tessera/core/error.h"
 #include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
@@ -38,6 +41,13 @@ std::vector<ConfigKey> run_config_schema() {
       {"train.eval_every", T::kInt, "100", false, "steps between validation runs; 0 disables"},
       {"train.eval_batches", T::kInt, "8", false, "batches per validation run"},
       {"train.log_every", T::kInt, "10", false, "steps between log lines"},
+      {"train.max_bad_steps", T::kInt, "3", false,
+       "skipped steps (non-finite loss or gradients, loss spikes) in a row before a rollback to "
+       "the last checkpoint"},
+      {"train.max_rollbacks", T::kInt, "3", false,
+       "rollbacks before a diverging run ends with an error"},
+      {"train.loss_spike_factor", T::kFloat, "0", false,
+       "skip a step whose loss exceeds this multiple of its running mean; 0 disables"},
       {"data.path", T::kString, "", false,
        "training data: a prepared dataset folder, or a text file or folder of text files"},
       {"data.tokenizer", T::kString, "", false,
@@ -57,8 +67,18 @@ std::vector<ConfigKey> run_config_schema() {
        "seconds one collective may wait before the job is ended as failed"},
       {"dist.bucket_mb", T::kFloat, "4", false,
        "MiB of gradients per data-parallel all-reduce bucket"},
+      {"dist.elastic", T::kBool, "false", false,
+       "a world of another size than the mesh changes mesh.dp to fit it (resuming on fewer or "
+       "more ranks)"},
       {"checkpoint.every", T::kInt, "200", false, "steps between checkpoints; 0 = only at end"},
       {"checkpoint.keep_last", T::kInt, "2", false, "checkpoints kept on disk"},
+      {"checkpoint.async", T::kBool, "true", false,
+       "write checkpoints in the background: the step waits only for a copy of the state"},
+      {"checkpoint.preempt_timeout_s", T::kFloat, "120", false,
+       "after SIGTERM, seconds to reach a step boundary and commit a checkpoint before exiting "
+       "without one"},
+      {"fault.nan_gradient_steps", T::kString, "", false,
+       "testing: steps (\"5,9-11\") whose gradients are made NaN, once each"},
   };
   keys.insert(keys.end(), run_keys.begin(), run_keys.end());
   return keys;
@@ -70,6 +90,26 @@ int64_t int_at_least(const Config& config, const char* key, int64_t min) {
   const int64_t v = config.get_int(key);
   check(v >= min, "{} must be >= {}, got {}", key, min, v);
   return v;
+}
+
+// "5,9-11" -> 5, 9, 10, 11.
+std::vector<int64_t> step_list(const Config& config, const char* key) {
+  const std::string& text = config.get_string(key);
+  std::vector<int64_t> steps;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    int64_t first = 0, last = 0;
+    char dash = 0;
+    const int fields = std::sscanf(item.c_str(), "%ld%c%ld", &first, &dash, &last);
+    if (fields == 1) last = first;
+    check((fields == 1 || (fields == 3 && dash == '-')) && first >= 1 && last >= first,
+          "{}: '{}' is not a step or a range of steps like 9-11", key, item);
+    for (int64_t s = first; s <= last; ++s) steps.push_back(s);
+    at = end + 1;
+  }
+  return steps;
 }
 
 }  // namespace
@@ -148,9 +188,32 @@ RunConfig run_config_from(const Config& config) {
   run.dist.bucket_mb = config.get_float("dist.bucket_mb");
   check(run.dist.bucket_mb > 0, "dist.bucket_mb must be > 0, got {}", run.dist.bucket_mb);
 
+  run.dist.elastic = config.get_bool("dist.elastic");
+
   run.checkpoint.every = int_at_least(config, "checkpoint.every", 0);
   run.checkpoint.keep_last = int_at_least(config, "checkpoint.keep_last", 1);
+  run.checkpoint.async = config.get_bool("checkpoint.async");
+  run.checkpoint.preempt_timeout_s = config.get_float("checkpoint.preempt_timeout_s");
+  check(run.checkpoint.preempt_timeout_s > 0, "checkpoint.preempt_timeout_s must be > 0, got {}",
+        run.checkpoint.preempt_timeout_s);
+
+  run.guard.max_bad_steps = int_at_least(config, "train.max_bad_steps", 1);
+  run.guard.max_rollbacks = int_at_least(config, "train.max_rollbacks", 0);
+  run.guard.loss_spike_factor = config.get_float("train.loss_spike_factor");
+  check(run.guard.loss_spike_factor == 0 || run.guard.loss_spike_factor > 1,
+        "train.loss_spike_factor must be 0 (off) or > 1, got {}", run.guard.loss_spike_factor);
+  run.fault.nan_gradient_steps = step_list(config, "fault.nan_gradient_steps");
   return run;
+}
+
+Config elastic_config(const Config& config, int world_size) {
+  if (!config.get_bool("dist.elastic")) return config;
+  const int64_t others = config.get_int("mesh.tp") * config.get_int("mesh.pp");
+  const int64_t dp = config.get_int("mesh.dp");
+  if (others < 1 || world_size % others != 0 || world_size / others == dp) return config;
+  Config resized = config;
+  resized.set_override(fmt::format("mesh.dp={}", world_size / others));
+  return resized;
 }
 
 }  // namespace tessera::train

@@ -9,6 +9,7 @@
 #include "tessera/dist/mesh_shape.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
+#include "tessera/train/divergence_guard.h"
 
 namespace tessera::train {
 
@@ -47,11 +48,19 @@ struct DataConfig {
 struct CheckpointConfig {
   int64_t every = 200;  // 0 = only at the end
   int64_t keep_last = 2;
+  bool async = true;
+  double preempt_timeout_s = 120;
 };
 
 struct DistConfig {
   double timeout_s = 300;
   double bucket_mb = 4;
+  bool elastic = false;  // a world smaller or larger than the mesh changes mesh.dp
+};
+
+// Faults made on purpose, to test what catches them.
+struct FaultConfig {
+  std::vector<int64_t> nan_gradient_steps;  // steps whose gradients become NaN, once each
 };
 
 struct RunConfig {
@@ -61,6 +70,8 @@ struct RunConfig {
   DistConfig dist;
   DataConfig data;
   CheckpointConfig checkpoint;
+  GuardConfig guard;
+  FaultConfig fault;
 };
 
 // Every key a run understands; the defaults are the built-in tiny byte-level model.
@@ -68,5 +79,10 @@ std::vector<ConfigKey> run_config_schema();
 
 // Reads and validates every value; throws tessera::Error naming the key at fault.
 RunConfig run_config_from(const Config& config);
+
+// With dist.elastic, the config for a world of `world_size` ranks: mesh.dp becomes what the
+// other axes leave of it, when that is a valid layout. Otherwise (or when the sizes agree) the
+// config unchanged; a mesh that does not fit the world is then reported by the mesh itself.
+Config elastic_config(const Config& config, int world_size);
 
 }  // namespace tessera::train

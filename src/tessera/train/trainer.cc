@@ -5,12 +5,16 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
 #include "tessera/data/loader.h"
+#include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/model_parallel.h"
@@ -19,10 +23,15 @@
 #include "tessera/kernels/ops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/obs/metrics_log.h"
+#include "tessera/train/checkpointer.h"
+#include "tessera/train/divergence_guard.h"
+#include "tessera/train/goodput.h"
 #include "tessera/train/loss_scaler.h"
 #include "tessera/train/lr_schedule.h"
-#include "tessera/train/training_data.h"
+#include "tessera/train/preemption.h"
+#include "tessera/train/run_folder.h"
 #include "tessera/train/train_state.h"
+#include "tessera/train/training_data.h"
 
 namespace tessera::train {
 
@@ -121,9 +130,9 @@ void log_memory(const TrainState& state, const model::Transformer& model, const 
     const double* v = all.data() + kFields * r;
     const double model_state = v[0] + v[1] + v[2];
     const std::string expert_share =
-        experts > 0 ? fmt::format(" and {} expert parameters over {} ranks", experts,
-                                  shape.dp / shape.ep)
-                    : std::string();
+        experts > 0
+            ? fmt::format(" and {} expert parameters over {} ranks", experts, shape.dp / shape.ep)
+            : std::string();
     spdlog::info(
         "memory rank {}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({} {} "
         "parameters over {} ranks{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
@@ -134,63 +143,16 @@ void log_memory(const TrainState& state, const model::Transformer& model, const 
   }
 }
 
-}  // namespace
-
-TrainSummary train(const Config& config, const fs::path& out_dir) {
-  const RunConfig rc = run_config_from(config);
+void log_parallelism(const RunConfig& rc, const TrainState& state, const dist::ModelGroups& groups,
+                     const dist::Communicator& dp) {
   const TrainConfig& tc = rc.train;
-  if (tc.threads > 0) set_num_threads(int(tc.threads));
-  dist::set_timeout_seconds(rc.dist.timeout_s);
-  dist::Communicator& world = dist::world();
-  const dist::Mesh mesh(world, rc.mesh);
-  dist::Communicator& dp = mesh.dp();
-  // Rank 0 alone writes logs, metrics, the resolved config and checkpoints.
-  const bool lead = world.rank() == 0;
-  if (!lead) spdlog::set_level(spdlog::level::warn);
-  const int64_t local_batch = tc.batch_size / dp.size();
-
-  if (lead) {
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    check(!ec, "{}: cannot create the output directory: {}", out_dir.string(), ec.message());
-    std::ofstream resolved(out_dir / "config.toml");
-    resolved << config.to_toml();
-    check(resolved.good(), "{}: cannot write config.toml", out_dir.string());
-  }
-  // Text is prepared by rank 0; the others open what it wrote.
-  const data::Dataset dataset = [&] {
-    if (!lead) world.barrier();
-    data::Dataset d = open_training_data(rc, out_dir);
-    if (lead) world.barrier();
-    return d;
-  }();
-  const data::DatasetSplit& train_split = dataset.manifest.train;
-  const data::DatasetSplit& val_split = dataset.manifest.val;
-  const double unigram = data::unigram_entropy(dataset.train, rc.model.vocab_size);
-  spdlog::info("data: {} ({} tokenizer, {} training tokens, {} held out, {:.3f} bytes/token)",
-               dataset.dir.string(), dataset.manifest.tokenizer_kind, dataset.train.size(),
-               dataset.val.size(), double(train_split.bytes) / double(train_split.tokens));
-  spdlog::info(
-      "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
-      std::log(double(rc.model.vocab_size)), unigram);
-
-  const dist::ModelGroups groups(mesh, rc.model, rc.mesh.sequence_parallel);
-  TrainState state(rc.model, tc, mesh, groups.parallel().sharding,
-                   int64_t(rc.dist.bucket_mb * 1024 * 1024));
-  model::Transformer model(rc.model, local_batch, tc.seq_len, /*training=*/true,
-                           {.precision = tc.precision,
-                            .recompute = tc.recompute,
-                            .store = &state,
-                            .parallel = &groups.parallel()});
-  state.init(uint64_t(tc.seed));
-  log_model(rc, model);
   if (dp.size() > 1) {
     const std::string buckets =
         tc.zero < 2 ? fmt::format("{} all-reduce buckets of {:g} MiB overlapping backward",
                                   state.bucket_count(), rc.dist.bucket_mb)
                     : std::string("gradients reduce-scattered block by block");
     spdlog::info("data parallel: {} ranks, ZeRO stage {}, {} sequences each per micro-batch, {}",
-                 dp.size(), tc.zero, local_batch, buckets);
+                 dp.size(), tc.zero, tc.batch_size / dp.size(), buckets);
   }
   if (rc.mesh.tp > 1 || rc.mesh.ep > 1) {
     const model::ModelLayout& l = state.layout();
@@ -205,177 +167,441 @@ TrainSummary train(const Config& config, const fs::path& out_dir) {
         rc.model.n_head / rc.mesh.tp, rc.model.n_head, l.vocab.real(), rc.model.vocab_size,
         l.vocab.padded, experts);
   }
-  log_memory(state, model, mesh, tc);
+}
 
-  const fs::path ckpt_dir = out_dir / "checkpoints";
-  int64_t start_step = 0, samples_consumed = 0;
-  std::pair<double, int64_t> loss_scale_state{tc.loss_scale, 0};
-  std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir);
-  if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
-    // Weights from `tessera convert import` carry no optimizer state or data position: the run
-    // fine-tunes them from step 0 with fresh AdamW moments.
-    state.load(*latest, /*with_optimizer=*/false);
-    spdlog::info("fine-tuning the imported weights of {}", latest->string());
-    latest.reset();
-  }
-  if (latest) {
-    state.load(*latest, /*with_optimizer=*/true);
-    const ckpt::Manifest manifest = ckpt::read_manifest(*latest);
-    start_step = manifest.step;
-    samples_consumed = manifest.metadata.value("samples_consumed", int64_t{-1});
-    check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
-          latest->string());
-    state.set_steps_taken(manifest.metadata.value("optimizer_steps", start_step));
-    loss_scale_state = {manifest.metadata.value("loss_scale", tc.loss_scale),
-                        manifest.metadata.value("skipped_steps", int64_t{0})};
-    spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), start_step,
-                 samples_consumed);
-  }
+// One call of train(): what it builds, in order, and the loop over steps.
+class Run {
+ public:
+  Run(const Config& config, const fs::path& out_dir);
+  TrainSummary train();
 
-  DynamicLossScaler scaler(tc.loss_scale, tc.loss_scale_growth_interval);
-  scaler.restore(loss_scale_state.first, loss_scale_state.second);
-  const bool f16 = tc.precision == model::Precision::kF16;
-  data::Loader loader(dataset.train,
-                      {.batch_size = local_batch,
-                       .seq_len = tc.seq_len,
-                       .seed = uint64_t(tc.seed),
-                       .rank = dp.rank(),
-                       .world = dp.size(),
-                       .prefetch = rc.data.prefetch},
-                      samples_consumed);
-  Evaluator evaluator(dataset.val, tc, dp);
-  std::optional<obs::JsonlWriter> metrics;
-  if (lead) metrics.emplace(out_dir / "metrics.jsonl");
-  const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
-  const nlohmann::json tokenizer = tokenizer_metadata(dataset, out_dir);
-
-  auto save = [&](int64_t step) {
-    nlohmann::json meta = {{"config", config.to_json()},
-                           {"model", model::architecture_name(rc.model.arch)},
-                           {"tokenizer", tokenizer},
-                           {"samples_consumed", loader.position()},
-                           {"optimizer_steps", state.steps_taken()},
-                           {"loss_scale", scaler.scale()},
-                           {"skipped_steps", scaler.skipped_steps()}};
-    const int keep_last = int(rc.checkpoint.keep_last);
-    const nlohmann::json placed = state.checkpoint_layout();
-    if (placed.is_null()) {
-      if (!lead) return ckpt_dir / ckpt::step_dir_name(step);
-      return ckpt::save(ckpt_dir, step, state.checkpoint_tensors(), meta, keep_last);
-    }
-    // Every rank writes its pieces into the step directory that rank 0 opens and then commits.
-    meta["placed"] = placed;
-    if (lead) ckpt::begin_save(ckpt_dir, step);
-    world.barrier();
-    ckpt::write_part(ckpt::pending_step_dir(ckpt_dir, step), world.rank(),
-                     state.checkpoint_tensors());
-    world.barrier();
-    fs::path saved = ckpt_dir / ckpt::step_dir_name(step);
-    if (lead) saved = ckpt::commit_save(ckpt_dir, step, world.size(), meta, keep_last);
-    world.barrier();
-    return saved;
+ private:
+  struct StepResult {
+    double loss = 0, aux_loss = 0, grad_norm = 0, data_wait = 0, comm_wait = 0;
+    double loss_scale = 1;
+    bool f16_skipped = false;  // the loss scaler skipped it: not the guard's concern
+    DivergenceGuard::Verdict verdict = DivergenceGuard::Verdict::kApply;
   };
-  // Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
-  const double tokens_per_byte = double(val_split.tokens) / double(val_split.bytes);
-  auto evaluate = [&](int64_t step) {
-    const double val = evaluator.mean_loss(model);
-    const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
-    spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
-    if (metrics) {
-      metrics->write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
-    }
-    return std::pair{val, bits_per_byte};
-  };
+
+  // Continues from the newest committed checkpoint, if any; returns its step.
+  int64_t resume();
+  // Restores the state, the data position and the step's bookkeeping of a checkpoint.
+  int64_t restore(const fs::path& step_dir);
+  StepResult run_step(int64_t step);
+  int64_t roll_back(int64_t done, const std::string& reason);
+  nlohmann::json checkpoint_metadata() const;
+  void save(int64_t step);
+  std::pair<double, double> evaluate(int64_t step);
+  void record(int64_t done, double lr, const StepResult& r, double seconds, double stall,
+              double model_comm);
+  std::string step_line(int64_t done, double lr, const StepResult& r, double seconds,
+                        double model_comm) const;
+  void open_loader(int64_t samples_consumed);
+
+  const Config config_;
+  const fs::path out_dir_;
+  const RunConfig rc_;
+  const std::unique_ptr<RunFolderLock> lock_;
+  const TrainConfig& tc_;
+  dist::Communicator& world_;
+  const dist::Mesh mesh_;
+  dist::Communicator& dp_;
+  const bool lead_;  // rank 0 alone writes logs, metrics, the resolved config and checkpoints
+  const int64_t local_batch_;
+  data::Dataset dataset_;
+  dist::ModelGroups groups_;
+  TrainState state_;
+  model::Transformer model_;
+  const fs::path ckpt_dir_;
+  Checkpointer checkpointer_;
+  DivergenceGuard guard_;
+  DynamicLossScaler scaler_;
+  std::optional<data::Loader> loader_;
+  std::optional<Evaluator> evaluator_;
+  std::optional<obs::JsonlWriter> metrics_;
+  std::optional<Goodput> goodput_;
+  nlohmann::json tokenizer_;
+  std::set<int64_t> nan_gradient_steps_;  // still to inject
+};
+
+// Text is prepared by rank 0; the others open what it wrote.
+data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, dist::Communicator& world) {
+  const bool lead = world.rank() == 0;
+  if (!lead) world.barrier();
+  data::Dataset d = open_training_data(rc, out_dir);
+  if (lead) world.barrier();
+  return d;
+}
+
+Config sized_for_world(const Config& config) {
+  const int ranks = dist::world().size();
+  Config sized = elastic_config(config, ranks);
+  if (sized.get_int("mesh.dp") != config.get_int("mesh.dp")) {
+    spdlog::info("dist.elastic: {} ranks, so mesh.dp {} -> {}", ranks, config.get_int("mesh.dp"),
+                 sized.get_int("mesh.dp"));
+  }
+  return sized;
+}
+
+// Applies the run's process-wide settings and, on rank 0, creates and locks the output folder and
+// writes the resolved config into it; returns the lock (null on the other ranks).
+std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& out_dir,
+                                           const Config& config) {
+  if (rc.train.threads > 0) set_num_threads(int(rc.train.threads));
+  dist::set_timeout_seconds(rc.dist.timeout_s);
+  if (dist::world().rank() != 0) {
+    spdlog::set_level(spdlog::level::warn);
+    return nullptr;
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  check(!ec, "{}: cannot create the output directory: {}", out_dir.string(), ec.message());
+  auto lock = std::make_unique<RunFolderLock>(out_dir);
+  std::ofstream resolved(out_dir / "config.toml");
+  resolved << config.to_toml();
+  check(resolved.good(), "{}: cannot write config.toml", out_dir.string());
+  return lock;
+}
+
+Run::Run(const Config& config, const fs::path& out_dir)
+    : config_(sized_for_world(config)),
+      out_dir_(out_dir),
+      rc_(run_config_from(config_)),
+      lock_(prepare_run(rc_, out_dir, config_)),
+      tc_(rc_.train),
+      world_(dist::world()),
+      mesh_(world_, rc_.mesh),
+      dp_(mesh_.dp()),
+      lead_(world_.rank() == 0),
+      local_batch_(tc_.batch_size / dp_.size()),
+      dataset_(open_data(rc_, out_dir, world_)),
+      groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
+      state_(rc_.model, tc_, mesh_, groups_.parallel().sharding,
+             int64_t(rc_.dist.bucket_mb * 1024 * 1024)),
+      model_(rc_.model, local_batch_, tc_.seq_len, /*training=*/true,
+             {.precision = tc_.precision,
+              .recompute = tc_.recompute,
+              .store = &state_,
+              .parallel = &groups_.parallel()}),
+      ckpt_dir_(out_dir / "checkpoints"),
+      checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
+      guard_(rc_.guard),
+      scaler_(tc_.loss_scale, tc_.loss_scale_growth_interval),
+      tokenizer_(tokenizer_metadata(dataset_, out_dir)),
+      nan_gradient_steps_(rc_.fault.nan_gradient_steps.begin(),
+                          rc_.fault.nan_gradient_steps.end()) {
+  dist::start_flight_recorder(out_dir / "flight");
+}
+
+TrainSummary Run::train() {
+  const data::DatasetSplit& train_split = dataset_.manifest.train;
+  const double unigram = data::unigram_entropy(dataset_.train, rc_.model.vocab_size);
+  spdlog::info("data: {} ({} tokenizer, {} training tokens, {} held out, {:.3f} bytes/token)",
+               dataset_.dir.string(), dataset_.manifest.tokenizer_kind, dataset_.train.size(),
+               dataset_.val.size(), double(train_split.bytes) / double(train_split.tokens));
+  spdlog::info(
+      "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
+      std::log(double(rc_.model.vocab_size)), unigram);
+  state_.init(uint64_t(tc_.seed));
+  log_model(rc_, model_);
+  log_parallelism(rc_, state_, groups_, dp_);
+  log_memory(state_, model_, mesh_, tc_);
+  if (checkpointer_.async()) {
+    spdlog::info("checkpoints: written in the background, every {} steps, {} kept",
+                 rc_.checkpoint.every, rc_.checkpoint.keep_last);
+  }
+
+  const int64_t start_step = resume();
+  evaluator_.emplace(dataset_.val, tc_, dp_);
+  if (lead_) metrics_.emplace(out_dir_ / "metrics.jsonl");
+  Preemption preemption(rc_.checkpoint.preempt_timeout_s, world_.rank(), world_.size());
 
   TrainSummary summary;
   std::tie(summary.first_val_loss, summary.final_val_bits_per_byte) = evaluate(start_step);
   summary.final_val_loss = summary.first_val_loss;
   const auto run_start = Clock::now();
-  const bool model_parallel = rc.mesh.tp > 1 || rc.mesh.ep > 1;
-  for (int64_t step = start_step; step < tc.steps; ++step) {
+  int64_t step = start_step;
+  // A save's stall falls between two steps: each step's record counts what came since the last.
+  double stall_counted = checkpointer_.stall_seconds();
+  while (step < tc_.steps) {
     const auto t0 = Clock::now();
-    const double model_comm_before = groups.communication_seconds();
-    const double lr = learning_rate(step, tc);
-    state.zero_grad();
-    double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
-    double data_wait = 0;
-    const double loss_scale = f16 ? scaler.scale() : 1.0;
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      const data::Batch& batch = loader.next();
-      data_wait += loader.last_wait_seconds();
-      state.begin_micro_step(micro + 1 == tc.grad_accum);
-      // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
-      losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch, tc.seq_len,
-                                          float(loss_scale / double(tc.grad_accum * dp.size())));
-      losses[1] += model.aux_loss();
+    const double stall_at_start = checkpointer_.stall_seconds();
+    const double model_comm_before = groups_.communication_seconds();
+    const double lr = learning_rate(step, tc_);
+    const StepResult r = run_step(step);
+    int64_t done = step + 1;
+    if (r.verdict == DivergenceGuard::Verdict::kRollBack) {
+      step = roll_back(done, guard_.reason());
+      continue;
     }
-    const double comm_wait = state.reduce_gradients();
-    if (dp.size() > 1) dp.all_reduce(losses, 2);
-    const double loss = losses[0] / double(tc.grad_accum * dp.size());
-    const double aux_loss = losses[1] / double(tc.grad_accum * dp.size());
-    double grad_norm = 0;
-    const bool stepped = !f16 || scaler.update(state.gradients_finite());
-    if (stepped) {
-      grad_norm = state.gradient_norm() / loss_scale;
-      const double clip =
-          tc.grad_clip > 0 && grad_norm > tc.grad_clip ? tc.grad_clip / (grad_norm + 1e-6) : 1.0;
-      state.update(lr, float(clip / loss_scale));
+    checkpointer_.progress();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double stall_in_step = checkpointer_.stall_seconds() - stall_at_start;
+    const double stall = checkpointer_.stall_seconds() - stall_counted;
+    stall_counted = checkpointer_.stall_seconds();
+    goodput_->add_step(seconds - stall_in_step);
+    goodput_->add_stall(stall);
+    const double model_comm = groups_.communication_seconds() - model_comm_before;
+    record(done, lr, r, seconds, stall, model_comm);
+    if (done % tc_.log_every == 0 || done == tc_.steps) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      const double eta = elapsed / double(done - start_step) * double(tc_.steps - done);
+      spdlog::info("{} | ETA {}", step_line(done, lr, r, seconds, model_comm),
+                   format_duration(eta));
     }
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-    const int64_t done = step + 1;
-    nlohmann::json record = {{"step", done},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"tokens_per_s", tokens_per_step / dt},
-                             {"step_s", dt},
-                             {"data_wait_s", data_wait}};
-    if (dp.size() > 1) record["comm_wait_s"] = comm_wait;
-    std::string extra;
-    if (model_parallel) {
-      const double model_comm = groups.communication_seconds() - model_comm_before;
-      record["model_comm_s"] = model_comm;
-      extra += fmt::format(" | tp/ep comm {:.1f} ms", 1e3 * model_comm);
+    step = done;
+    if (preemption.stop_requested(world_)) {
+      save(done);
+      checkpointer_.finish();
+      spdlog::info("preempted: checkpoint of step {} committed; the same command resumes it", done);
+      summary.preempted = true;
+      summary.steps = done;
+      summary.checkpoint = ckpt_dir_ / ckpt::step_dir_name(done);
+      return summary;
     }
-    if (f16) {
-      record["loss_scale"] = loss_scale;
-      record["skipped"] = !stepped;
-      extra +=
-          fmt::format(" | loss scale {:g}{}", loss_scale, stepped ? "" : " (overflow, skipped)");
+    if (tc_.eval_every > 0 && done % tc_.eval_every == 0 && done != tc_.steps) evaluate(done);
+    if (rc_.checkpoint.every > 0 && done % rc_.checkpoint.every == 0 && done != tc_.steps) {
+      save(done);
     }
-    if (rc.model.is_moe()) {
-      nlohmann::json counts = nlohmann::json::array();
-      for (int64_t l = 0; l < rc.model.n_layer; ++l) counts.push_back(model.expert_tokens(l));
-      record["aux_loss"] = aux_loss;
-      record["expert_tokens"] = counts;
-      record["dropped_assignments"] = model.dropped_assignments();
-      extra += fmt::format(" | aux {:.4f} | dropped {}", aux_loss, model.dropped_assignments());
-    }
-    if (metrics) metrics->write(record);
-    if (done % tc.log_every == 0 || done == tc.steps) {
-      double eta = elapsed / double(done - start_step) * double(tc.steps - done);
-      spdlog::info(
-          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | data wait "
-          "{:.1f} ms{} | ETA {}",
-          done, tc.steps, loss, lr, grad_norm, tokens_per_step / dt, 1e3 * data_wait, extra,
-          format_duration(eta));
-    }
-    if (tc.eval_every > 0 && done % tc.eval_every == 0 && done != tc.steps) evaluate(done);
-    if (rc.checkpoint.every > 0 && done % rc.checkpoint.every == 0 && done != tc.steps) save(done);
+    if (lead_) goodput_->write();
   }
-  if (start_step < tc.steps) {
-    std::tie(summary.final_val_loss, summary.final_val_bits_per_byte) = evaluate(tc.steps);
+  if (start_step < tc_.steps) {
+    std::tie(summary.final_val_loss, summary.final_val_bits_per_byte) = evaluate(tc_.steps);
+    save(tc_.steps);
   }
-  summary.steps = tc.steps;
-  summary.checkpoint = start_step < tc.steps ? save(tc.steps) : ckpt::resolve(ckpt_dir);
+  checkpointer_.finish();
+  summary.steps = tc_.steps;
+  summary.checkpoint = ckpt::resolve(ckpt_dir_);
   spdlog::info(
       "held-out loss {:.4f} -> {:.4f} nats, {:.4f} bits/byte (ln(vocab) {:.4f}, unigram entropy "
       "{:.4f})",
       summary.first_val_loss, summary.final_val_loss, summary.final_val_bits_per_byte,
-      std::log(double(rc.model.vocab_size)), unigram);
+      std::log(double(rc_.model.vocab_size)), unigram);
   spdlog::info("checkpoint: {}", summary.checkpoint.string());
+  const GoodputAccount g = goodput_->account();
+  spdlog::info(
+      "goodput {:.1f}% of {} over {} attempt(s): steps {:.1f} s, checkpoint stalls {:.2f} s, "
+      "evaluation {:.1f} s, steps trained again {:.1f} s, start-up and restarts {:.1f} s",
+      100 * g.goodput(), format_duration(g.wall_s), g.attempts, g.step_s, g.stall_s, g.eval_s,
+      g.recomputed_s, g.lost_s());
+  if (lead_) {
+    goodput_->write();
+    metrics_->write({{"step", tc_.steps}, {"goodput", g.to_json()}});
+  }
   return summary;
+}
+
+int64_t Run::resume() {
+  std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir_);
+  if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
+    // Weights from `tessera convert import` carry no optimizer state or data position: the run
+    // fine-tunes them from step 0 with fresh AdamW moments.
+    state_.load(*latest, /*with_optimizer=*/false);
+    spdlog::info("fine-tuning the imported weights of {}", latest->string());
+    latest.reset();
+  }
+  if (!latest) {
+    goodput_.emplace(out_dir_ / "goodput.json", nullptr);
+    open_loader(0);
+    return 0;
+  }
+  const int64_t step = restore(*latest);
+  goodput_.emplace(out_dir_ / "goodput.json",
+                   ckpt::read_manifest(*latest).metadata.value("goodput", nlohmann::json()));
+  spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), step,
+               loader_->position());
+  return step;
+}
+
+int64_t Run::restore(const fs::path& step_dir) {
+  state_.load(step_dir, /*with_optimizer=*/true);
+  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
+  const nlohmann::json& meta = manifest.metadata;
+  const int64_t samples_consumed = meta.value("samples_consumed", int64_t{-1});
+  check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
+        step_dir.string());
+  state_.set_steps_taken(meta.value("optimizer_steps", manifest.step));
+  scaler_.restore(meta.value("loss_scale", tc_.loss_scale),
+                  meta.value("skipped_steps", int64_t{0}));
+  guard_.restore(meta.value("guard", nlohmann::json()));
+  if (!loader_) open_loader(samples_consumed);
+  return manifest.step;
+}
+
+void Run::open_loader(int64_t samples_consumed) {
+  loader_.emplace(dataset_.train,
+                  data::LoaderOptions{.batch_size = local_batch_,
+                                      .seq_len = tc_.seq_len,
+                                      .seed = uint64_t(tc_.seed),
+                                      .rank = dp_.rank(),
+                                      .world = dp_.size(),
+                                      .prefetch = rc_.data.prefetch},
+                  samples_consumed);
+}
+
+Run::StepResult Run::run_step(int64_t step) {
+  StepResult r;
+  const bool f16 = tc_.precision == model::Precision::kF16;
+  r.loss_scale = f16 ? scaler_.scale() : 1.0;
+  // An injected fault: every gradient of the step becomes NaN through the backward's scale.
+  const bool poisoned = nan_gradient_steps_.erase(step + 1) > 0;
+  const double backward_scale = poisoned ? std::numeric_limits<double>::quiet_NaN() : r.loss_scale;
+  state_.zero_grad();
+  double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
+  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
+    const data::Batch& batch = loader_->next();
+    r.data_wait += loader_->last_wait_seconds();
+    state_.begin_micro_step(micro + 1 == tc_.grad_accum);
+    // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
+    losses[0] +=
+        model_.forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
+                                float(backward_scale / double(tc_.grad_accum * dp_.size())));
+    losses[1] += model_.aux_loss();
+  }
+  r.comm_wait = state_.reduce_gradients();
+  if (dp_.size() > 1) dp_.all_reduce(losses, 2);
+  r.loss = losses[0] / double(tc_.grad_accum * dp_.size());
+  r.aux_loss = losses[1] / double(tc_.grad_accum * dp_.size());
+
+  StepHealth health{.loss = r.loss};
+  if (f16) {
+    const bool at_floor = scaler_.at_floor();
+    const bool finite = state_.gradients_finite();
+    r.f16_skipped = !scaler_.update(finite) && !at_floor;
+    health.overflow_at_floor = !finite && at_floor;
+  }
+  health.grad_norm = r.f16_skipped ? 0 : state_.gradient_norm() / r.loss_scale;
+  r.grad_norm = health.grad_norm;
+  if (r.f16_skipped) return r;
+  r.verdict = guard_.judge(health);
+  if (r.verdict != DivergenceGuard::Verdict::kApply) {
+    spdlog::warn("step {} skipped: {} ({} of train.max_bad_steps = {} in a row)", step + 1,
+                 guard_.reason(), guard_.bad_in_a_row(), rc_.guard.max_bad_steps);
+    return r;
+  }
+  const double clip =
+      tc_.grad_clip > 0 && r.grad_norm > tc_.grad_clip ? tc_.grad_clip / (r.grad_norm + 1e-6) : 1.0;
+  checkpointer_.wait_for_snapshot();
+  state_.update(learning_rate(step, tc_), float(clip / r.loss_scale));
+  return r;
+}
+
+// Back to the last committed checkpoint (or the initial state), keeping the data position: the
+// batches since that checkpoint, the bad ones among them, are not trained on again.
+int64_t Run::roll_back(int64_t done, const std::string& reason) {
+  checkpointer_.finish();
+  const std::optional<fs::path> last = ckpt::find_latest(ckpt_dir_);
+  const bool has_state = last && !ckpt::read_manifest(*last).metadata.contains("imported_from");
+  guard_.roll_back(done, has_state ? last->string() : std::string("the initial state"));
+  const int64_t samples = loader_->position();
+  int64_t step = 0;
+  if (has_state) {
+    step = restore(*last);
+    goodput_->rolled_back(ckpt::read_manifest(*last).metadata.value("goodput", nlohmann::json()));
+  } else {
+    state_.init(uint64_t(tc_.seed));
+    state_.set_steps_taken(0);
+    scaler_.restore(tc_.loss_scale, 0);
+    goodput_->rolled_back(nullptr);
+  }
+  spdlog::warn(
+      "rolled back to step {} ({}) after {} bad steps in a row up to step {} ({}); rollback {} of "
+      "train.max_rollbacks = {}; training continues on the data after sample {}, skipping what "
+      "came since",
+      step, has_state ? last->string() : "the initial state", rc_.guard.max_bad_steps, done, reason,
+      guard_.rollbacks(), rc_.guard.max_rollbacks, samples);
+  if (metrics_) {
+    metrics_->write({{"step", done}, {"rolled_back_to", step}, {"reason", reason}});
+  }
+  return step;
+}
+
+nlohmann::json Run::checkpoint_metadata() const {
+  return {{"config", config_.to_json()},
+          {"model", model::architecture_name(rc_.model.arch)},
+          {"tokenizer", tokenizer_},
+          {"samples_consumed", loader_->position()},
+          {"optimizer_steps", state_.steps_taken()},
+          {"loss_scale", scaler_.scale()},
+          {"skipped_steps", scaler_.skipped_steps()},
+          {"guard", guard_.state()},
+          {"goodput", goodput_->account().to_json()}};
+}
+
+void Run::save(int64_t step) { checkpointer_.save(step, state_, checkpoint_metadata()); }
+
+// Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
+std::pair<double, double> Run::evaluate(int64_t step) {
+  const auto t0 = Clock::now();
+  const data::DatasetSplit& val_split = dataset_.manifest.val;
+  const double tokens_per_byte = double(val_split.tokens) / double(val_split.bytes);
+  const double val = evaluator_->mean_loss(model_);
+  const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
+  spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
+  if (metrics_) {
+    metrics_->write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
+  }
+  goodput_->add_eval(std::chrono::duration<double>(Clock::now() - t0).count());
+  return {val, bits_per_byte};
+}
+
+void Run::record(int64_t done, double lr, const StepResult& r, double seconds, double stall,
+                 double model_comm) {
+  const int64_t tokens_per_step = tc_.batch_size * tc_.seq_len * tc_.grad_accum;
+  nlohmann::json record = {{"step", done},
+                           {"loss", r.loss},
+                           {"lr", lr},
+                           {"grad_norm", r.grad_norm},
+                           {"tokens_per_s", double(tokens_per_step) / seconds},
+                           {"step_s", seconds},
+                           {"data_wait_s", r.data_wait},
+                           {"checkpoint_stall_s", stall}};
+  if (dp_.size() > 1) record["comm_wait_s"] = r.comm_wait;
+  if (rc_.mesh.tp > 1 || rc_.mesh.ep > 1) record["model_comm_s"] = model_comm;
+  if (tc_.precision == model::Precision::kF16) {
+    record["loss_scale"] = r.loss_scale;
+    record["skipped"] = r.f16_skipped || r.verdict != DivergenceGuard::Verdict::kApply;
+  } else if (r.verdict != DivergenceGuard::Verdict::kApply) {
+    record["skipped"] = true;
+  }
+  if (r.verdict != DivergenceGuard::Verdict::kApply) record["skip_reason"] = guard_.reason();
+  if (rc_.model.is_moe()) {
+    nlohmann::json counts = nlohmann::json::array();
+    for (int64_t l = 0; l < rc_.model.n_layer; ++l) counts.push_back(model_.expert_tokens(l));
+    record["aux_loss"] = r.aux_loss;
+    record["expert_tokens"] = counts;
+    record["dropped_assignments"] = model_.dropped_assignments();
+  }
+  if (metrics_) metrics_->write(record);
+}
+
+std::string Run::step_line(int64_t done, double lr, const StepResult& r, double seconds,
+                           double model_comm) const {
+  const int64_t tokens_per_step = tc_.batch_size * tc_.seq_len * tc_.grad_accum;
+  std::string line = fmt::format(
+      "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | data wait "
+      "{:.1f} ms",
+      done, tc_.steps, r.loss, lr, r.grad_norm, double(tokens_per_step) / seconds,
+      1e3 * r.data_wait);
+  if (rc_.mesh.tp > 1 || rc_.mesh.ep > 1)
+    line += fmt::format(" | tp/ep comm {:.1f} ms", 1e3 * model_comm);
+  if (tc_.precision == model::Precision::kF16) {
+    line += fmt::format(" | loss scale {:g}{}", r.loss_scale,
+                        r.f16_skipped ? " (overflow, skipped)" : "");
+  }
+  if (r.verdict != DivergenceGuard::Verdict::kApply)
+    line += fmt::format(" | skipped: {}", guard_.reason());
+  if (rc_.model.is_moe()) {
+    line += fmt::format(" | aux {:.4f} | dropped {}", r.aux_loss, model_.dropped_assignments());
+  }
+  return line;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& config, const fs::path& out_dir) {
+  Run run(config, out_dir);
+  return run.train();
 }
 
 }  // namespace tessera::train

@@ -14,6 +14,8 @@ struct TrainSummary {
   double final_val_loss = 0;
   double final_val_bits_per_byte = 0;  // final_val_loss per byte of held-out text, in bits
   std::filesystem::path checkpoint;
+  // Stopped early by SIGTERM, with a checkpoint of `steps` committed.
+  bool preempted = false;
 };
 
 // Trains into out_dir: config.toml (resolved), metrics.jsonl, checkpoints/. A run directory

@@ -4,6 +4,7 @@
 #include "tessera/data/prepare.h"
 #include "tessera/data/text_corpus.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/data/tokenizer_copy.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -80,11 +81,7 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
         "train.seq_len + 1 needs {}",
         dir.string(), dataset.train.size(), dataset.val.size(), window);
   if (!m.tokenizer_copy.empty()) {
-    std::error_code ec;
-    fs::remove_all(out_dir / kTokenizerDir, ec);
-    fs::copy(dir / m.tokenizer_copy, out_dir / kTokenizerDir, fs::copy_options::recursive, ec);
-    check(!ec, "{}: cannot copy the tokenizer into {} ({})", (dir / m.tokenizer_copy).string(),
-          out_dir.string(), ec.message());
+    data::copy_tokenizer(dir / m.tokenizer_copy, out_dir / kTokenizerDir);
   }
   return dataset;
 }
