@@ -8,7 +8,8 @@
 # and the asynchronous copy against this machine's memory copy rate.
 # Saves are far enough apart (EVERY steps) for one to be written before the next, as a real
 # run's are; closer, the next save waits for the previous write and the stall is the disk's.
-#   [STEPS=13] [EVERY=4] bench/checkpoint_stall.sh
+# THREADS sets the training threads; fewer than the cores leaves the background writer a core.
+#   [STEPS=13] [EVERY=4] [THREADS=0] bench/checkpoint_stall.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tessera="$root/build/tessera"
@@ -36,7 +37,7 @@ run() {  # async(true|false) -> the run folder
     --tokenizer byte --out "$out" --set train.batch_size=1 --set train.seq_len=32 \
     --set train.steps="$steps" --set train.eval_every=0 --set train.eval_batches=1 \
     --set train.log_every=1 --set checkpoint.every="$every" --set checkpoint.keep_last=1 \
-    --set checkpoint.async="$1" >"$work/$1.log" 2>&1 || { tail -20 "$work/$1.log"; exit 1; }
+    --set train.threads="${THREADS:-0}" --set checkpoint.async="$1" >"$work/$1.log" 2>&1 || { tail -20 "$work/$1.log"; exit 1; }
   echo "$out"
 }
 sync_run=$(run false)
