@@ -185,9 +185,10 @@ class Run {
 
   // Continues from the newest committed checkpoint, if any; returns its step.
   int64_t resume();
-  // Restores the state, the data position and the step's bookkeeping of a checkpoint.
-  int64_t restore(const fs::path& step_dir);
-  StepResult run_step(int64_t step);
+  // Restores the state, the data position and the step's bookkeeping of a checkpoint; returns
+  // its manifest.
+  ckpt::Manifest restore(const fs::path& step_dir);
+  StepResult run_step(int64_t step, double lr);
   int64_t roll_back(int64_t done, const std::string& reason);
   nlohmann::json checkpoint_metadata() const;
   void save(int64_t step);
@@ -328,7 +329,7 @@ TrainSummary Run::train() {
     const double stall_at_start = checkpointer_.stall_seconds();
     const double model_comm_before = groups_.communication_seconds();
     const double lr = learning_rate(step, tc_);
-    const StepResult r = run_step(step);
+    const StepResult r = run_step(step, lr);
     int64_t done = step + 1;
     if (r.verdict == DivergenceGuard::Verdict::kRollBack) {
       step = roll_back(done, guard_.reason());
@@ -405,15 +406,15 @@ int64_t Run::resume() {
     open_loader(0);
     return 0;
   }
-  const int64_t step = restore(*latest);
-  goodput_.emplace(out_dir_ / "goodput.json",
-                   ckpt::read_manifest(*latest).metadata.value("goodput", nlohmann::json()));
+  const ckpt::Manifest manifest = restore(*latest);
+  const int64_t step = manifest.step;
+  goodput_.emplace(out_dir_ / "goodput.json", manifest.metadata.value("goodput", nlohmann::json()));
   spdlog::info("resuming from {} at step {} ({} samples consumed)", latest->string(), step,
                loader_->position());
   return step;
 }
 
-int64_t Run::restore(const fs::path& step_dir) {
+ckpt::Manifest Run::restore(const fs::path& step_dir) {
   state_.load(step_dir, /*with_optimizer=*/true);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
   const nlohmann::json& meta = manifest.metadata;
@@ -425,7 +426,7 @@ int64_t Run::restore(const fs::path& step_dir) {
                   meta.value("skipped_steps", int64_t{0}));
   guard_.restore(meta.value("guard", nlohmann::json()));
   if (!loader_) open_loader(samples_consumed);
-  return manifest.step;
+  return manifest;
 }
 
 void Run::open_loader(int64_t samples_consumed) {
@@ -439,7 +440,7 @@ void Run::open_loader(int64_t samples_consumed) {
                   samples_consumed);
 }
 
-Run::StepResult Run::run_step(int64_t step) {
+Run::StepResult Run::run_step(int64_t step, double lr) {
   StepResult r;
   const bool f16 = tc_.precision == model::Precision::kF16;
   r.loss_scale = f16 ? scaler_.scale() : 1.0;
@@ -482,7 +483,7 @@ Run::StepResult Run::run_step(int64_t step) {
   const double clip =
       tc_.grad_clip > 0 && r.grad_norm > tc_.grad_clip ? tc_.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   checkpointer_.wait_for_snapshot();
-  state_.update(learning_rate(step, tc_), float(clip / r.loss_scale));
+  state_.update(lr, float(clip / r.loss_scale));
   return r;
 }
 
@@ -496,8 +497,9 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
   const int64_t samples = loader_->position();
   int64_t step = 0;
   if (has_state) {
-    step = restore(*last);
-    goodput_->rolled_back(ckpt::read_manifest(*last).metadata.value("goodput", nlohmann::json()));
+    const ckpt::Manifest manifest = restore(*last);
+    step = manifest.step;
+    goodput_->rolled_back(manifest.metadata.value("goodput", nlohmann::json()));
   } else {
     state_.init(uint64_t(tc_.seed));
     state_.set_steps_taken(0);
