@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # How long a checkpoint of GPT-2 124M (model, AdamW moments: ~1.5 GB) holds up training, saved
 # synchronously (the step waits for the whole write, fsync and commit) and in the background
-# (checkpoint.async: the step waits only for the copy of the state into host buffers). The same
-# run, config and data both ways; the figure is the stall of the asynchronous save as a share of
-# the synchronous one, from each step's checkpoint_stall_s and step_s in metrics.jsonl. The write rate of
-# the synchronous save is set against this disk's own rate for the same bytes (dd with fsync),
-# and the asynchronous copy against this machine's memory copy rate.
+# (checkpoint.async: the step waits only for the copy of the state into host memory). The same
+# run, config and data both ways. A save's stall is all the time the steps from it to the next
+# save took beyond a plain step: the wait itself and whatever the writer took from the steps it
+# overlapped. A plain step is the median of the last half of each window, long after the write
+# (runs on this shared machine differ by more than a save costs, so the baseline comes from the
+# same run). The figure is the background stall as a share of the synchronous one. The
+# write rate of the synchronous save is set against this disk's own rate for the same bytes (dd
+# with fsync), and the background copy against this machine's memory copy rate.
 # Saves are far enough apart (EVERY steps) for one to be written before the next, as a real
 # run's are; closer, the next save waits for the previous write and the stall is the disk's.
 # THREADS sets the training threads; fewer than the cores leaves the background writer a core.
-#   [STEPS=13] [EVERY=4] [THREADS=0] bench/checkpoint_stall.sh
+#   [STEPS=25] [EVERY=6] [THREADS=0] bench/checkpoint_stall.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tessera="$root/build/tessera"
 [[ -x "$tessera" ]] || bash "$root/scripts/build.sh" >/dev/null
-steps=${STEPS:-13}
-every=${EVERY:-4}
+steps=${STEPS:-25}
+every=${EVERY:-6}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-ckpt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -31,37 +34,35 @@ with open(sys.argv[1], "w") as f:
         f.write(" ".join(words[(i * k) % len(words)] for k in range(1, 12)) + ".\n")
 PY
 
-run() {  # async(true|false) -> the run folder
+run() {  # name async(true|false) every -> the run folder
   local out="$work/run-$1"
   "$tessera" train --config "$root/configs/gpt2-124m.toml" --data "$work/corpus.txt" \
     --tokenizer byte --out "$out" --set train.batch_size=1 --set train.seq_len=32 \
     --set train.steps="$steps" --set train.eval_every=0 --set train.eval_batches=1 \
-    --set train.log_every=1 --set checkpoint.every="$every" --set checkpoint.keep_last=1 \
-    --set train.threads="${THREADS:-0}" --set checkpoint.async="$1" >"$work/$1.log" 2>&1 || { tail -20 "$work/$1.log"; exit 1; }
+    --set train.log_every=1 --set checkpoint.every="$3" --set checkpoint.keep_last=1 \
+    --set train.threads="${THREADS:-0}" --set checkpoint.async="$2" >"$work/$1.log" 2>&1 || { tail -20 "$work/$1.log"; exit 1; }
   echo "$out"
 }
-sync_run=$(run false)
-async_run=$(run true)
+sync_run=$(run sync false "$every")
+async_run=$(run async true "$every")
 ckpt_bytes=$(du -sb "$(ls -d "$sync_run"/checkpoints/step-* | tail -1)" | cut -f1)
 
-# The stall each save caused, from the step records after a save set beside the median step
-# without one.
 python3 - "$sync_run/metrics.jsonl" "$async_run/metrics.jsonl" "$every" "$ckpt_bytes" \
   "$work" <<'PY'
 import json, os, statistics, subprocess, sys, time
-def records(path):
-    return [r for r in map(json.loads, open(path)) if "loss" in r]
 every, nbytes, work = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-def stalls(rs):
-    # A save costs the step after it its wait (checkpoint_stall_s) and whatever else the step
-    # lost to it: the background writer's copy, checksums and I/O share the cores.
-    plain = statistics.median(
-        [r["step_s"] for r in rs if r["step"] > 2 and (r["step"] - 1) % every != 0])
-    after_save = [r["checkpoint_stall_s"] + max(0.0, r["step_s"] - r["checkpoint_stall_s"] - plain)
-                  for r in rs if r["step"] > every and (r["step"] - 1) % every == 0]
-    return after_save, plain
-s, s_step = stalls(records(sys.argv[1]))
-a, a_step = stalls(records(sys.argv[2]))
+def stalls(path):
+    # Each save between steps s and s + 1 with a whole window of steps before the next save (the
+    # first save comes after the warm-up): the wait, which the record of the step after the save
+    # holds apart from its step_s, and the window's steps beyond as many plain steps.
+    records = {r["step"]: r for r in map(json.loads, open(path)) if "loss" in r}
+    saves = range(every, max(records) - every + 1, every)
+    plain = statistics.median(records[t]["step_s"] for s in saves
+                              for t in range(s + every // 2 + 1, s + every + 1))
+    return [sum(records[t]["checkpoint_stall_s"] + records[t]["step_s"] - plain
+                for t in range(s + 1, s + every + 1)) for s in saves], plain
+s, s_plain = stalls(sys.argv[1])
+a, a_plain = stalls(sys.argv[2])
 sync_stall, async_stall = statistics.mean(s), statistics.mean(a)
 
 # This disk's rate for the same bytes, and this machine's memory copy rate.
@@ -79,13 +80,14 @@ for _ in range(4):
 memcpy = 4 * len(src) / (time.perf_counter() - t0)
 
 print(f"checkpoint: {nbytes / 1e9:.2f} GB per save, {len(s)} saves measured each way\n")
-print(f"{'save':<12} {'stall_s':>9} {'step_s':>8} {'rate_GB/s':>10} {'limit_GB/s':>11} {'share':>6}")
-print(f"{'synchronous':<12} {sync_stall:9.3f} {s_step:8.3f} {nbytes / sync_stall / 1e9:10.2f} "
-      f"{disk / 1e9:11.2f} {nbytes / sync_stall / disk:6.2f}")
-print(f"{'background':<12} {async_stall:9.3f} {a_step:8.3f} {'-':>10} {memcpy / 1e9:11.2f} {'-':>6}")
+print(f"plain step: {s_plain:.3f} s (synchronous run), {a_plain:.3f} s (background run)\n")
+print(f"{'save':<12} {'stall_s':>9} {'per save':>24} {'rate_GB/s':>10} {'limit_GB/s':>11} {'share':>6}")
+print(f"{'synchronous':<12} {sync_stall:9.3f} {' '.join(f'{x:.3f}' for x in s):>24} "
+      f"{nbytes / sync_stall / 1e9:10.2f} {disk / 1e9:11.2f} {nbytes / sync_stall / disk:6.2f}")
+print(f"{'background':<12} {async_stall:9.3f} {' '.join(f'{x:.3f}' for x in a):>24} {'-':>10} "
+      f"{memcpy / 1e9:11.2f} {'-':>6}")
 print(f"\nbackground stall / synchronous stall = {async_stall / sync_stall:.3f} (target <= 0.10)")
-print("stall_s: the training thread's wait for each save (checkpoint_stall_s) plus how much longer")
-print("than the median the step after it took; step_s: median step without a save (first two")
-print("left out); limit: dd with fsync for the disk, a Python")
-print("memcpy for memory (the background copy overlaps the next step's forward and backward).")
+print("stall_s: the time the steps from a save to the next took beyond as many plain steps, the")
+print("wait and the writer's share of the cores together; limit: dd with fsync")
+print("for the disk, a Python memcpy for memory (the background copy is taken on every core).")
 PY

@@ -15,11 +15,11 @@ mkdir -p "$out"
 # client sends a chunked body a few bytes at a time (Beast fixed the assertion in 1.86; the code
 # after it already asks for more input), while AddressSanitizer still checks every access.
 targets=(
-  "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lz"
+  "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
   "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
   "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lz"
-  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lz"
+  "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
+  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
   "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt -DNDEBUG"

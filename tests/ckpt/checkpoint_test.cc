@@ -156,6 +156,31 @@ TEST_F(CheckpointTest, RoundTripsATensorLargerThanOneIoChunk) {
   expect_same_bytes(saved, loaded);
 }
 
+// A background save writes the image it took of the tensors: the same file, byte for byte, and
+// the same listing as saving the tensors themselves.
+TEST_F(CheckpointTest, AnImageOfTheTensorsSavesTheSameFile) {
+  Arena arena(size_t{4} << 20);
+  std::vector<NamedTensor> first = make_tensors(arena, 3);
+  Tensor big = arena.allocate({(size_t{1} << 20) / 4 + 3}, DType::f32);  // not a whole page
+  for (int64_t i = 0; i < big.numel(); ++i) big.as<float>()[i] = float(i % 1009) - 0.5f;
+  std::vector<NamedTensor> second = {{"odd", make_tensors(arena, 5)[1].tensor}, {"big", big}};
+
+  DataImage image;
+  image.reserve(first);
+  for (const std::vector<NamedTensor>* tensors : {&first, &second}) {
+    // Filled again with another layout, the image must hold none of the earlier bytes.
+    image.fill(*tensors);
+    const fs::path streamed = save(run_ / "streamed", 1, *tensors, json{}, 0);
+    const fs::path imaged = save(run_ / "imaged", 1, image, json{}, 0);
+    EXPECT_EQ(read_text(imaged / "rank-00000.bin"), read_text(streamed / "rank-00000.bin"));
+    EXPECT_EQ(read_text(imaged / "manifest.json"), read_text(streamed / "manifest.json"));
+    Arena back(size_t{4} << 20);
+    std::vector<NamedTensor> loaded = like(back, *tensors);
+    load(imaged, loaded);
+    expect_same_bytes(loaded, *tensors);
+  }
+}
+
 TEST_F(CheckpointTest, LatestPointsToTheNewestSave) {
   save_step(1);
   save_step(2);
@@ -306,7 +331,8 @@ TEST_F(CheckpointTest, RejectsInvalidSaves) {
   t[2].name = t[0].name;
   EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, 1, t, json{}, 0); }), "two tensors",
                         "'blocks.0.fc.weight'");
-  EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, -1, {}, json{}, 0); }), "negative step");
+  EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, -1, std::vector<NamedTensor>{}, json{}, 0); }),
+                        "negative step");
 }
 
 TEST_F(CheckpointTest, PartsWrittenSeparatelyLoadAsOneCheckpoint) {

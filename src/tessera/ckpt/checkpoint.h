@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/ckpt/data_image.h"
 #include "tessera/ckpt/manifest.h"
 #include "tessera/core/tensor.h"
 
@@ -26,6 +27,9 @@ using tessera::NamedTensor;
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
                            int keep_last);
+// The same from an image of the tensors taken earlier (a background save's snapshot).
+std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
+                           const DataImage& image, const nlohmann::json& metadata, int keep_last);
 
 // A save written by several processes sharing the run directory, in three steps that the caller
 // separates with barriers: one process calls begin_save, then each writes its own part, then one
@@ -41,6 +45,7 @@ std::filesystem::path pending_step_dir(const std::filesystem::path& run_dir, int
 // fsynced, into the directory from begin_save. Names must be unique across all parts.
 void write_part(const std::filesystem::path& tmp_dir, int part,
                 const std::vector<NamedTensor>& tensors);
+void write_part(const std::filesystem::path& tmp_dir, int part, const DataImage& image);
 
 // Merges the part listings of parts 0..parts-1 into manifest.json with `step` and `metadata`, then
 // commits, installs, updates `latest` and prunes as save() does. A missing part or a tensor name

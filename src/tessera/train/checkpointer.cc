@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cstring>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/error.h"
@@ -15,7 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kAlignment = 64;
 constexpr std::chrono::milliseconds kPollInterval{5};
 
 double seconds_since(Clock::time_point t0) {
@@ -65,7 +63,7 @@ void Checkpointer::save(int64_t step, TrainState& state, const nlohmann::json& m
     world_.barrier();
   }
   if (!async_) {
-    write(job);
+    write(job, job.source);
     if (job.placed) {
       world_.barrier();
       if (rank_ == 0) ckpt::commit_save(dir_, step, ranks_, job.metadata, keep_last_);
@@ -74,23 +72,19 @@ void Checkpointer::save(int64_t step, TrainState& state, const nlohmann::json& m
     stall_s_ += seconds_since(t0);
     return;
   }
+  // The snapshot is taken here, on every core: a copy in the writer thread would share the cores
+  // with training and, delaying one thread of each parallel region, stall the whole step.
+  const bool writes = job.placed || rank_ == 0;
+  if (writes) image_.fill(job.source);
+  job.source.clear();
   {
     std::lock_guard lock(mutex_);
-    const bool writes = job.placed || rank_ == 0;
-    phase_ = writes ? Phase::kCopying : Phase::kWritten;
+    phase_ = writes ? Phase::kWriting : Phase::kWritten;
     commit_ = false;
     job_ = std::move(job);
   }
   changed_.notify_all();
   in_flight_ = true;
-  stall_s_ += seconds_since(t0);
-}
-
-void Checkpointer::wait_for_snapshot() {
-  if (!async_) return;
-  const auto t0 = Clock::now();
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return phase_ != Phase::kCopying; });
   stall_s_ += seconds_since(t0);
 }
 
@@ -149,19 +143,13 @@ void Checkpointer::rethrow_failure() {
 void Checkpointer::run_writer() {
   std::unique_lock lock(mutex_);
   while (true) {
-    changed_.wait(lock, [&] { return stop_ || phase_ == Phase::kCopying || commit_; });
+    changed_.wait(lock, [&] { return stop_ || phase_ == Phase::kWriting || commit_; });
     if (stop_) return;
     try {
-      if (phase_ == Phase::kCopying) {
-        lock.unlock();
-        stage(job_.source);
-        lock.lock();
-        phase_ = Phase::kWriting;
-        changed_.notify_all();
+      if (phase_ == Phase::kWriting) {
         lock.unlock();
         const auto t0 = Clock::now();
-        Job staged{job_.step, job_.metadata, staged_, job_.placed};
-        write(staged);
+        write(job_, image_);
         lock.lock();
         // An unplaced save is rank 0's alone and write() committed it.
         phase_ = job_.placed ? Phase::kWritten : Phase::kIdle;
@@ -188,32 +176,24 @@ void Checkpointer::run_writer() {
   }
 }
 
-// This rank's part of a placed save, or (rank 0) the whole of an unplaced one.
-void Checkpointer::write(Job& job) {
+// This rank's part of a placed save, or (rank 0) the whole of an unplaced one, from the state's
+// tensors or from the image of them.
+template <typename Data>
+void Checkpointer::write(const Job& job, const Data& data) {
   if (job.placed) {
-    ckpt::write_part(ckpt::pending_step_dir(dir_, job.step), rank_, job.source);
+    ckpt::write_part(ckpt::pending_step_dir(dir_, job.step), rank_, data);
   } else if (rank_ == 0) {
-    ckpt::save(dir_, job.step, job.source, job.metadata, keep_last_);
+    ckpt::save(dir_, job.step, data, job.metadata, keep_last_);
   }
 }
 
-void Checkpointer::stage(const std::vector<NamedTensor>& source) {
-  auto aligned = [](size_t at) { return (at + kAlignment - 1) / kAlignment * kAlignment; };
-  size_t bytes = 0;
-  for (const NamedTensor& t : source) bytes = aligned(bytes) + t.tensor.nbytes();
-  if (staging_.size() != bytes) {
-    staging_.assign(bytes, std::byte{0});
-    spdlog::info("checkpoint: {:.1f} MiB of host buffers for saving in the background",
-                 double(bytes) / (1 << 20));
-  }
-  staged_.clear();
-  size_t at = 0;
-  for (const NamedTensor& t : source) {
-    at = aligned(at);
-    std::memcpy(staging_.data() + at, t.tensor.data, t.tensor.nbytes());
-    staged_.push_back({t.name, Tensor{staging_.data() + at, t.tensor.shape, t.tensor.dtype}});
-    at += t.tensor.nbytes();
-  }
+void Checkpointer::reserve(TrainState& state) {
+  if (!async_) return;
+  const std::vector<NamedTensor> tensors = state.checkpoint_tensors();
+  if (tensors.empty()) return;
+  image_.reserve(tensors);
+  spdlog::info("checkpoint: {:.1f} MiB of host memory for saving in the background",
+               double(image_.padded_bytes().size()) / (1 << 20));
 }
 
 }  // namespace tessera::train

@@ -310,6 +310,7 @@ TrainSummary Run::train() {
   if (checkpointer_.async()) {
     spdlog::info("checkpoints: written in the background, every {} steps, {} kept",
                  rc_.checkpoint.every, rc_.checkpoint.keep_last);
+    checkpointer_.reserve(state_);
   }
 
   const int64_t start_step = resume();
@@ -482,7 +483,6 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
   }
   const double clip =
       tc_.grad_clip > 0 && r.grad_norm > tc_.grad_clip ? tc_.grad_clip / (r.grad_norm + 1e-6) : 1.0;
-  checkpointer_.wait_for_snapshot();
   state_.update(lr, float(clip / r.loss_scale));
   return r;
 }
