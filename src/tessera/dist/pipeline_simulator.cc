@@ -1,0 +1,196 @@
+#include "tessera/dist/pipeline_simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "tessera/core/error.h"
+
+namespace tessera::dist {
+namespace {
+
+using Kind = PipelineAction::Kind;
+
+std::string describe(const PipelineTable& t) {
+  return fmt::format("pipeline table {} (pp={}, {} stages per rank, {} micro-batches)",
+                     pipeline_schedule_name(t.kind), t.ranks, t.virtual_stages, t.micro_batches);
+}
+
+
+// What each rank has done so far, by (kind, stage, micro-batch).
+class Done {
+ public:
+  void add(const PipelineAction& a) { done_.insert({a.kind, a.stage, a.micro_batch}); }
+  bool has(Kind k, int stage, int micro_batch) const {
+    return done_.count({k, stage, micro_batch}) > 0;
+  }
+  bool has_input_gradient(int stage, int micro_batch) const {
+    return has(Kind::kBackward, stage, micro_batch) ||
+           has(Kind::kBackwardInput, stage, micro_batch);
+  }
+
+ private:
+  std::set<std::tuple<Kind, int, int>> done_;
+};
+
+// Why action `a` cannot run yet on `rank` after what it has done, or "" when it can (receives are
+// matched against sends by the timing pass).
+std::string missing_input(const PipelineTable& t, int rank, const PipelineAction& a,
+                          const Done& done) {
+  const int s = a.stage, m = a.micro_batch, last = t.stages() - 1;
+  auto local = [&](int stage) { return t.rank_of(stage) == rank; };
+  switch (a.kind) {
+    case Kind::kForward:
+      if (s == 0) return "";
+      if (local(s - 1) ? done.has(Kind::kForward, s - 1, m) : done.has(Kind::kRecvActivation, s, m))
+        return "";
+      return fmt::format("its input: {} has not run on this rank",
+                         local(s - 1) ? to_string({Kind::kForward, s - 1, m})
+                                      : to_string({Kind::kRecvActivation, s, m}));
+    case Kind::kBackward:
+    case Kind::kBackwardInput:
+      if (!done.has(Kind::kForward, s, m)) return "its forward has not run";
+      if (s == last) return "";
+      if (local(s + 1) ? done.has_input_gradient(s + 1, m) : done.has(Kind::kRecvGradient, s, m))
+        return "";
+      return "the gradient of its output has not arrived";
+    case Kind::kBackwardWeight:
+      return done.has(Kind::kBackwardInput, s, m) ? "" : "its input gradient has not run";
+    case Kind::kSendActivation:
+      return done.has(Kind::kForward, s, m) ? "" : "the forward it sends has not run";
+    case Kind::kSendGradient:
+      return done.has_input_gradient(s, m) ? "" : "the backward it sends has not run";
+    case Kind::kRecvActivation:
+    case Kind::kRecvGradient:
+      return "";
+  }
+  return "";
+}
+
+// Every rank holds exactly its own stages' computations: one forward and one backward (or its
+// two halves) per stage and micro-batch, and a receive for every send.
+void check_complete(const PipelineTable& t) {
+  const std::string where = describe(t);
+  check(int(t.actions.size()) == t.ranks, "{}: has actions for {} ranks", where, t.actions.size());
+  std::map<std::tuple<Kind, int, int>, int> count;
+  for (int r = 0; r < t.ranks; ++r) {
+    for (const PipelineAction& a : t.actions[r]) {
+      check(a.stage >= 0 && a.stage < t.stages() && a.micro_batch >= 0 &&
+                a.micro_batch < t.micro_batches,
+            "{}: rank {} has {}, outside its {} stages and {} micro-batches", where, r,
+            to_string(a), t.stages(), t.micro_batches);
+      check(t.rank_of(a.stage) == r, "{}: rank {} has {}, but stage {} runs on rank {}", where, r,
+            to_string(a), a.stage, t.rank_of(a.stage));
+      check(++count[{a.kind, a.stage, a.micro_batch}] == 1, "{}: rank {} has {} twice", where, r,
+            to_string(a));
+    }
+  }
+  auto has = [&](Kind k, int s, int m) { return count.count({k, s, m}) > 0; };
+  for (int s = 0; s < t.stages(); ++s) {
+    for (int m = 0; m < t.micro_batches; ++m) {
+      const int r = t.rank_of(s);
+      check(has(Kind::kForward, s, m), "{}: rank {} never runs {}", where, r,
+            to_string({Kind::kForward, s, m}));
+      const bool whole = has(Kind::kBackward, s, m);
+      const bool split = has(Kind::kBackwardInput, s, m) && has(Kind::kBackwardWeight, s, m);
+      check(whole != split, "{}: rank {} must run either {} or both {} and {}", where, r,
+            to_string({Kind::kBackward, s, m}), to_string({Kind::kBackwardInput, s, m}),
+            to_string({Kind::kBackwardWeight, s, m}));
+      if (s + 1 < t.stages() && t.rank_of(s + 1) != r) {
+        check(has(Kind::kSendActivation, s, m) && has(Kind::kRecvActivation, s + 1, m),
+              "{}: the output of stage {} for micro-batch {} needs {} on rank {} and {} on rank {}",
+              where, s, m, to_string({Kind::kSendActivation, s, m}), r,
+              to_string({Kind::kRecvActivation, s + 1, m}), t.rank_of(s + 1));
+        check(has(Kind::kSendGradient, s + 1, m) && has(Kind::kRecvGradient, s, m),
+              "{}: the input gradient of stage {} for micro-batch {} needs {} on rank {} and {} on "
+              "rank {}",
+              where, s + 1, m, to_string({Kind::kSendGradient, s + 1, m}), t.rank_of(s + 1),
+              to_string({Kind::kRecvGradient, s, m}), r);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts& costs) {
+  check_complete(t);
+  const std::string where = describe(t);
+  const double v = t.virtual_stages;
+  auto duration = [&](Kind k) {
+    switch (k) {
+      case Kind::kForward:
+        return costs.forward / v;
+      case Kind::kBackward:
+        return (costs.backward_input + costs.backward_weight) / v;
+      case Kind::kBackwardInput:
+        return costs.backward_input / v;
+      case Kind::kBackwardWeight:
+        return costs.backward_weight / v;
+      default:
+        return 0.0;  // messages are free
+    }
+  };
+
+  // Sends never wait (they are buffered until received); a receive waits for its send. Each rank
+  // runs its list in order; a pass that moves no rank with actions left is a deadlock.
+  std::map<std::pair<int, int>, double> activation_sent, gradient_sent;  // (to stage, mb) -> time
+  std::vector<size_t> next(t.ranks, 0);
+  std::vector<double> clock(t.ranks, 0), busy(t.ranks, 0);
+  std::vector<Done> done(t.ranks);
+  std::vector<int> held(t.ranks, 0);
+  PipelineSimulation sim;
+  sim.peak_in_flight.assign(t.ranks, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < t.ranks; ++r) {
+      for (; next[r] < t.actions[r].size(); ++next[r]) {
+        const PipelineAction& a = t.actions[r][next[r]];
+        const std::string missing = missing_input(t, r, a, done[r]);
+        check(missing.empty(), "{}: rank {} runs {} (action {}) before {}", where, r, to_string(a),
+              next[r], missing);
+        const std::pair<int, int> key{a.stage, a.micro_batch};
+        if (a.kind == Kind::kRecvActivation || a.kind == Kind::kRecvGradient) {
+          auto& sent = a.kind == Kind::kRecvActivation ? activation_sent : gradient_sent;
+          auto it = sent.find(key);
+          if (it == sent.end()) break;  // waits for the send
+          clock[r] = std::max(clock[r], it->second);
+        } else if (a.kind == Kind::kSendActivation) {
+          activation_sent[{a.stage + 1, a.micro_batch}] = clock[r];
+        } else if (a.kind == Kind::kSendGradient) {
+          gradient_sent[{a.stage - 1, a.micro_batch}] = clock[r];
+        }
+        clock[r] += duration(a.kind);
+        busy[r] += duration(a.kind);
+        if (a.kind == Kind::kForward) {
+          sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++held[r]);
+        } else if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) {
+          --held[r];
+        }
+        done[r].add(a);
+        moved = true;
+      }
+    }
+  }
+  std::string waiting;
+  for (int r = 0; r < t.ranks; ++r) {
+    if (next[r] == t.actions[r].size()) continue;
+    waiting += fmt::format("{}rank {} waits in {} (action {})", waiting.empty() ? "" : ", ", r,
+                           to_string(t.actions[r][next[r]]), next[r]);
+  }
+  check(waiting.empty(), "{}: deadlock: {}, and no rank can go on", where, waiting);
+
+  sim.makespan = *std::max_element(clock.begin(), clock.end());
+  sim.ideal = t.micro_batches * (costs.forward + costs.backward_input + costs.backward_weight);
+  sim.bubble = sim.makespan / sim.ideal - 1;
+  for (int r = 0; r < t.ranks; ++r) {
+    sim.idle_fraction.push_back(sim.makespan > 0 ? 1 - busy[r] / sim.makespan : 0);
+  }
+  return sim;
+}
+
+}  // namespace tessera::dist

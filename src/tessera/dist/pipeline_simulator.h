@@ -1,0 +1,36 @@
+// Checks a pipeline table before anything runs it, and times it: every rank's actions are its
+// own stages, every computation finds its input (a forward before its backward, a receive before
+// what needs it, each send received once), and running the table cannot deadlock. The planner
+// takes its bubble from here, and the bench sets it beside the measured idle time.
+#pragma once
+
+#include <vector>
+
+#include "tessera/dist/pipeline_schedule.h"
+
+namespace tessera::dist {
+
+// Seconds (or any unit) one micro-batch takes through all of one rank's layers; a virtual stage
+// takes 1 / virtual_stages of it. A whole backward costs backward_input + backward_weight.
+// Messages are taken as free: the bubble is the schedule's alone.
+struct PipelineCosts {
+  double forward = 1;
+  double backward_input = 1;
+  double backward_weight = 1;
+};
+
+struct PipelineSimulation {
+  double makespan = 0;                // until the last rank finishes
+  double ideal = 0;                   // one rank's work: micro_batches x (forward + backward)
+  double bubble = 0;                  // makespan / ideal - 1: (p - 1) / m for 1F1B
+  std::vector<double> idle_fraction;  // [rank]: the share of the makespan it waits
+  // [rank]: the most (stage, micro-batch) pairs whose activations it holds at once (forward done,
+  // weight gradient not), in virtual stages.
+  std::vector<int> peak_in_flight;
+};
+
+// Throws an error naming the rank, the action and what is wrong when the table is inconsistent
+// or would deadlock (each rank waiting in a receive whose send comes after another wait).
+PipelineSimulation simulate_pipeline(const PipelineTable& table, const PipelineCosts& costs = {});
+
+}  // namespace tessera::dist

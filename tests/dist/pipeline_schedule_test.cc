@@ -1,0 +1,117 @@
+#include "tessera/dist/pipeline_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tessera/dist/pipeline_simulator.h"
+#include "tests/dist/dist_testing.h"
+
+namespace tessera::dist {
+namespace {
+
+using testing::expect_error;
+using Kind = PipelineAction::Kind;
+using S = PipelineScheduleKind;
+
+// Forward, input gradient and weight gradient take the same time: the whole backward twice the
+// forward, as in a transformer.
+constexpr PipelineCosts kEven{1, 1, 1};
+
+TEST(PipelineSchedule, OneFOneBAndGPipeBubbleIsPMinusOneOverM) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {1, 3, p, 2 * p, 16}) {
+      for (S kind : {S::k1F1B, S::kGPipe}) {
+        const PipelineSimulation sim = simulate_pipeline(make_pipeline_table(kind, p, 1, m), kEven);
+        EXPECT_NEAR(sim.bubble, double(p - 1) / m, 1e-12)
+            << pipeline_schedule_name(kind) << " p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, OneFOneBHoldsPMinusRankMicroBatchesWhereGPipeHoldsAll) {
+  const int p = 4, m = 8;
+  const PipelineSimulation one = simulate_pipeline(make_pipeline_table(S::k1F1B, p, 1, m));
+  const PipelineSimulation gpipe = simulate_pipeline(make_pipeline_table(S::kGPipe, p, 1, m));
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(one.peak_in_flight[r], p - r) << "rank " << r;
+    EXPECT_EQ(gpipe.peak_in_flight[r], m) << "rank " << r;
+  }
+}
+
+TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
+  for (int p : {2, 4}) {
+    for (int v : {2, 3}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        const PipelineSimulation sim =
+            simulate_pipeline(make_pipeline_table(S::kInterleaved1F1B, p, v, m), kEven);
+        EXPECT_NEAR(sim.bubble, double(p - 1) / (v * m), 1e-12)
+            << "p=" << p << " v=" << v << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, ZeroBubbleWaitsAThirdOfOneFOneB) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {p, 2 * p, 24}) {
+      const PipelineSimulation zb =
+          simulate_pipeline(make_pipeline_table(S::kZeroBubbleH1, p, 1, m), kEven);
+      const PipelineSimulation one =
+          simulate_pipeline(make_pipeline_table(S::k1F1B, p, 1, m), kEven);
+      EXPECT_LT(zb.bubble, one.bubble) << "p=" << p << " m=" << m;
+      // ZB-H1's bubble is a third of 1F1B's when the three parts take the same time.
+      EXPECT_NEAR(zb.bubble, one.bubble / 3, 1e-12) << "p=" << p << " m=" << m;
+      // Counted until its weight gradient, a rank holds at most the first rank's p micro-batches
+      // of 1F1B and the p - 1 whose weight gradients wait for the cool-down.
+      for (int r = 0; r < p; ++r) {
+        EXPECT_LE(zb.peak_in_flight[r], std::min(m, 2 * p - 1)) << "p=" << p << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, EachRankRunsOnlyItsStagesWithAReceiveForEverySend) {
+  const PipelineTable t = make_pipeline_table(S::kInterleaved1F1B, 2, 2, 4);
+  for (int r = 0; r < t.ranks; ++r) {
+    for (const PipelineAction& a : t.actions[r]) EXPECT_EQ(t.rank_of(a.stage), r) << to_string(a);
+  }
+  EXPECT_EQ(t.actions[0].front(), (PipelineAction{Kind::kForward, 0, 0}));
+  EXPECT_EQ(t.actions[1].front(), (PipelineAction{Kind::kRecvActivation, 1, 0}));
+}
+
+TEST(PipelineSchedule, AReceiveBeforeTheSendItWaitsForIsANamedDeadlock) {
+  PipelineTable t = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  auto& rank0 = t.actions[0];
+  // Rank 0 waits for the gradient of micro-batch 0 before sending it its activation.
+  auto recv = std::find(rank0.begin(), rank0.end(), PipelineAction{Kind::kRecvGradient, 0, 0});
+  ASSERT_NE(recv, rank0.end());
+  std::rotate(rank0.begin(), recv, recv + 1);
+  expect_error([&] { simulate_pipeline(t); },
+               {"1f1b", "deadlock", "rank 0 waits in recvG(s0,m0) (action 0)",
+                "rank 1 waits in recvA(s1,m0) (action 0)"});
+}
+
+TEST(PipelineSchedule, ABackwardBeforeItsForwardIsRejected) {
+  PipelineTable t = make_pipeline_table(S::kGPipe, 1, 1, 2);
+  std::swap(t.actions[0][0], t.actions[0][2]);  // B(s0,m0) first
+  expect_error([&] { simulate_pipeline(t); },
+               {"rank 0 runs B(s0,m0) (action 0) before its forward has not run"});
+  PipelineTable lost = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  lost.actions[0].pop_back();
+  expect_error([&] { simulate_pipeline(lost); }, {"rank 0 must run either B(s0,m1)"});
+}
+
+TEST(PipelineSchedule, CountsASchedulesCannotRunAreClearErrors) {
+  expect_error([] { make_pipeline_table(S::kInterleaved1F1B, 4, 2, 6); },
+               {"train.grad_accum = 6", "multiple", "mesh.pp = 4"});
+  expect_error([] { make_pipeline_table(S::kInterleaved1F1B, 4, 1, 8); }, {"mesh.pp_virtual"});
+  expect_error([] { make_pipeline_table(S::k1F1B, 4, 2, 8); }, {"1f1b", "interleaved"});
+  expect_error([] { make_pipeline_table(S::kZeroBubbleH1, 2, 1, 0); }, {"train.grad_accum = 0"});
+  expect_error([] { parse_pipeline_schedule("zbv"); }, {"'zbv'", "gpipe, 1f1b, interleaved"});
+  EXPECT_EQ(parse_pipeline_schedule("zb-h1"), S::kZeroBubbleH1);
+}
+
+}  // namespace
+}  // namespace tessera::dist
