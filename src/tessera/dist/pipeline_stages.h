@@ -1,0 +1,34 @@
+// How a model's blocks are split into pipeline stages: consecutive ranges of blocks, the
+// embedding on the first stage and the head and loss on the last. Uneven splits are the rule at
+// scale (Llama 3 405B put 126 blocks on 16 stages), given by mesh.pp_layers or balanced here.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tessera::dist {
+
+// The compute of the embedding and of the head with its loss, in blocks' worth (a GPT-2 124M
+// head, 768 x 50257, is about 4.5 blocks of 7.1M matmul weights).
+struct StageExtras {
+  double embedding = 0;
+  double head = 0;
+};
+
+// Blocks per stage, first to last, balancing compute: the largest stage's blocks plus its
+// extras is as small as it can be, and where blocks are left over the first stage (which holds
+// the most micro-batches in flight under 1F1B) gives one up first, then the last, then the
+// others from the front. Every stage gets at least one block: n_layer >= stages.
+std::vector<int64_t> balanced_stage_blocks(int64_t n_layer, int64_t stages,
+                                           const StageExtras& extras);
+
+// mesh.pp_layers checked against the model: one count per stage, each at least 1, summing to
+// n_layer; otherwise an error naming the key and what is wrong.
+std::vector<int64_t> given_stage_blocks(std::span<const int64_t> pp_layers, int64_t n_layer,
+                                        int64_t stages);
+
+// The first block of each stage and, last, n_layer.
+std::vector<int64_t> stage_boundaries(std::span<const int64_t> blocks_per_stage);
+
+}  // namespace tessera::dist
