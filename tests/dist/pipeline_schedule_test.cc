@@ -101,6 +101,10 @@ TEST(PipelineSchedule, ABackwardBeforeItsForwardIsRejected) {
   PipelineTable lost = make_pipeline_table(S::k1F1B, 2, 1, 2);
   lost.actions[0].pop_back();
   expect_error([&] { simulate_pipeline(lost); }, {"rank 0 must run either B(s0,m1)"});
+  PipelineTable past = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  past.actions[1].push_back({Kind::kSendActivation, 1, 0});
+  expect_error([&] { simulate_pipeline(past); },
+               {"rank 1 has sendA(s1,m0), a message past the end"});
 }
 
 TEST(PipelineSchedule, CountsASchedulesCannotRunAreClearErrors) {

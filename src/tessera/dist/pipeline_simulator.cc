@@ -3,10 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <string>
-#include <tuple>
 
 #include "tessera/core/error.h"
 
@@ -20,21 +17,42 @@ std::string describe(const PipelineTable& t) {
                      pipeline_schedule_name(t.kind), t.ranks, t.virtual_stages, t.micro_batches);
 }
 
+constexpr int kKinds = 8;
 
-// What each rank has done so far, by (kind, stage, micro-batch).
+// Per (kind, stage, micro-batch) of a table: a flat array, since tables of thousands of
+// micro-batches are simulated while the planner searches.
+template <typename T>
+class PerAction {
+ public:
+  PerAction(const PipelineTable& t, T initial)
+      : stages_(t.stages()),
+        micro_batches_(t.micro_batches),
+        values_(size_t(kKinds) * stages_ * micro_batches_, initial) {}
+  T& operator()(Kind k, int stage, int micro_batch) {
+    return values_[(size_t(k) * stages_ + stage) * micro_batches_ + micro_batch];
+  }
+  T operator()(Kind k, int stage, int micro_batch) const {
+    return values_[(size_t(k) * stages_ + stage) * micro_batches_ + micro_batch];
+  }
+
+ private:
+  size_t stages_, micro_batches_;
+  std::vector<T> values_;
+};
+
+// What the ranks have done so far (every action is its own stage's, so one array serves all).
 class Done {
  public:
-  void add(const PipelineAction& a) { done_.insert({a.kind, a.stage, a.micro_batch}); }
-  bool has(Kind k, int stage, int micro_batch) const {
-    return done_.count({k, stage, micro_batch}) > 0;
-  }
+  explicit Done(const PipelineTable& t) : done_(t, 0) {}
+  void add(const PipelineAction& a) { done_(a.kind, a.stage, a.micro_batch) = 1; }
+  bool has(Kind k, int stage, int micro_batch) const { return done_(k, stage, micro_batch) != 0; }
   bool has_input_gradient(int stage, int micro_batch) const {
     return has(Kind::kBackward, stage, micro_batch) ||
            has(Kind::kBackwardInput, stage, micro_batch);
   }
 
  private:
-  std::set<std::tuple<Kind, int, int>> done_;
+  PerAction<char> done_;
 };
 
 // Why action `a` cannot run yet on `rank` after what it has done, or "" when it can (receives are
@@ -76,7 +94,7 @@ std::string missing_input(const PipelineTable& t, int rank, const PipelineAction
 void check_complete(const PipelineTable& t) {
   const std::string where = describe(t);
   check(int(t.actions.size()) == t.ranks, "{}: has actions for {} ranks", where, t.actions.size());
-  std::map<std::tuple<Kind, int, int>, int> count;
+  PerAction<int> count(t, 0);
   for (int r = 0; r < t.ranks; ++r) {
     for (const PipelineAction& a : t.actions[r]) {
       check(a.stage >= 0 && a.stage < t.stages() && a.micro_batch >= 0 &&
@@ -85,11 +103,15 @@ void check_complete(const PipelineTable& t) {
             to_string(a), t.stages(), t.micro_batches);
       check(t.rank_of(a.stage) == r, "{}: rank {} has {}, but stage {} runs on rank {}", where, r,
             to_string(a), a.stage, t.rank_of(a.stage));
-      check(++count[{a.kind, a.stage, a.micro_batch}] == 1, "{}: rank {} has {} twice", where, r,
+      const bool to_next = a.kind == Kind::kSendActivation || a.kind == Kind::kRecvGradient;
+      const bool to_previous = a.kind == Kind::kSendGradient || a.kind == Kind::kRecvActivation;
+      check(!(to_next && a.stage + 1 == t.stages()) && !(to_previous && a.stage == 0),
+            "{}: rank {} has {}, a message past the end of the pipeline", where, r, to_string(a));
+      check(++count(a.kind, a.stage, a.micro_batch) == 1, "{}: rank {} has {} twice", where, r,
             to_string(a));
     }
   }
-  auto has = [&](Kind k, int s, int m) { return count.count({k, s, m}) > 0; };
+  auto has = [&](Kind k, int s, int m) { return count(k, s, m) > 0; };
   for (int s = 0; s < t.stages(); ++s) {
     for (int m = 0; m < t.micro_batches; ++m) {
       const int r = t.rank_of(s);
@@ -138,10 +160,11 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
 
   // Sends never wait (they are buffered until received); a receive waits for its send. Each rank
   // runs its list in order; a pass that moves no rank with actions left is a deadlock.
-  std::map<std::pair<int, int>, double> activation_sent, gradient_sent;  // (to stage, mb) -> time
+  constexpr double kUnsent = -1;
+  PerAction<double> sent(t, kUnsent);  // when each send ran, by the receive that takes it
   std::vector<size_t> next(t.ranks, 0);
   std::vector<double> clock(t.ranks, 0), busy(t.ranks, 0);
-  std::vector<Done> done(t.ranks);
+  Done done(t);
   std::vector<int> held(t.ranks, 0);
   PipelineSimulation sim;
   sim.peak_in_flight.assign(t.ranks, 0);
@@ -150,19 +173,17 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
     for (int r = 0; r < t.ranks; ++r) {
       for (; next[r] < t.actions[r].size(); ++next[r]) {
         const PipelineAction& a = t.actions[r][next[r]];
-        const std::string missing = missing_input(t, r, a, done[r]);
+        const std::string missing = missing_input(t, r, a, done);
         check(missing.empty(), "{}: rank {} runs {} (action {}) before {}", where, r, to_string(a),
               next[r], missing);
-        const std::pair<int, int> key{a.stage, a.micro_batch};
         if (a.kind == Kind::kRecvActivation || a.kind == Kind::kRecvGradient) {
-          auto& sent = a.kind == Kind::kRecvActivation ? activation_sent : gradient_sent;
-          auto it = sent.find(key);
-          if (it == sent.end()) break;  // waits for the send
-          clock[r] = std::max(clock[r], it->second);
+          const double at = sent(a.kind, a.stage, a.micro_batch);
+          if (at == kUnsent) break;  // waits for the send
+          clock[r] = std::max(clock[r], at);
         } else if (a.kind == Kind::kSendActivation) {
-          activation_sent[{a.stage + 1, a.micro_batch}] = clock[r];
+          sent(Kind::kRecvActivation, a.stage + 1, a.micro_batch) = clock[r];
         } else if (a.kind == Kind::kSendGradient) {
-          gradient_sent[{a.stage - 1, a.micro_batch}] = clock[r];
+          sent(Kind::kRecvGradient, a.stage - 1, a.micro_batch) = clock[r];
         }
         clock[r] += duration(a.kind);
         busy[r] += duration(a.kind);
@@ -171,7 +192,7 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
         } else if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) {
           --held[r];
         }
-        done[r].add(a);
+        done.add(a);
         moved = true;
       }
     }

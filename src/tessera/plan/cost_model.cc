@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/pipeline_simulator.h"
 #include "tessera/dist/zero_memory.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
@@ -27,6 +31,37 @@ constexpr int kAttentionThreads = 1;
 struct MatmulEfficiency {
   double peak_fraction, half_width;
 };
+
+// What a layout's pipeline schedule (1F1B, or interleaved 1F1B with vpp > 1) costs, from the
+// simulator: its idle time as a share of the step's compute, and the most micro-batches a rank
+// holds the activations of, in whole stages.
+struct PipelineCost {
+  double bubble = 0;
+  double in_flight = 1;
+};
+
+PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
+  if (pp == 1) return {0, 1};
+  // Once the pipeline is full, a further micro-batch adds work and no idle time, so at most 2 pp
+  // micro-batches (a multiple of pp, as interleaving needs) are simulated and the idle time is
+  // set against the real count: tables of thousands of micro-batches stay out of the search.
+  const int64_t simulated = std::min(micro_batches, 2 * pp);
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, dist::PipelineSimulation> cache;
+  std::lock_guard lock(mutex);
+  auto [it, fresh] = cache.try_emplace({pp, vpp, simulated});
+  if (fresh) {
+    const auto kind =
+        vpp > 1 ? dist::PipelineScheduleKind::kInterleaved1F1B : dist::PipelineScheduleKind::k1F1B;
+    it->second =
+        dist::simulate_pipeline(dist::make_pipeline_table(kind, int(pp), int(vpp), int(simulated)));
+  }
+  const dist::PipelineSimulation& sim = it->second;
+  const double idle = sim.makespan - sim.ideal;
+  const int peak = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
+  return {idle / (sim.ideal / double(simulated) * double(micro_batches)),
+          double(peak) / double(vpp)};
+}
 
 MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
   if (a.kind == "tpu") return {0.90, 250};
@@ -184,14 +219,14 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const model::ActivationBytes activations = planned.activations(l, w);
   const double saved_per_layer = double(activations.saved_per_layer);
   const double unsaved = double(activations.total) - saved_per_layer * double(c.n_layer);
-  double in_flight = double(std::min<int64_t>(micro_batches, l.pp));
-  if (l.vpp > 1) in_flight *= 1.0 + double(l.pp - 1) / double(l.pp * l.vpp);
-  e.memory.activations = saved_per_layer * layers_per_chip * in_flight + unsaved;
+  const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
+  e.memory.activations = saved_per_layer * layers_per_chip * pipeline.in_flight + unsaved;
   e.usable_memory = kUsableHbm * a.hbm_bytes;
   e.fits = e.memory.total() <= e.usable_memory;
 
   // Compute: every chip runs its share of the step's FLOPs at the matmul efficiency of its
-  // shapes; a pipeline idles (pp - 1) / (vpp x micro-batches) of that.
+  // shapes; a pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches)
+  // of that).
   e.flops = flops_per_token(c, s, w.seq_len, l.recompute);
   const double step_tokens = double(w.global_batch * w.seq_len);
   const MatmulEfficiency me = matmul_efficiency_of(a);
@@ -199,9 +234,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   e.matmul_efficiency = me.peak_fraction * width / (width + me.half_width);
   e.time.compute =
       e.flops.hardware * step_tokens / chips / (a.peak_bf16_flops * e.matmul_efficiency);
-  if (l.pp > 1) {
-    e.time.bubble = e.time.compute * double(l.pp - 1) / double(l.vpp * micro_batches);
-  }
+  e.time.bubble = e.time.compute * pipeline.bubble;
 
   // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
   // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
