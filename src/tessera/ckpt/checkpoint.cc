@@ -39,15 +39,20 @@ constexpr size_t kMaxIoBytes = size_t{1} << 30;
   fail("{}: {}: {}", path.string(), what, std::strerror(errno));
 }
 
-void write_fully(int fd, const fs::path& path, const void* data, size_t size) {
+// Writes all of data, or with stop_on_einval returns how much it wrote before the kernel refused
+// a write with EINVAL (O_DIRECT on a file system that takes the flag but not the writes).
+size_t write_fully(int fd, const fs::path& path, const void* data, size_t size,
+                   bool stop_on_einval = false) {
   const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, std::min(size, kMaxIoBytes));
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, p + done, std::min(size - done, kMaxIoBytes));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && stop_on_einval) break;
     if (n < 0) fail_errno(path, "write failed");
-    p += n;
-    size -= static_cast<size_t>(n);
+    done += static_cast<size_t>(n);
   }
+  return done;
 }
 
 class File {
@@ -240,12 +245,14 @@ class DataFileWriter {
   explicit DataFileWriter(const fs::path& path)
       : path_(path),
         buffer_(static_cast<std::byte*>(std::aligned_alloc(kDirectAlignment, kChunkBytes))) {
-    if (!buffer_)
+    if (!buffer_) {
       fail("{}: cannot allocate a {} MiB write buffer", path.string(), kChunkBytes >> 20);
+    }
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
     direct_ = fd_ >= 0;
-    if (!direct_ && errno == EINVAL)
+    if (!direct_ && errno == EINVAL) {
       fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd_ < 0) fail_errno(path, "cannot open");
   }
   ~DataFileWriter() {
@@ -276,15 +283,11 @@ class DataFileWriter {
     return crc;
   }
 
-  // Writes a whole file image; nothing may be appended before or after.
+  // Writes a whole file image, makes it durable and closes the file; nothing may be appended.
   void write_image(const DataImage& image) {
     std::span<const std::byte> bytes = image.padded_bytes();
-    write_fully(fd_, path_, bytes.data(), direct_ ? bytes.size() : image.size());
-    written_ = image.size();
-    if (direct_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
-      fail_errno(path_, "cannot truncate");
-    }
-    close_durably();
+    write_out(bytes.data(), direct_ ? bytes.size() : image.size());
+    close_durably(image.size());
   }
 
   // Writes what is buffered, makes it durable and closes the file.
@@ -297,20 +300,30 @@ class DataFileWriter {
       used_ = padded;
     }
     flush();
-    if (direct_ && ::ftruncate(fd_, static_cast<off_t>(size)) != 0)
-      fail_errno(path_, "cannot truncate");
-    if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
-    if (::close(std::exchange(fd_, -1)) != 0) fail_errno(path_, "close failed");
+    close_durably(size);
   }
 
  private:
   void flush() {
-    write_fully(fd_, path_, buffer_.get(), used_);
+    write_out(buffer_.get(), used_);
     written_ += used_;
     used_ = 0;
   }
 
-  void close_durably() {
+  // A file system that refuses the O_DIRECT writes it opened for gets the rest buffered.
+  void write_out(const std::byte* data, size_t size) {
+    const size_t done = write_fully(fd_, path_, data, size, direct_);
+    if (done == size) return;
+    if (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0) {
+      fail_errno(path_, "cannot turn off O_DIRECT");
+    }
+    direct_ = false;
+    write_fully(fd_, path_, data + done, size - done);
+  }
+
+  // Cuts off the padding of direct writes, then fsyncs and closes.
+  void close_durably(uint64_t size) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail_errno(path_, "cannot truncate");
     if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
     if (::close(std::exchange(fd_, -1)) != 0) fail_errno(path_, "close failed");
   }
