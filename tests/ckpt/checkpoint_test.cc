@@ -181,6 +181,17 @@ TEST_F(CheckpointTest, AnImageOfTheTensorsSavesTheSameFile) {
   }
 }
 
+TEST_F(CheckpointTest, AnImageWithTwoTensorsOfOneNameIsRefused) {
+  Arena arena(1 << 16);
+  std::vector<NamedTensor> tensors = make_tensors(arena, 1);
+  tensors[2].name = tensors[0].name;
+  DataImage image;
+  image.fill(tensors);
+  EXPECT_ERROR_MENTIONS(error_of([&] { save(run_, 1, image, json{}, 0); }),
+                        "cannot save two tensors named 'blocks.0.fc.weight'");
+  EXPECT_FALSE(find_latest(run_));
+}
+
 TEST_F(CheckpointTest, LatestPointsToTheNewestSave) {
   save_step(1);
   save_step(2);

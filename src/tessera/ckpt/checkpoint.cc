@@ -178,14 +178,20 @@ void remove_leftovers(const fs::path& run_dir) {
   for (const fs::path& p : stale) remove_all_or_fail(p);
 }
 
-void check_tensors_to_save(const fs::path& dir, const std::vector<NamedTensor>& tensors) {
-  std::unordered_set<std::string> names;
+void check_tensors_have_data(const fs::path& dir, const std::vector<NamedTensor>& tensors) {
   for (const NamedTensor& t : tensors) {
-    check(!t.name.empty(), "{}: cannot save a tensor with an empty name", dir.string());
-    check(names.insert(t.name).second, "{}: cannot save two tensors named '{}'", dir.string(),
-          t.name);
     check(t.tensor.data != nullptr || t.tensor.nbytes() == 0,
           "{}: cannot save tensor '{}': it has no data", dir.string(), t.name);
+  }
+}
+
+// Every tensor of a part has a name of its own, whether it came from tensors or from an image.
+void check_names_to_save(const fs::path& dir, const std::vector<Manifest::Entry>& listing) {
+  std::unordered_set<std::string> names;
+  for (const Manifest::Entry& e : listing) {
+    check(!e.name.empty(), "{}: cannot save a tensor with an empty name", dir.string());
+    check(names.insert(e.name).second, "{}: cannot save two tensors named '{}'", dir.string(),
+          e.name);
   }
 }
 
@@ -295,7 +301,7 @@ class DataFileWriter {
     const uint64_t size = offset();
     if (direct_) {
       // O_DIRECT writes whole blocks: the tail goes out padded and the file is cut back to size.
-      const size_t padded = (used_ + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+      const size_t padded = round_up(used_, kDirectAlignment);
       std::memset(buffer_.get() + used_, 0, padded - used_);
       used_ = padded;
     }
@@ -339,35 +345,32 @@ class DataFileWriter {
   size_t used_ = 0;
 };
 
-Manifest write_data_file(const fs::path& path, const std::vector<NamedTensor>& tensors) {
-  Manifest manifest;
-  manifest.tensors = data_file_layout(tensors).tensors;
+// Streams the tensors into a data file laid out as `listing` says, filling in the checksums.
+void write_data_file(const fs::path& path, const std::vector<NamedTensor>& tensors,
+                     std::vector<Manifest::Entry>& listing) {
   DataFileWriter data(path);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    Manifest::Entry& e = manifest.tensors[i];
+    Manifest::Entry& e = listing[i];
     data.append(nullptr, e.offset - data.offset());
     e.crc32 = data.append(static_cast<const std::byte*>(tensors[i].tensor.data), e.nbytes);
-    e.file = path.filename().string();
   }
   data.finish();
-  return manifest;
 }
 
-Manifest write_data_file(const fs::path& path, const DataImage& image) {
-  Manifest manifest;
-  manifest.tensors = image.entries();
-  for (Manifest::Entry& e : manifest.tensors) e.file = path.filename().string();
-  DataFileWriter(path).write_image(image);
-  return manifest;
-}
-
-// Writes a part's data file with `write` and its listing beside it.
+// Writes a part's data file with `write`, which fills in the checksums of `listing` where they
+// are not known yet, and the listing beside it.
 template <typename WriteData>
-void write_part_with(const fs::path& tmp_dir, int part, WriteData&& write) {
+void write_part_with(const fs::path& tmp_dir, int part, std::vector<Manifest::Entry> listing,
+                     WriteData&& write) {
   check(part >= 0, "{}: cannot write part {}: parts are numbered from 0", tmp_dir.string(), part);
   require_save_in_progress(tmp_dir);
-  Manifest listing = write(tmp_dir / data_file_name(part));
-  write_durably(tmp_dir / part_manifest_name(part), manifest_to_json(listing).dump(2) + "\n");
+  check_names_to_save(tmp_dir, listing);
+  const fs::path data = tmp_dir / data_file_name(part);
+  for (Manifest::Entry& e : listing) e.file = data.filename().string();
+  write(data, listing);
+  Manifest manifest;
+  manifest.tensors = std::move(listing);
+  write_durably(tmp_dir / part_manifest_name(part), manifest_to_json(manifest).dump(2) + "\n");
   sync_dir(tmp_dir);
 }
 
@@ -467,14 +470,18 @@ std::filesystem::path begin_save(const std::filesystem::path& run_dir, int64_t s
 
 void write_part(const std::filesystem::path& tmp_dir, int part,
                 const std::vector<NamedTensor>& tensors) {
-  check_tensors_to_save(tmp_dir, tensors);
-  write_part_with(tmp_dir, part,
-                  [&](const fs::path& path) { return write_data_file(path, tensors); });
+  write_part_with(tmp_dir, part, data_file_layout(tensors).tensors,
+                  [&](const fs::path& path, std::vector<Manifest::Entry>& listing) {
+                    check_tensors_have_data(tmp_dir, tensors);
+                    write_data_file(path, tensors, listing);
+                  });
 }
 
 void write_part(const std::filesystem::path& tmp_dir, int part, const DataImage& image) {
-  write_part_with(tmp_dir, part,
-                  [&](const fs::path& path) { return write_data_file(path, image); });
+  write_part_with(tmp_dir, part, image.entries(),
+                  [&](const fs::path& path, const std::vector<Manifest::Entry>&) {
+                    DataFileWriter(path).write_image(image);
+                  });
 }
 
 std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t step, int parts,

@@ -14,8 +14,6 @@ namespace {
 // Copied and checksummed in pieces that stay in cache between the two.
 constexpr size_t kPieceBytes = size_t{1} << 20;
 
-uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
-
 }  // namespace
 
 DataFileLayout data_file_layout(const std::vector<NamedTensor>& tensors) {

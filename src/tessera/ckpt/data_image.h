@@ -18,6 +18,8 @@ constexpr uint64_t kTensorAlignment = 64;
 // at most a page.
 constexpr size_t kDirectAlignment = 4096;
 
+constexpr uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
 // Where each tensor lies in a data file (names, shapes, dtypes, offsets, sizes; no file name and
 // no checksum yet), and the file's size.
 struct DataFileLayout {
