@@ -1,6 +1,7 @@
 #include "tessera/dist/pipeline_schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
