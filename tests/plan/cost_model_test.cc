@@ -9,6 +9,7 @@
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
 #include "tests/expect_error.h"
+#include "tests/plan/test_accelerator.h"
 
 namespace tessera::plan {
 namespace {
@@ -21,19 +22,6 @@ model::ModelConfig gpt_1t() {
   c.d_model = 25600;
   c.max_seq = 2048;
   return c;
-}
-
-Accelerator test_gpu() {
-  Accelerator a;
-  a.name = "test";
-  a.kind = "gpu";
-  a.peak_bf16_flops = 1e15;
-  a.hbm_bytes = 1e12;
-  a.hbm_bandwidth = 3e12;
-  a.scaleup_domain = 8;
-  a.scaleup_bandwidth = 4e11;
-  a.scaleout_bandwidth = 5e10;
-  return a;
 }
 
 TEST(CostModel, FlopsMatchMegatronsFormula) {
@@ -55,13 +43,14 @@ TEST(CostModel, MemoryFollowsZeroOverTheLayoutsRanks) {
   const model::ModelConfig c = gpt_1t();
   const Accelerator a = test_gpu();
   const Workload w{64, 2048, 1e9};
-  // The parameters of tensor-parallel rank 0, over 16 pipeline stages.
-  const double psi = double(model::model_layout(c, {.tp = 8}).params.total());
+  // The parameters of tensor-parallel rank 0 of the first of 16 pipeline stages (8 blocks each,
+  // the embedding with them), which holds the most micro-batches in flight.
+  const double per_chip =
+      double(model::model_layout(c, {.tp = 8, .block_begin = 0, .block_end = 8}).params.total());
   for (int zero = 0; zero <= 3; ++zero) {
     const Layout l{.dp = 8, .tp = 8, .pp = 16, .zero = zero, .micro_batch = 1};
     const Estimate e = estimate(c, a, l, w);
     ASSERT_TRUE(e.invalid.empty()) << e.invalid;
-    const double per_chip = psi / 16;
     EXPECT_DOUBLE_EQ(e.memory.params, 2 * per_chip / (zero >= 3 ? 8 : 1));
     EXPECT_DOUBLE_EQ(e.memory.grads, 2 * per_chip / (zero >= 2 ? 8 : 1));
     EXPECT_DOUBLE_EQ(e.memory.optimizer, 12 * per_chip / (zero >= 1 ? 8 : 1));
@@ -93,7 +82,8 @@ TEST(CostModel, ExpertsFollowZeroOverTheirOwnReplicas) {
 }
 
 // Without a pipeline the activations are what the engine allocates for one micro-batch; a
-// pipeline keeps each layer's saved activations for the micro-batches in flight.
+// pipeline's first stage keeps its input and its blocks' saved activations (its last block's
+// output, which it only sends on, aside) for each of the pp micro-batches 1F1B holds in flight.
 TEST(CostModel, ActivationsAreTheEnginesAllocation) {
   const model::ModelConfig c = gpt_1t();
   const Accelerator a = test_gpu();
@@ -101,22 +91,22 @@ TEST(CostModel, ActivationsAreTheEnginesAllocation) {
     for (model::Recompute r :
          {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
       SCOPED_TRACE(fmt::format("sp {}, recompute {}", sp, model::recompute_name(r)));
-      const model::ActivationBytes engine =
-          model::activation_bytes(c, {.tp = 8},
-                                  {.max_batch = 2,
-                                   .max_seq = 2048,
-                                   .training = true,
-                                   .precision = model::Precision::kBf16,
-                                   .recompute = r,
-                                   .sequence_parallel = sp});
+      const model::ActivationOptions options{.max_batch = 2,
+                                             .max_seq = 2048,
+                                             .training = true,
+                                             .precision = model::Precision::kBf16,
+                                             .recompute = r,
+                                             .sequence_parallel = sp};
+      const model::ActivationBytes engine = model::activation_bytes(c, {.tp = 8}, options);
       Layout l{.dp = 8, .tp = 8, .micro_batch = 2, .recompute = r, .sequence_parallel = sp};
       EXPECT_EQ(estimate(c, a, l, {64, 2048, 1e9}).memory.activations, double(engine.total));
       l.dp = 1;
       l.pp = 8;
-      const double per_layer = double(engine.saved_per_layer);
-      const double unsaved = double(engine.total) - per_layer * 128;
+      const model::ActivationBytes first =
+          model::activation_bytes(c, {.tp = 8, .block_end = 16}, options);
+      EXPECT_EQ(first.per_micro_batch, 16 * engine.saved_per_layer);
       EXPECT_DOUBLE_EQ(estimate(c, a, l, {64, 2048, 1e9}).memory.activations,
-                       per_layer * 16 * 8 + unsaved);
+                       double(first.total + 7 * first.per_micro_batch));
     }
   }
 }

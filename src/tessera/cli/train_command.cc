@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -6,6 +7,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/dist/launch.h"
+#include "tessera/train/dry_run.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/supervisor.h"
 #include "tessera/train/trainer.h"
@@ -23,6 +25,10 @@ int train_command(int argc, char** argv) {
        {"max-restarts", "N",
         "restart the run after a failure, up to N times, from its last checkpoint"},
        {"restart-backoff", "SECONDS", "wait before the first restart, doubled after each (1)"},
+       {"dry-run", "",
+        "build every rank's layout, schedule and memory for the config's mesh and print them; "
+        "trains nothing, allocates no model and needs no launcher"},
+       {"world", "N", "with --dry-run: the job's ranks (default: the mesh's dp x tp x pp)"},
        {"help", "", "show this help"}},
       argc, argv);
   if (flags.has("help")) {
@@ -59,6 +65,18 @@ int train_command(int argc, char** argv) {
   if (auto data = flags.get("data")) config.set_override("data.path=" + *data);
   if (auto tokenizer = flags.get("tokenizer")) config.set_override("data.tokenizer=" + *tokenizer);
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
+  if (flags.has("dry-run")) {
+    check(dist::world().size() == 1,
+          "--dry-run plans every rank in one process: run it without mpirun or srun");
+    const train::RunConfig run = train::run_config_from(config);
+    const auto start = std::chrono::steady_clock::now();
+    const train::DryRun plan = train::dry_run(run, flags.get_int("world", run.mesh.ranks()));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::fputs(train::dry_run_report(run, plan).c_str(), stdout);
+    std::printf("planned in %.2f s\n", took.count());
+    return 0;
+  }
+  check(!flags.has("world"), "--world is for --dry-run; a training job's world is its launcher's");
   train::train(config, out);
   return 0;
 }

@@ -43,8 +43,9 @@ int Mesh::rank_of(const MeshCoords& c) const {
   return static_cast<int>(c.tp + s.tp * (c.dp + s.dp * c.pp));
 }
 
-MeshCoords Mesh::coords_of(int rank) const {
-  const MeshShape& s = shape_;
+MeshCoords Mesh::coords_of(int rank) const { return mesh_coords(shape_, rank); }
+
+MeshCoords mesh_coords(const MeshShape& s, int64_t rank) {
   check(rank >= 0 && rank < s.ranks(), "rank {} is outside the mesh {} of {} ranks", rank, s.str(),
         s.ranks());
   int64_t r = rank;

@@ -62,6 +62,9 @@ class Mesh {
   std::unique_ptr<Communicator> dp_, tp_, pp_, ep_, expert_dp_;
 };
 
+// The coordinates of `rank` in a mesh of this shape, as Mesh lays them out.
+MeshCoords mesh_coords(const MeshShape& shape, int64_t rank);
+
 // Throws the error Mesh would for this shape and world size, naming the keys at fault.
 void check_mesh(const MeshShape& shape, int64_t world_size);
 

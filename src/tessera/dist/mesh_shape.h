@@ -2,6 +2,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "tessera/dist/pipeline_schedule.h"
 
 namespace tessera::dist {
 
@@ -15,6 +18,11 @@ struct MeshShape {
   int64_t ep = 1;
   // Megatron's sequence parallelism within each tensor-parallel group (model::ModelParallel).
   bool sequence_parallel = false;
+  // The pipeline: stages per rank (interleaving when > 1), the schedule, and the blocks of each
+  // stage, first to last (empty: a split balanced by dist::stage_blocks).
+  int64_t pp_virtual = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
+  std::vector<int64_t> pp_layers;
 
   int64_t ranks() const { return dp * tp * pp; }
   std::string str() const;  // "dp=2 tp=2 pp=1 ep=1"

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "tessera/core/error.h"
+#include "tessera/model/block_spec.h"
 
 namespace tessera::dist {
 namespace {
@@ -80,6 +81,26 @@ std::vector<int64_t> stage_boundaries(std::span<const int64_t> blocks_per_stage)
   std::vector<int64_t> first{0};
   for (int64_t n : blocks_per_stage) first.push_back(first.back() + n);
   return first;
+}
+
+StageExtras stage_extras(const model::ModelConfig& config) {
+  const model::ModelSpec spec = model::model_spec(config);
+  auto matmul = [](const model::Part& p) {
+    return p.kind == model::PartKind::kLinear
+               ? double(p.stack) * double(p.out) * double(p.in) * p.token_share
+               : 0.0;
+  };
+  double block = 0, head = 0;
+  for (const model::Part& p : spec.block.parts) block += matmul(p);
+  for (const model::Part& p : spec.head) head += matmul(p);
+  if (spec.tied_head) head += double(config.vocab_size) * double(config.d_model);
+  return {0.0, head / block};
+}
+
+std::vector<int64_t> stage_blocks(const model::ModelConfig& config, int64_t stages,
+                                  std::span<const int64_t> pp_layers) {
+  if (!pp_layers.empty()) return given_stage_blocks(pp_layers, config.n_layer, stages);
+  return balanced_stage_blocks(config.n_layer, stages, stage_extras(config));
 }
 
 }  // namespace tessera::dist

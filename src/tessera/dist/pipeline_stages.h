@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "tessera/model/model_config.h"
+
 namespace tessera::dist {
 
 // The compute of the embedding and of the head with its loss, in blocks' worth (a GPT-2 124M
@@ -27,6 +29,15 @@ std::vector<int64_t> balanced_stage_blocks(int64_t n_layer, int64_t stages,
 // n_layer; otherwise an error naming the key and what is wrong.
 std::vector<int64_t> given_stage_blocks(std::span<const int64_t> pp_layers, int64_t n_layer,
                                         int64_t stages);
+
+// The model's extras: its head's matmul weights over a block's (routed experts by their token
+// share); the embedding is a lookup and costs nothing.
+StageExtras stage_extras(const model::ModelConfig& config);
+
+// The split a run uses: mesh.pp_layers when given (pp_layers non-empty), otherwise the balanced
+// split for the model's extras.
+std::vector<int64_t> stage_blocks(const model::ModelConfig& config, int64_t stages,
+                                  std::span<const int64_t> pp_layers);
 
 // The first block of each stage and, last, n_layer.
 std::vector<int64_t> stage_boundaries(std::span<const int64_t> blocks_per_stage);

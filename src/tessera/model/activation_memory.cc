@@ -64,9 +64,10 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   shared.res_out = a.floats(R * C);
   m.working = a.bytes() - before_working;
 
-  m.blocks.assign(c.n_layer, shared);
+  const int64_t blocks = int64_t(layout.blocks.size());
+  m.blocks.assign(blocks, shared);
   if (o.training) {
-    for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (int64_t l = 0; l < blocks; ++l) {
       const int64_t before = a.bytes();
       BlockActivations& b = m.blocks[l];
       b.res_out = a.floats(R * C);
@@ -84,14 +85,17 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   }
 
   m.embedded = a.floats(R * C);
-  m.lnf = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
-  m.lnf_mean = layer_norm ? a.floats(R) : nullptr;
-  m.lnf_rstd = a.floats(R);
-  m.logits = a.floats(N * layout.vocab.local);
-  m.losses = a.floats(N);
-  if (sharding.tp > 1) {
-    m.row_stats = a.floats(3 * N);
-    m.rank_maxima = a.floats(sharding.tp * N);
+  m.stage_input = 4 * R * C;
+  if (layout.has_head) {
+    m.lnf = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
+    m.lnf_mean = layer_norm ? a.floats(R) : nullptr;
+    m.lnf_rstd = a.floats(R);
+    m.logits = a.floats(N * layout.vocab.local);
+    m.losses = a.floats(N);
+    if (sharding.tp > 1) {
+      m.row_stats = a.floats(3 * N);
+      m.rank_maxima = a.floats(sharding.tp * N);
+    }
   }
   BlockWorkspace& ws = m.workspace;
   ws.attention_scratch = a.floats(kernels::attention_scratch_size(o.max_seq) * o.threads);
@@ -117,7 +121,7 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
     if (spec.attention.kv_heads < sharding.tp) {
       ps.shared_rows = a.floats((Q + 2 * spec.attention.kv_heads * w.head_dim) * C);
     }
-    if (sp && layer_norm) m.position_grads = a.floats(c.max_seq * C);
+    if (sp && layer_norm && layout.has_embedding) m.position_grads = a.floats(c.max_seq * C);
   } else if (moe && sp) {
     ps.d_input = a.floats(N * C);  // the mixture of experts' output before this rank's rows
   }
@@ -128,10 +132,15 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
 ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
                                  const ActivationOptions& o) {
   const ModelLayout layout = model_layout(c, sharding);
+  const int64_t blocks = int64_t(layout.blocks.size());
   Arena arena = Arena::counting();
   Allocator counter(arena);
   const ModelActivations m = allocate_activations(c, layout, o, counter);
   ActivationBytes b{m.saved_per_layer, m.working, m.total};
+  // A further micro-batch keeps the stage's input and what its blocks save. A stage without the
+  // head only sends its last block's output on, so that block's output buffer is not kept, and
+  // the input takes its place.
+  b.per_micro_batch = m.saved_per_layer * blocks + (layout.has_head ? m.stage_input : 0);
   if (c.is_moe()) {
     // The MoE layers keep their values outside the arena: one per block when blocks keep their
     // activations, else one that every block uses in turn; all of them share one scratch.
@@ -140,8 +149,9 @@ ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
     const int64_t scratch = 4 * moe_scratch_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks);
     const bool per_layer = o.training && o.recompute != Recompute::kFull;
     (per_layer ? b.saved_per_layer : b.working) += moe;
+    if (per_layer) b.per_micro_batch += moe * blocks;
     b.working += scratch;
-    b.total += (per_layer ? moe * c.n_layer : moe) + scratch;
+    b.total += (per_layer ? moe * blocks : moe) + scratch;
   }
   return b;
 }

@@ -55,17 +55,22 @@ struct ModelActivations {
   float *row_stats = nullptr, *rank_maxima = nullptr;
   float* position_grads = nullptr;  // [max_seq, C]: sequence-parallel wpe gradients, before the sum
   float* d_res = nullptr;           // [R, C]
-  // Bytes: kept per block, the shared working set, and everything in all.
-  int64_t saved_per_layer = 0, working = 0, total = 0;
+  // Bytes: kept per block, the shared working set, the stage's input (the embedding's output on
+  // the first pipeline stage, what the previous stage sent on the others), and everything in all.
+  int64_t saved_per_layer = 0, working = 0, stage_input = 0, total = 0;
 };
 
 ModelActivations allocate_activations(const ModelConfig& config, const ModelLayout& layout,
                                       const ActivationOptions& options, Allocator& allocator);
 
-// The activation bytes a model built this way holds (its arena, and what its MoE layers keep),
-// as `tessera plan` counts them: the same allocation, on a counting arena.
+// The activation bytes a model (or a pipeline stage of one) built this way holds (its arena,
+// and what its MoE layers keep), as `tessera plan` counts them: the same allocation, on a
+// counting arena. A pipeline stage keeps per_micro_batch more for each further micro-batch in
+// flight: its input and its blocks' saved activations (the last block's output only where the
+// head reads it).
 struct ActivationBytes {
   int64_t saved_per_layer = 0, working = 0, total = 0;
+  int64_t per_micro_batch = 0;
 };
 ActivationBytes activation_bytes(const ModelConfig& config, const Sharding& sharding,
                                  const ActivationOptions& options);

@@ -165,16 +165,28 @@ ModelLayout build(const ModelConfig& c, const Sharding& sharding,
   m.spec = model_spec(c);
   m.sharding = sharding;
   m.vocab = vocab_shard(c.vocab_size, sharding);
+  const int64_t end = sharding.block_end < 0 ? c.n_layer : sharding.block_end;
+  m.first_block = sharding.block_begin;
+  m.has_embedding = m.first_block == 0;
+  m.has_head = end == c.n_layer;
   Builder b{m.spec, sharding, canonical, m};
-  for (const Part& p : m.spec.embedding) m.outer[p.id] = b.add(p, "");
-  for (const Part& p : m.spec.head) m.outer[p.id] = b.add(p, "");
+  if (m.has_embedding) {
+    for (const Part& p : m.spec.embedding) m.outer[p.id] = b.add(p, "");
+  }
+  if (m.has_head) {
+    if (m.spec.tied_head && !m.has_embedding) {
+      const Part& wte = m.spec.embedding.front();
+      m.outer[wte.id] = b.add(wte, "");
+    }
+    for (const Part& p : m.spec.head) m.outer[p.id] = b.add(p, "");
+  }
   // Canonically the expert stacks sit inside their blocks; sharded they follow every dense part.
   const bool experts_last = sharding.tp > 1 || sharding.ep > 1 || !canonical.empty();
-  m.blocks.resize(c.n_layer);
-  std::vector<ParameterUnit> dense_units, expert_units;
-  m.units.push_back({0, 0});
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string prefix = fmt::format("blocks.{}.", l);
+  m.blocks.resize(end - m.first_block);
+  const int64_t n = int64_t(m.blocks.size());
+  m.units.push_back({0, m.params.total()});
+  for (int64_t l = 0; l < n; ++l) {
+    const std::string prefix = fmt::format("blocks.{}.", m.first_block + l);
     const int64_t begin = m.params.total();
     for (const Part& p : m.spec.block.parts) {
       if (experts_last && p.role == Role::kExpert) continue;
@@ -182,11 +194,10 @@ ModelLayout build(const ModelConfig& c, const Sharding& sharding,
     }
     m.units.push_back({begin, m.params.total()});
   }
-  m.units[0].end = c.n_layer > 0 ? m.units[1].begin : m.params.total();
   m.experts_begin = m.params.total();
   if (experts_last && c.is_moe()) {
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      const std::string prefix = fmt::format("blocks.{}.", l);
+    for (int64_t l = 0; l < n; ++l) {
+      const std::string prefix = fmt::format("blocks.{}.", m.first_block + l);
       const int64_t begin = m.params.total();
       for (const Part& p : m.spec.block.parts) {
         if (p.role == Role::kExpert) m.blocks[l][p.id] = b.add(p, prefix);
@@ -209,7 +220,12 @@ ModelLayout model_layout(const ModelConfig& c, const Sharding& sharding) {
             sharding.ep_rank < sharding.ep,
         "rank {} of tp {} / rank {} of ep {} is outside the mesh", sharding.tp_rank, sharding.tp,
         sharding.ep_rank, sharding.ep);
-  const bool sharded = sharding.tp > 1 || sharding.ep > 1;
+  const int64_t end = sharding.block_end < 0 ? c.n_layer : sharding.block_end;
+  check(sharding.block_begin >= 0 && sharding.block_begin < end && end <= c.n_layer,
+        "a pipeline stage of blocks [{}, {}) is not a range of the model's {} blocks",
+        sharding.block_begin, end, c.n_layer);
+  const bool staged = sharding.block_begin > 0 || end < c.n_layer;
+  const bool sharded = sharding.tp > 1 || sharding.ep > 1 || staged;
   if (!sharded && !c.is_moe()) return build(c, sharding, {});
   check_sharding(c, sharding.tp, sharding.ep);
   // Every sharded layout, and any layout of a mixture of experts (whose expert stacks move to the

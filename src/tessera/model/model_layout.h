@@ -10,10 +10,14 @@
 
 namespace tessera::model {
 
-// Which part of the model this rank holds: its tensor-parallel and expert-parallel coordinates.
+// Which part of the model this rank holds: its tensor-parallel and expert-parallel coordinates,
+// and the blocks [block_begin, block_end) of its pipeline stage (block_end -1: through the last
+// block). The stage that starts at block 0 holds the embedding, the one that ends with the last
+// block the head.
 struct Sharding {
   int64_t tp = 1, tp_rank = 0;
   int64_t ep = 1, ep_rank = 0;
+  int64_t block_begin = 0, block_end = -1;
 };
 
 // Throws an Error naming the mesh key and the model key at fault when tensor or expert
@@ -44,9 +48,10 @@ struct PartTable {
 
 // A contiguous range of the flat parameter layout that the model uses as a whole. Unit 0 holds
 // the embeddings and the head (lnf, lm_head), which the model needs at both ends of a step; unit
-// 1 + l holds block l's dense parts and, in a mixture of experts, unit 1 + n_layer + l block l's
-// expert stacks, which sit after every dense part because their ranks replicate them differently
-// (over dp / ep rather than dp).
+// 1 + l holds the layout's block l's dense parts and, in a mixture of experts, unit 1 + blocks + l
+// its expert stacks, which sit after every dense part because their ranks replicate them
+// differently (over dp / ep rather than dp). A pipeline stage's unit 0 holds what it has of the
+// embedding and head, possibly nothing.
 struct ParameterUnit {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
@@ -55,7 +60,11 @@ struct ParameterUnit {
 struct ModelLayout {
   ParameterLayout params;  // this rank's parameters
   PartTable outer;         // the embedding and head parts
+  // The stage's blocks, model block first_block + l at l. The first stage has the embedding, the
+  // last the head; with a tied head, the last stage of several holds its own copy of wte.
   std::vector<PartTable> blocks;
+  int64_t first_block = 0;
+  bool has_embedding = true, has_head = true;
   std::vector<ParameterUnit> units;
   int64_t experts_begin = 0;  // the first expert-stack offset; params.total() when there are none
   Sharding sharding;
@@ -71,7 +80,8 @@ struct ModelLayout {
 //   wte.weight, wpe.weight (GPT-2), lnf.weight, lnf.bias (GPT-2), lm_head.weight (untied), and
 //   per block "blocks.{l}." + each part's name + ".weight" / ".bias".
 // Unsharded (the default), the layout is the model's canonical one, in which checkpoints place
-// every tensor; sharded, it holds this rank's slices, each with its placement in the whole.
+// every tensor; sharded (over tp, ep or pipeline stages), it holds this rank's slices, each with
+// its placement in the whole.
 ModelLayout model_layout(const ModelConfig& config, const Sharding& sharding = {});
 
 // The canonical layout itself: unsharded, each mixture's expert stacks inside their blocks. It is

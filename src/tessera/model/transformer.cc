@@ -81,6 +81,9 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       unit_grads_(layout_.units.size(), nullptr),
       access_(std::make_unique<Access>(*this)) {
   check_runnable(config_);
+  check(layout_.has_embedding && layout_.has_head,
+        "a Transformer runs all of the model's blocks, not the pipeline stage of blocks [{}, {})",
+        layout_.first_block, layout_.first_block + int64_t(layout_.blocks.size()));
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",

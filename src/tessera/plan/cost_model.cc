@@ -8,8 +8,8 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
 #include "tessera/dist/zero_memory.h"
-#include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::plan {
@@ -33,15 +33,15 @@ struct MatmulEfficiency {
 };
 
 // What a layout's pipeline schedule (1F1B, or interleaved 1F1B with vpp > 1) costs, from the
-// simulator: its idle time as a share of the step's compute, and the most micro-batches a rank
-// holds the activations of, in whole stages.
+// simulator: its idle time as a share of the step's compute, and the most micro-batches each
+// rank holds the activations of, over all its virtual stages.
 struct PipelineCost {
   double bubble = 0;
-  double in_flight = 1;
+  std::vector<int> peak_in_flight;  // [pipeline rank]
 };
 
 PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
-  if (pp == 1) return {0, 1};
+  if (pp == 1) return {0, {1}};
   // Once the pipeline is full, a further micro-batch adds work and no idle time, so at most 2 pp
   // micro-batches (a multiple of pp, as interleaving needs) are simulated and the idle time is
   // set against the real count: tables of thousands of micro-batches stay out of the search.
@@ -58,9 +58,7 @@ PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
   }
   const dist::PipelineSimulation& sim = it->second;
   const double idle = sim.makespan - sim.ideal;
-  const int peak = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
-  return {idle / (sim.ideal / double(simulated) * double(micro_batches)),
-          double(peak) / double(vpp)};
+  return {idle / (sim.ideal / double(simulated) * double(micro_batches)), sim.peak_in_flight};
 }
 
 MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
@@ -88,7 +86,7 @@ ParameterSplit split_parameters(const model::ModelConfig& c) {
 }
 
 PlannedModel::PlannedModel(const model::ModelConfig& config)
-    : config_(config), split_(split_parameters(config)) {}
+    : config_(config), split_(split_parameters(config)), memory_(config) {}
 
 ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   const auto [it, added] = parameters_.try_emplace({tp, ep});
@@ -100,21 +98,16 @@ ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   return it->second;
 }
 
-model::ActivationBytes PlannedModel::activations(const Layout& l, const Workload& w) {
-  const auto [it, added] = activations_.try_emplace(
-      {l.tp, l.ep, l.dp, l.micro_batch, w.seq_len, w.precision, l.recompute, l.sequence_parallel});
-  if (added) {
-    it->second = model::activation_bytes(config_, {.tp = l.tp, .ep = l.ep},
-                                         {.max_batch = l.micro_batch,
-                                          .max_seq = w.seq_len,
-                                          .training = true,
-                                          .precision = w.precision,
-                                          .recompute = l.recompute,
-                                          .sequence_parallel = l.sequence_parallel,
-                                          .threads = kAttentionThreads,
-                                          .batch_ranks = l.dp});
-  }
-  return it->second;
+dist::TrainingShape training_shape(const Layout& l, const Workload& w) {
+  return {int(l.zero), l.dp,
+          model::ActivationOptions{.max_batch = l.micro_batch,
+                                   .max_seq = w.seq_len,
+                                   .training = true,
+                                   .precision = w.precision,
+                                   .recompute = l.recompute,
+                                   .sequence_parallel = l.sequence_parallel,
+                                   .threads = kAttentionThreads,
+                                   .batch_ranks = l.dp}};
 }
 
 namespace {
@@ -204,23 +197,21 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len);
   const double layers_per_chip = double(c.n_layer) / double(l.pp);
 
-  // Memory: what the engine holds on tp rank 0 and ep rank 0, its parameters spread over the
-  // pipeline stages, model state by ZeRO stage over the ranks that replicate it, and the
-  // activations each layer keeps for the micro-batches in flight.
+  // Memory: what the engine holds on each pipeline rank (its stages of the engine's split, the
+  // micro-batches its schedule keeps in flight), on tp rank 0 and ep rank 0; the fullest counts.
   const ChipParameters held = planned.parameters(l.tp, l.ep);
   const double dense_per_chip = held.dense / double(l.pp);
   const double experts_per_chip = held.experts / double(l.pp);
-  const dist::ZeroBytes dense = dist::zero_model_state(l.zero, w.precision, dense_per_chip, l.dp);
-  const dist::ZeroBytes experts =
-      dist::zero_model_state(l.zero, w.precision, experts_per_chip, l.dp / l.ep);
-  e.memory.params = dense.params + experts.params;
-  e.memory.grads = dense.grads + experts.grads;
-  e.memory.optimizer = dense.optimizer + experts.optimizer;
-  const model::ActivationBytes activations = planned.activations(l, w);
-  const double saved_per_layer = double(activations.saved_per_layer);
-  const double unsaved = double(activations.total) - saved_per_layer * double(c.n_layer);
   const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
-  e.memory.activations = saved_per_layer * layers_per_chip * pipeline.in_flight + unsaved;
+  const std::vector<int64_t> boundaries =
+      dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
+  const dist::TrainingShape shape = training_shape(l, w);
+  for (int64_t r = 0; r < l.pp; ++r) {
+    const dist::RankWork work{dist::rank_stages({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r),
+                              pipeline.peak_in_flight[r]};
+    const dist::RankMemory m = planned.memory().rank(work, shape);
+    if (m.total() > e.memory.total()) e.memory = m;
+  }
   e.usable_memory = kUsableHbm * a.hbm_bytes;
   e.fits = e.memory.total() <= e.usable_memory;
 

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <utility>
 
-#include "tessera/model/activation_memory.h"
+#include "tessera/dist/rank_memory.h"
 #include "tessera/model/model_config.h"
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
@@ -39,8 +39,9 @@ struct ChipParameters {
 };
 
 // A model as the cost model evaluates it: its parameter split, and the engine's own layout and
-// activation allocation for each tensor- and expert-parallel shape and micro-batch. A search
-// evaluates thousands of layouts that share a few hundred of these, so each is computed once.
+// memory (dist::MemoryModel) for each tensor- and expert-parallel shape, pipeline stage and
+// micro-batch. A search evaluates thousands of layouts that share a few hundred of these, so
+// each is computed once.
 class PlannedModel {
  public:
   explicit PlannedModel(const model::ModelConfig& config);
@@ -48,17 +49,13 @@ class PlannedModel {
   const model::ModelConfig& config() const { return config_; }
   const ParameterSplit& split() const { return split_; }
   ChipParameters parameters(int64_t tp, int64_t ep);
-  // What the engine allocates to train one micro-batch of the layout on tp rank 0 and ep rank 0,
-  // with all of the model's layers (model::activation_bytes).
-  model::ActivationBytes activations(const Layout& layout, const Workload& workload);
+  dist::MemoryModel& memory() { return memory_; }
 
  private:
-  using ActivationKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, model::Precision,
-                                   model::Recompute, bool>;
   model::ModelConfig config_;
   ParameterSplit split_;
   std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
-  std::map<ActivationKey, model::ActivationBytes> activations_;
+  dist::MemoryModel memory_;
 };
 
 // FLOPs per trained token. The model count is 6 x (matmul parameters a token passes through) +
@@ -72,10 +69,12 @@ FlopsPerToken flops_per_token(const model::ModelConfig& config, int64_t seq_len,
 FlopsPerToken flops_per_token(const model::ModelConfig& config, const ParameterSplit& split,
                               int64_t seq_len, model::Recompute recompute);
 
-struct MemoryPerChip {
-  double params = 0, grads = 0, optimizer = 0, activations = 0;
-  double total() const { return params + grads + optimizer + activations; }
-};
+// The memory of the layout's fullest chip: the pipeline rank whose stages and micro-batches in
+// flight hold the most.
+using MemoryPerChip = dist::RankMemory;
+
+// The engine's terms for a layout: how each rank is built and trains (dist::MemoryModel).
+dist::TrainingShape training_shape(const Layout& layout, const Workload& workload);
 
 // Seconds per optimizer step on one chip. Communication that the engine does not overlap is
 // added to compute; the data-parallel reduction of ZeRO 0 and 1 overlaps the last micro-batch's

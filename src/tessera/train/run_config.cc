@@ -1,9 +1,12 @@
 #include "tessera/train/run_config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <system_error>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/pipeline_stages.h"
 #include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
 
@@ -57,7 +60,16 @@ std::vector<ConfigKey> run_config_schema() {
       {"mesh.dp", T::kInt, "1", false, "data-parallel ranks"},
       {"mesh.tp", T::kInt, "1", false,
        "tensor-parallel ranks: each block's heads and MLP, and the vocabulary, split over them"},
-      {"mesh.pp", T::kInt, "1", false, "pipeline-parallel stages (1: not available yet)"},
+      {"mesh.pp", T::kInt, "1", false,
+       "pipeline-parallel ranks; training runs one so far, tessera train --dry-run plans more"},
+      {"mesh.pp_virtual", T::kInt, "1", false,
+       "pipeline stages per pipeline rank: more than 1 interleaves them (mesh.pp_schedule = "
+       "interleaved)"},
+      {"mesh.pp_schedule", T::kString, "1f1b", false,
+       "the pipeline schedule: gpipe, 1f1b, interleaved or zb-h1 (zero-bubble)"},
+      {"mesh.pp_layers", T::kString, "", false,
+       "blocks per pipeline stage, first to last, comma-separated (mesh.pp x mesh.pp_virtual of "
+       "them); empty: balanced, the first and last stages lighter"},
       {"mesh.ep", T::kInt, "1", false,
        "expert-parallel ranks, carved out of the data-parallel ones (must divide mesh.dp)"},
       {"mesh.sequence_parallel", T::kBool, "false", false,
@@ -110,6 +122,23 @@ std::vector<int64_t> step_list(const Config& config, const char* key) {
     at = end + 1;
   }
   return steps;
+}
+
+std::vector<int64_t> int_list(const Config& config, const char* key) {
+  const std::string& text = config.get_string(key);
+  std::vector<int64_t> values;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    int64_t value = 0;
+    const auto [stop, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    check(error == std::errc() && stop == item.data() + item.size(),
+          "{}: '{}' is not a whole number (the list is comma-separated, like 3,4,4,3)", key, item);
+    values.push_back(value);
+    at = end + 1;
+  }
+  return values;
 }
 
 }  // namespace
@@ -167,8 +196,20 @@ RunConfig run_config_from(const Config& config) {
   run.mesh.pp = int_at_least(config, "mesh.pp", 1);
   run.mesh.ep = int_at_least(config, "mesh.ep", 1);
   run.mesh.sequence_parallel = config.get_bool("mesh.sequence_parallel");
-  check(run.mesh.pp == 1,
-        "mesh.pp = {}: pipeline parallelism is not available yet; use mesh.pp = 1", run.mesh.pp);
+  run.mesh.pp_virtual = int_at_least(config, "mesh.pp_virtual", 1);
+  run.mesh.pp_schedule = dist::parse_pipeline_schedule(config.get_string("mesh.pp_schedule"));
+  run.mesh.pp_layers = int_list(config, "mesh.pp_layers");
+  check(
+      run.mesh.pp > 1 || run.mesh.pp_virtual == 1,
+      "mesh.pp_virtual = {} interleaves the stages of several pipeline ranks: it needs mesh.pp > 1",
+      run.mesh.pp_virtual);
+  // The split and the schedule's table are made here, so that every error they have is the
+  // config's, before any rank starts.
+  dist::stage_blocks(m, run.mesh.pp * run.mesh.pp_virtual, run.mesh.pp_layers);
+  if (run.mesh.pp > 1) {
+    dist::make_pipeline_table(run.mesh.pp_schedule, int(run.mesh.pp), int(run.mesh.pp_virtual),
+                              int(t.grad_accum));
+  }
   check(run.mesh.dp % run.mesh.ep == 0,
         "mesh.ep = {} does not divide mesh.dp = {}: expert-parallel ranks are carved out of the "
         "data-parallel ones",

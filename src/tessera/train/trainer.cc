@@ -248,6 +248,10 @@ Config sized_for_world(const Config& config) {
 // writes the resolved config into it; returns the lock (null on the other ranks).
 std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& out_dir,
                                            const Config& config) {
+  check(rc.mesh.pp == 1,
+        "mesh.pp = {}: training runs one pipeline stage so far; tessera train --dry-run --world N "
+        "plans the layout, memory and schedule of a pipelined run",
+        rc.mesh.pp);
   if (rc.train.threads > 0) set_num_threads(int(rc.train.threads));
   dist::set_timeout_seconds(rc.dist.timeout_s);
   if (dist::world().rank() != 0) {
