@@ -37,6 +37,17 @@ TEST(PipelineSchedule, OneFOneBHoldsPMinusRankMicroBatchesWhereGPipeHoldsAll) {
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(one.peak_in_flight[r], p - r) << "rank " << r;
     EXPECT_EQ(gpipe.peak_in_flight[r], m) << "rank " << r;
+    EXPECT_EQ(one.stage_peak_in_flight[r], p - r) << "stage " << r;
+  }
+  // Interleaved: each rank's stages together hold at least its peak, and none more than it.
+  const PipelineTable table = make_pipeline_table(S::kInterleaved1F1B, p, 2, m);
+  const PipelineSimulation interleaved = simulate_pipeline(table);
+  for (int r = 0; r < p; ++r) {
+    const int first = interleaved.stage_peak_in_flight[r];
+    const int second = interleaved.stage_peak_in_flight[r + p];
+    EXPECT_GE(first + second, interleaved.peak_in_flight[r]) << "rank " << r;
+    EXPECT_LE(std::max(first, second), interleaved.peak_in_flight[r]) << "rank " << r;
+    EXPECT_GE(std::min(first, second), 1) << "rank " << r;
   }
 }
 

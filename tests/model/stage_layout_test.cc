@@ -70,7 +70,7 @@ TEST(StageLayout, AStageOutsideTheModelIsAnError) {
 TEST(StageLayout, AStageKeepsItsBlocksAndInputPerMicroBatchAndTheHeadOnlyAtTheEnd) {
   const ModelConfig c = six_blocks(small_configs(8).gpt2);
   const ActivationOptions o{.max_batch = 2, .max_seq = 8, .training = true};
-  const ActivationBytes whole = activation_bytes(c, {}, o);
+  const ActivationBytes whole = activation_bytes(c, Sharding{}, o);
   const ActivationBytes middle = activation_bytes(c, {.block_begin = 1, .block_end = 3}, o);
   const ActivationBytes last = activation_bytes(c, {.block_begin = 3}, o);
   const int64_t stage_input = 4 * 2 * 8 * c.d_model;

@@ -20,7 +20,7 @@ namespace {
 
 RunConfig run_with(std::initializer_list<std::string> assignments) {
   Config config(run_config_schema());
-  for (const std::string& a :
+  for (const char* a :
        {"model.vocab_size=64", "model.n_layer=6", "model.n_head=4", "model.d_model=32",
         "model.max_seq=16", "train.seq_len=16", "train.batch_size=4"}) {
     config.set_override(a);
@@ -102,8 +102,9 @@ TEST(DryRun, MemoryIsThePlannersForTheSameLayout) {
   }
 }
 
-// A whole model on one rank: the memory model's activations are what a Transformer allocates,
-// and each further micro-batch in flight adds its blocks' saved activations and its input.
+// The memory model's activations are what a Transformer allocates: a whole model on one rank,
+// where each further micro-batch in flight adds its blocks' saved activations and its input, and
+// pipeline stages holding several.
 TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
   const RunConfig run = run_with({"train.precision=bf16"});
   const model::Transformer engine(run.model, 4, 16, true, {.precision = model::Precision::kBf16});
@@ -114,13 +115,24 @@ TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
                                                            .training = true,
                                                            .precision = model::Precision::kBf16,
                                                            .threads = omp_get_max_threads()}};
-  const dist::RankMemory one = memory.rank({{model::Sharding{}}, 1}, shape);
+  const dist::RankMemory one = memory.rank({{model::Sharding{}}, {1}}, shape);
   EXPECT_EQ(one.activations, double(engine.activation_bytes_total()));
   const double parameters = double(engine.layout().total());
   EXPECT_EQ(one.params + one.grads + one.optimizer, 16 * parameters);
-  const dist::RankMemory three = memory.rank({{model::Sharding{}}, 3}, shape);
+  const dist::RankMemory three = memory.rank({{model::Sharding{}}, {3}}, shape);
   EXPECT_EQ(three.activations - one.activations,
             2 * double(6 * engine.saved_activation_bytes_per_layer() + 4 * 4 * 16 * 32));
+  // A pipeline stage built for three micro-batches in flight allocates what the rank is counted.
+  for (const auto& [begin, end] : {std::pair{0, 2}, std::pair{2, 5}, std::pair{5, 6}}) {
+    model::ModelParallel stage;
+    stage.sharding = {.block_begin = begin, .block_end = end};
+    const model::Transformer held(
+        run.model, 4, 16, true,
+        {.precision = model::Precision::kBf16, .parallel = &stage, .in_flight = 3});
+    EXPECT_EQ(memory.rank({{stage.sharding}, {3}}, shape).activations,
+              double(held.activation_bytes_total()))
+        << begin;
+  }
 }
 
 TEST(DryRun, AMeshOrScheduleThatCannotRunIsAnError) {

@@ -22,7 +22,7 @@ struct MeshShape {
   // stage, first to last (empty: a split balanced by dist::stage_blocks).
   int64_t pp_virtual = 1;
   PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
-  std::vector<int64_t> pp_layers;
+  std::vector<int64_t> pp_layers{};
 
   int64_t ranks() const { return dp * tp * pp; }
   std::string str() const;  // "dp=2 tp=2 pp=1 ep=1"

@@ -165,9 +165,10 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
   std::vector<size_t> next(t.ranks, 0);
   std::vector<double> clock(t.ranks, 0), busy(t.ranks, 0);
   Done done(t);
-  std::vector<int> held(t.ranks, 0);
+  std::vector<int> held(t.ranks, 0), stage_held(t.stages(), 0);
   PipelineSimulation sim;
   sim.peak_in_flight.assign(t.ranks, 0);
+  sim.stage_peak_in_flight.assign(t.stages(), 0);
   for (bool moved = true; moved;) {
     moved = false;
     for (int r = 0; r < t.ranks; ++r) {
@@ -189,8 +190,11 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
         busy[r] += duration(a.kind);
         if (a.kind == Kind::kForward) {
           sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++held[r]);
+          sim.stage_peak_in_flight[a.stage] =
+              std::max(sim.stage_peak_in_flight[a.stage], ++stage_held[a.stage]);
         } else if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) {
           --held[r];
+          --stage_held[a.stage];
         }
         done.add(a);
         moved = true;

@@ -27,6 +27,8 @@ struct PipelineSimulation {
   // [rank]: the most (stage, micro-batch) pairs whose activations it holds at once (forward done,
   // weight gradient not), in virtual stages.
   std::vector<int> peak_in_flight;
+  // [stage]: the same for each (virtual) stage alone: the micro-batch slots its model needs.
+  std::vector<int> stage_peak_in_flight;
 };
 
 // Throws an error naming the rank, the action and what is wrong when the table is inconsistent

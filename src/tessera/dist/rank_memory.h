@@ -26,10 +26,15 @@ struct RankMemory {
 struct RankWork {
   // Its stages (one, or mesh.pp_virtual with interleaving): tp and ep coordinates and blocks.
   std::vector<model::Sharding> stages;
-  // The most micro-batches, over all its stages, whose activations it holds at once (the
-  // pipeline simulator's peak_in_flight; 1 without a pipeline).
-  int64_t in_flight = 1;
+  // For each stage, the most micro-batches whose activations it holds at once: the slots its
+  // model is built with (the pipeline simulator's stage_peak_in_flight; 1 without a pipeline).
+  std::vector<int64_t> in_flight;
 };
+
+// The work of pipeline rank `rank` of `ranks` under a simulated schedule: its stages (below) and
+// each one's peak of micro-batches in flight.
+RankWork rank_work(const model::Sharding& sharding, std::span<const int64_t> boundaries,
+                   int64_t ranks, int64_t rank, std::span<const int> stage_peak_in_flight);
 
 // The stages pipeline rank `rank` of `ranks` holds (stage rank + k ranks, interleaved), their
 // blocks from the split's boundaries (stage_boundaries), with the tp and ep coordinates of
@@ -54,19 +59,23 @@ class MemoryModel {
   RankMemory rank(const RankWork& work, const TrainingShape& shape);
 
  private:
-  // What a stage of this shape holds on any of its tp and ep ranks.
-  struct StageCounts {
+  // A stage of this shape on any of its tp and ep ranks, which all hold as much as the first
+  // (the slices are equal, and the vocabulary is padded so that tp divides it): tp, ep, blocks,
+  // with the embedding, with the head.
+  using StageKey = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+  struct Stage {
+    model::ModelLayout layout;
     double dense = 0, experts = 0;  // parameters ZeRO shards over dp, and over dp / ep
-    model::ActivationBytes activations;
   };
-  // tp, ep, blocks, with embedding, with head, then the activation options.
-  using StageKey =
-      std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, bool, model::Precision,
-                 model::Recompute, model::WeightFormat, bool, int, int64_t>;
-  const StageCounts& stage(const model::Sharding& sharding, const model::ActivationOptions& o);
+  using ActivationKey = std::tuple<StageKey, int64_t, int64_t, bool, model::Precision,
+                                   model::Recompute, model::WeightFormat, bool, int, int64_t>;
+  std::pair<StageKey, const Stage*> stage(const model::Sharding& sharding);
+  const model::ActivationBytes& activations(const model::Sharding& sharding,
+                                            const model::ActivationOptions& o);
 
   model::ModelConfig config_;
-  std::map<StageKey, StageCounts> stages_;
+  std::map<StageKey, Stage> stages_;
+  std::map<ActivationKey, model::ActivationBytes> activations_;
 };
 
 }  // namespace tessera::dist

@@ -65,12 +65,15 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   m.working = a.bytes() - before_working;
 
   const int64_t blocks = int64_t(layout.blocks.size());
-  m.blocks.assign(blocks, shared);
-  if (o.training) {
-    for (int64_t l = 0; l < blocks; ++l) {
+  // What each block of a micro-batch keeps for its backward: views of the shared set where it
+  // keeps nothing. With `sent_on`, the last block writes slot 0's output buffer.
+  auto saved_blocks = [&](bool sent_on) {
+    std::vector<BlockActivations> saved(blocks, shared);
+    if (!o.training) return saved;
+    for (BlockActivations& b : saved) {
       const int64_t before = a.bytes();
-      BlockActivations& b = m.blocks[l];
-      b.res_out = a.floats(R * C);
+      const bool last = &b == &saved.back();
+      b.res_out = last && sent_on ? m.blocks.back().res_out : a.floats(R * C);
       if (o.recompute != Recompute::kFull) {
         if (o.recompute == Recompute::kNone) {
           b.ln1 = norm_output(shared.ln1.f32);
@@ -80,12 +83,19 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
         b.atty = matmul_input(N * HD, shared.atty.f32);
         allocate_f32_state(b);
       }
-      m.saved_per_layer = a.bytes() - before;
+      if (!last || !sent_on) m.saved_per_layer = a.bytes() - before;
     }
-  }
-
+    return saved;
+  };
+  m.blocks = saved_blocks(false);
   m.embedded = a.floats(R * C);
   m.stage_input = 4 * R * C;
+  m.slot_blocks = {m.blocks};
+  m.slot_inputs = {m.embedded};
+  for (int64_t slot = 1; slot < o.in_flight; ++slot) {
+    m.slot_blocks.push_back(saved_blocks(!layout.has_head));
+    m.slot_inputs.push_back(a.floats(R * C));
+  }
   if (layout.has_head) {
     m.lnf = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
     m.lnf_mean = layer_norm ? a.floats(R) : nullptr;
@@ -131,7 +141,12 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
 
 ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
                                  const ActivationOptions& o) {
-  const ModelLayout layout = model_layout(c, sharding);
+  return activation_bytes(c, model_layout(c, sharding), o);
+}
+
+ActivationBytes activation_bytes(const ModelConfig& c, const ModelLayout& layout,
+                                 const ActivationOptions& o) {
+  const Sharding& sharding = layout.sharding;
   const int64_t blocks = int64_t(layout.blocks.size());
   Arena arena = Arena::counting();
   Allocator counter(arena);
@@ -151,7 +166,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, const Sharding& sharding,
     (per_layer ? b.saved_per_layer : b.working) += moe;
     if (per_layer) b.per_micro_batch += moe * blocks;
     b.working += scratch;
-    b.total += (per_layer ? moe * blocks : moe) + scratch;
+    b.total += (per_layer ? moe * blocks * o.in_flight : moe) + scratch;
   }
   return b;
 }
@@ -163,7 +178,7 @@ int64_t saved_activation_bytes_per_layer(const ModelConfig& config, int64_t toke
   o.training = true;
   o.precision = p;
   o.recompute = r;
-  return activation_bytes(config, {}, o).saved_per_layer;
+  return activation_bytes(config, Sharding{}, o).saved_per_layer;
 }
 
 }  // namespace tessera::model

@@ -23,6 +23,9 @@ struct ActivationOptions {
   // The ranks whose micro-batches a mixture of experts routes together (the data-parallel
   // ranks): a capacity factor bounds what its experts receive by their share of them.
   int64_t batch_ranks = 1;
+  // Micro-batches a pipeline stage holds between their forward and backward (its schedule's
+  // peak): each has a slot of its own input and saved activations.
+  int64_t in_flight = 1;
 };
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
@@ -43,7 +46,12 @@ class Allocator {
 // (views of one shared working set where it keeps nothing), the working space the blocks share,
 // and the embedding's, head's and loss's buffers.
 struct ModelActivations {
-  std::vector<BlockActivations> blocks;
+  std::vector<BlockActivations> blocks;  // slot 0's
+  // [in_flight]: each micro-batch slot's blocks and input, slot 0 being `blocks` and `embedded`.
+  // A stage without the head sends its last block's output on: every slot writes slot 0's. With
+  // the head, that buffer holds the head's input gradient between forward and backward.
+  std::vector<std::vector<BlockActivations>> slot_blocks;
+  std::vector<float*> slot_inputs;
   BlockWorkspace workspace;
   float* embedded = nullptr;  // [R, C]
   MatmulInput lnf;            // [R, C]
@@ -65,14 +73,17 @@ ModelActivations allocate_activations(const ModelConfig& config, const ModelLayo
 
 // The activation bytes a model (or a pipeline stage of one) built this way holds (its arena,
 // and what its MoE layers keep), as `tessera plan` counts them: the same allocation, on a
-// counting arena. A pipeline stage keeps per_micro_batch more for each further micro-batch in
-// flight: its input and its blocks' saved activations (the last block's output only where the
-// head reads it).
+// counting arena. The options' in_flight slots are counted in total; per_micro_batch is what
+// each slot past the first adds: its input and its blocks' saved activations (the last block's
+// output only where the head reads it).
 struct ActivationBytes {
   int64_t saved_per_layer = 0, working = 0, total = 0;
   int64_t per_micro_batch = 0;
 };
 ActivationBytes activation_bytes(const ModelConfig& config, const Sharding& sharding,
+                                 const ActivationOptions& options);
+// The same for a layout already built (model_layout(config, sharding)).
+ActivationBytes activation_bytes(const ModelConfig& config, const ModelLayout& layout,
                                  const ActivationOptions& options);
 
 // Bytes one block keeps between its forward and its backward over `tokens` tokens (batch x

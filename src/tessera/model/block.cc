@@ -58,6 +58,11 @@ Block::Block(const ModelSpec& spec, const ModelLayout& layout, int64_t layer,
   }
 }
 
+void Block::bind(const BlockActivations& activations, MoeLayer<float>* moe) {
+  a_ = activations;
+  moe_ = moe;
+}
+
 MoeWeights<float> Block::moe_weights(const ParamAccess& p) const {
   auto at = [&](PartId id) {
     const int64_t o = parts_[id].weight;

@@ -74,6 +74,8 @@ class Block {
 
   const BlockActivations& activations() const { return a_; }
   MoeLayer<float>* moe() const { return moe_; }
+  // Points the block at another micro-batch's saved activations (a pipeline stage's slot).
+  void bind(const BlockActivations& activations, MoeLayer<float>* moe);
 
  private:
   void recompute_selected(const ParamAccess& p, const float* x, int64_t N);

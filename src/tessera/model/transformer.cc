@@ -81,9 +81,13 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       unit_grads_(layout_.units.size(), nullptr),
       access_(std::make_unique<Access>(*this)) {
   check_runnable(config_);
-  check(layout_.has_embedding && layout_.has_head,
-        "a Transformer runs all of the model's blocks, not the pipeline stage of blocks [{}, {})",
+  const bool whole = layout_.has_embedding && layout_.has_head;
+  check(training_ || whole,
+        "a pipeline stage (blocks [{}, {})) is for training; inference runs the whole model",
         layout_.first_block, layout_.first_block + int64_t(layout_.blocks.size()));
+  check(options_.in_flight >= 1 && (training_ || options_.in_flight == 1),
+        "a model holds 1 or more micro-batches in flight, and only for training; got {}",
+        options_.in_flight);
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
@@ -123,7 +127,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                                              options_.weights,
                                              tp_.sequence_parallel(),
                                              scratch_threads_,
-                                             parallel_.batch->size()};
+                                             parallel_.batch->size(),
+                                             options_.in_flight};
   {
     Arena counting = Arena::counting();
     Allocator counter(counting);
@@ -134,29 +139,36 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   acts_ = allocate_activations(config_, layout_, activation_options, real);
   activation_bytes_ = activation_bytes(config_, parallel_.sharding, activation_options);
   if (!training_) paged_chunks_.resize(N);
+  slots_.resize(options_.in_flight);
 
+  const int64_t blocks = int64_t(layout_.blocks.size());
   if (config_.is_moe()) {
+    // One layer per block and slot when they keep their activations, else one for them all.
     const bool per_layer = training_ && options_.recompute != Recompute::kFull;
     const MoeParallel moe_parallel{parallel_.ep, parallel_.batch, parallel_.batch->size()};
     std::shared_ptr<MoeScratch<float>> scratch;
-    for (int64_t l = 0; l < (per_layer ? config_.n_layer : 1); ++l) {
+    for (int64_t l = 0; l < (per_layer ? blocks * options_.in_flight : 1); ++l) {
       moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N, moe_parallel, scratch));
       scratch = moe_.back()->scratch();
     }
-    expert_tokens_.assign(config_.n_layer, std::vector<int64_t>(config_.moe.n_experts, 0));
+    expert_tokens_.assign(blocks, std::vector<int64_t>(config_.moe.n_experts, 0));
   }
   const BlockWorkspace& ws = acts_.workspace;
-  embedding_ =
-      std::make_unique<Embedding>(layout_, tp_, parallel_.tp, ws.parallel, acts_.position_grads);
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+  if (layout_.has_embedding) {
+    embedding_ =
+        std::make_unique<Embedding>(layout_, tp_, parallel_.tp, ws.parallel, acts_.position_grads);
+  }
+  for (int64_t l = 0; l < blocks; ++l) {
     MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
     blocks_.push_back(std::make_unique<Block>(layout_.spec, layout_, l, parallel_, format_, ws,
                                               acts_.blocks[l], moe, config_.max_seq));
   }
-  const HeadBuffers head{acts_.lnf,    acts_.lnf_mean,  acts_.lnf_rstd,   acts_.logits,
-                         acts_.losses, acts_.row_stats, acts_.rank_maxima};
-  head_ = std::make_unique<Head>(layout_, tp_, parallel_.tp, format_, ws.parallel, ws.dy_low,
-                                 ws.int8_scratch, head);
+  if (layout_.has_head) {
+    const HeadBuffers head{acts_.lnf,    acts_.lnf_mean,  acts_.lnf_rstd,   acts_.logits,
+                           acts_.losses, acts_.row_stats, acts_.rank_maxima};
+    head_ = std::make_unique<Head>(layout_, tp_, parallel_.tp, format_, ws.parallel, ws.dy_low,
+                                   ws.int8_scratch, head);
+  }
 }
 
 Transformer::~Transformer() = default;
@@ -236,13 +248,27 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
 }
 
 const float* Transformer::input_of(int64_t l) const {
-  return l == 0 ? acts_.embedded : acts_.blocks[l - 1].res_out;
+  return l == 0 ? acts_.slot_inputs[slot_] : acts_.slot_blocks[slot_][l - 1].res_out;
+}
+
+void Transformer::select_slot(int64_t slot) {
+  check(slot >= 0 && slot < options_.in_flight,
+        "micro-batch slot {} of a model built for {} in flight", slot, options_.in_flight);
+  if (slot == slot_) return;
+  slot_ = slot;
+  const int64_t blocks = int64_t(blocks_.size());
+  for (int64_t l = 0; l < blocks; ++l) {
+    MoeLayer<float>* moe =
+        moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : slot * blocks + l].get();
+    blocks_[l]->bind(acts_.slot_blocks[slot][l], moe);
+  }
 }
 
 std::span<const int64_t> Transformer::expert_tokens(int64_t layer) const {
-  check(config_.is_moe() && layer >= 0 && layer < config_.n_layer,
+  const int64_t blocks = int64_t(blocks_.size());
+  check(config_.is_moe() && layer >= 0 && layer < blocks,
         "expert_tokens: layer {} of a model with {} MoE layers", layer,
-        config_.is_moe() ? config_.n_layer : 0);
+        config_.is_moe() ? blocks : 0);
   return expert_tokens_[layer];
 }
 
@@ -262,7 +288,7 @@ template <typename Body>
 void Transformer::for_each_block(Body&& body) {
   aux_loss_ = 0;
   dropped_ = 0;
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+  for (int64_t l = 0; l < int64_t(blocks_.size()); ++l) {
     acquire_block(l);
     aux_loss_ += body(l);
     release_block(l);
@@ -276,14 +302,27 @@ void Transformer::for_each_block(Body&& body) {
 
 void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
-  check_tokens(inputs, B * T);
   acquire(0);
-  embedding_->forward(*access_, inputs, acts_.embedded, B, T);
+  if (embedding_ != nullptr) {
+    check_tokens(inputs, B * T);
+    embedding_->forward(*access_, inputs, acts_.slot_inputs[slot_], B, T);
+  }
   for_each_block([&](int64_t l) { return blocks_[l]->forward(*access_, input_of(l), B, T); });
-  head_->norm(*access_, acts_.blocks.back().res_out, tp_.rows(B * T));
+  if (head_ != nullptr) head_->norm(*access_, stage_output(), tp_.rows(B * T));
+}
+
+const float* Transformer::stage_output() const { return acts_.slot_blocks[slot_].back().res_out; }
+
+float* Transformer::stage_input(int64_t slot) {
+  check(slot >= 0 && slot < options_.in_flight,
+        "micro-batch slot {} of a model built for {} in flight", slot, options_.in_flight);
+  return acts_.slot_inputs[slot];
 }
 
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  check(embedding_ != nullptr && head_ != nullptr,
+        "forward runs the whole model; a pipeline stage runs stage_forward");
+  select_slot(0);
   run_blocks(inputs, B, T);
   head_->logits(*access_, B * T);
   release(0);
@@ -294,6 +333,7 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   check(!tp_.active(), "next_token_logits runs on one rank");
+  select_slot(0);
   run_blocks(tokens, 1, T);
   head_->logits_of_rows(*access_, T - 1, 1);
   release(0);
@@ -367,23 +407,69 @@ void Transformer::zero_grad() {
 float Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
                                     int64_t T, float loss_scale) {
   check(training_, "forward_backward on a model built for inference");
+  check(embedding_ != nullptr && head_ != nullptr,
+        "forward_backward runs the whole model; a pipeline stage runs stage_forward");
+  select_slot(0);
   run_blocks(inputs, B, T);
-  head_->logits(*access_, B * T);
-  check_tokens(targets, B * T);
-  const float loss = head_->loss(targets, B * T, loss_scale / float(B * T));
-  backward(inputs, B, T, loss_scale);
+  const float loss = head_loss_and_backward(targets, B * T, loss_scale);
+  backward_blocks(inputs, B, T);
   release(0);
   return loss;
 }
 
-void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale) {
-  const int64_t N = B * T;
-  const Access& p = *access_;
+float Transformer::stage_forward(int64_t slot, const int32_t* inputs, const int32_t* targets,
+                                 int64_t B, int64_t T, float loss_scale) {
+  check(training_, "stage_forward on a model built for inference");
+  select_slot(slot);
+  slots_[slot] = {B, T, loss_scale};
+  run_blocks(inputs, B, T);
+  float loss = 0;
+  if (head_ != nullptr) {
+    loss = head_loss_and_backward(targets, B * T, loss_scale);
+    // The last block's output is spent: it keeps the head's input gradient until the backward.
+    std::memcpy(acts_.slot_blocks[slot].back().res_out, acts_.d_res,
+                sizeof(float) * stage_floats(B, T));
+  }
+  release(0);
+  return loss;
+}
+
+void Transformer::stage_backward(int64_t slot, const int32_t* inputs) {
+  check(training_, "stage_backward on a model built for inference");
+  select_slot(slot);
+  const SlotState& state = slots_[slot];
+  check(state.B > 0, "stage_backward of slot {}, which holds no forward", slot);
+  if (head_ != nullptr) {
+    std::memcpy(acts_.d_res, acts_.slot_blocks[slot].back().res_out,
+                sizeof(float) * stage_floats(state.B, state.T));
+  }
+  acquire(0);
+  loss_scale_ = state.loss_scale;
+  backward_blocks(inputs, state.B, state.T);
+  release(0);
+  slots_[slot] = {};
+}
+
+// The loss over the head's logits, its gradient fused into them, and the head's backward: its
+// gradients accumulated and d(loss)/d(head input) in d_res.
+float Transformer::head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale) {
+  head_->logits(*access_, N);
+  check_tokens(targets, N);
+  const float loss = head_->loss(targets, N, loss_scale / float(N));
   loss_scale_ = loss_scale;
   unit_grads_[0] = store_->gradients(0);
-  // The logits now hold d(loss)/d(logits).
-  head_->backward(p, acts_.blocks.back().res_out, acts_.d_res, N);
-  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+  head_->backward(*access_, stage_output(), acts_.d_res, N);
+  if (embedding_ == nullptr) {
+    store_->gradients_done(0);
+    unit_grads_[0] = nullptr;
+  }
+  return loss;
+}
+
+// From d_res = d(loss)/d(last block output): every block's backward, then the embedding's.
+void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+  const Access& p = *access_;
+  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
     acquire_block(l);
     const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
     for (int64_t u : units) {
@@ -397,6 +483,9 @@ void Transformer::backward(const int32_t* inputs, int64_t B, int64_t T, float lo
     }
     release_block(l);
   }
+  if (embedding_ == nullptr) return;
+  // Held since the head's backward when this stage has both ends.
+  if (unit_grads_[0] == nullptr) unit_grads_[0] = store_->gradients(0);
   embedding_->backward(p, acts_.d_res, inputs, B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;

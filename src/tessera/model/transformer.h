@@ -29,8 +29,12 @@ struct ModelOptions {
   Recompute recompute = Recompute::kNone;
   // Where parameters and gradients live; null keeps them all in the model, in f32.
   ParameterStore* store = nullptr;
-  // How the model is split over ranks (tensor, sequence and expert parallelism); null: one rank.
+  // How the model is split over ranks (tensor, sequence and expert parallelism, and the blocks
+  // of a pipeline stage); null: all of it on one rank.
   const ModelParallel* parallel = nullptr;
+  // Micro-batches a pipeline stage holds between their forward and backward (stage_forward's
+  // slots).
+  int64_t in_flight = 1;
 };
 
 // Keys and values of earlier tokens, one k and one v pointer per layer, each laid out as
@@ -51,7 +55,9 @@ struct DecodeChunk {
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts,
 // composed of the layers of block.h over its blocks, with the embedding, head and loss around
-// them. Split over ranks it holds its tensor- and expert-parallel slices (ModelParallel).
+// them. Split over ranks it holds its tensor- and expert-parallel slices (ModelParallel), and as
+// a pipeline stage only its range of blocks, the embedding on the first stage and the head and
+// loss on the last.
 // Parameters, gradients and every activation backward needs are allocated once, at
 // construction, for batches up to max_batch x max_seq; forward and backward never allocate.
 class Transformer {
@@ -83,6 +89,26 @@ class Transformer {
                          float loss_scale);
   // Zeroes the gradients of a model that keeps them itself.
   void zero_grad();
+
+  // A pipeline stage (or a whole model) runs a micro-batch's forward and its backward apart,
+  // with up to in_flight micro-batches between them, each in a slot of its own activations.
+  // The first stage reads tokens; the others read stage_input(slot), which the caller fills with
+  // the previous stage's output first. The last stage returns the mean cross-entropy (others 0)
+  // and takes its head's gradients, scaled by loss_scale, at once, so that no slot keeps logits.
+  float* stage_input(int64_t slot);
+  float stage_forward(int64_t slot, const int32_t* inputs, const int32_t* targets, int64_t B,
+                      int64_t T, float loss_scale);
+  // [R, C]: the last forward's output, for the next stage; overwritten by the next forward.
+  const float* stage_output() const;
+  // R x C: the floats of stage_input, stage_output and stage_gradient for a B x T micro-batch
+  // (R = this rank's rows of the residual stream).
+  int64_t stage_floats(int64_t B, int64_t T) const { return tp_.rows(B * T) * config_.d_model; }
+  // [R, C]: where the caller writes d(loss)/d(output) before a backward on a stage without the
+  // head, and where the backward of a stage without the embedding leaves d(loss)/d(input).
+  float* stage_gradient() { return acts_.d_res; }
+  // Accumulates the gradients of the micro-batch in `slot` (inputs: its tokens, on the first
+  // stage).
+  void stage_backward(int64_t slot, const int32_t* inputs);
   // [B*T, this rank's vocabulary slice] (the whole vocabulary on one rank).
   const float* logits() const { return acts_.logits; }
   // Logits of the next token after tokens[0..T), for sampling (one rank).
@@ -127,8 +153,10 @@ class Transformer {
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
+  void select_slot(int64_t slot);
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
-  void backward(const int32_t* inputs, int64_t B, int64_t T, float loss_scale);
+  float head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale);
+  void backward_blocks(const int32_t* inputs, int64_t B, int64_t T);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -156,6 +184,13 @@ class Transformer {
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
   float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
+  // What stage_forward left in each slot for its backward.
+  struct SlotState {
+    int64_t B = 0, T = 0;
+    float loss_scale = 1;
+  };
+  std::vector<SlotState> slots_;
+  int64_t slot_ = 0;                               // the slot the blocks and input_of point at
   std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
   int scratch_threads_ = 0;
 };

@@ -34,14 +34,14 @@ struct MatmulEfficiency {
 
 // What a layout's pipeline schedule (1F1B, or interleaved 1F1B with vpp > 1) costs, from the
 // simulator: its idle time as a share of the step's compute, and the most micro-batches each
-// rank holds the activations of, over all its virtual stages.
+// (virtual) stage holds the activations of.
 struct PipelineCost {
   double bubble = 0;
-  std::vector<int> peak_in_flight;  // [pipeline rank]
+  std::vector<int> stage_peak_in_flight;  // [stage]
 };
 
 PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
-  if (pp == 1) return {0, {1}};
+  if (pp == 1) return {0, std::vector<int>(vpp, 1)};
   // Once the pipeline is full, a further micro-batch adds work and no idle time, so at most 2 pp
   // micro-batches (a multiple of pp, as interleaving needs) are simulated and the idle time is
   // set against the real count: tables of thousands of micro-batches stay out of the search.
@@ -58,7 +58,7 @@ PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
   }
   const dist::PipelineSimulation& sim = it->second;
   const double idle = sim.makespan - sim.ideal;
-  return {idle / (sim.ideal / double(simulated) * double(micro_batches)), sim.peak_in_flight};
+  return {idle / (sim.ideal / double(simulated) * double(micro_batches)), sim.stage_peak_in_flight};
 }
 
 MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
@@ -207,9 +207,10 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
       dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
   const dist::TrainingShape shape = training_shape(l, w);
   for (int64_t r = 0; r < l.pp; ++r) {
-    const dist::RankWork work{dist::rank_stages({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r),
-                              pipeline.peak_in_flight[r]};
-    const dist::RankMemory m = planned.memory().rank(work, shape);
+    const dist::RankMemory m =
+        planned.memory().rank(dist::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r,
+                                              pipeline.stage_peak_in_flight),
+                              shape);
     if (m.total() > e.memory.total()) e.memory = m;
   }
   e.usable_memory = kUsableHbm * a.hbm_bytes;

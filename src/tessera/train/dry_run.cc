@@ -91,6 +91,7 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
     for (int64_t r = 0; r < mesh.pp; ++r) actions[r] = int64_t(table.actions[r].size());
   } else {
     simulation.peak_in_flight = {1};
+    simulation.stage_peak_in_flight.assign(mesh.pp_virtual, 1);
     simulation.idle_fraction = {0};
   }
 
@@ -130,14 +131,15 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
     r.rank = rank;
     r.coords = dist::mesh_coords(mesh, rank);
     const int64_t ep_rank = r.coords.dp % mesh.ep;
-    r.stages = dist::rank_stages(
-        {.tp = mesh.tp, .tp_rank = r.coords.tp, .ep = mesh.ep, .ep_rank = ep_rank}, boundaries,
-        mesh.pp, r.coords.pp);
+    const dist::RankWork work =
+        dist::rank_work({.tp = mesh.tp, .tp_rank = r.coords.tp, .ep = mesh.ep, .ep_rank = ep_rank},
+                        boundaries, mesh.pp, r.coords.pp, simulation.stage_peak_in_flight);
+    r.stages = work.stages;
     r.parameters = parameters.at({r.coords.pp, r.coords.tp, ep_rank});
     r.actions = actions[r.coords.pp];
     r.in_flight = simulation.peak_in_flight[r.coords.pp];
     r.idle_fraction = simulation.idle_fraction[r.coords.pp];
-    r.memory = memory.rank({r.stages, r.in_flight}, shape);
+    r.memory = memory.rank(work, shape);
     if (r.memory.total() > plan.ranks[plan.fullest].memory.total()) plan.fullest = rank;
   }
   return plan;

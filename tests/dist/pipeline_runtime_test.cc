@@ -1,0 +1,149 @@
+// The pipeline runtime across real ranks: with the world as the pipeline, every schedule it
+// runs (GPipe, 1F1B, interleaved 1F1B with two stages per rank) gives the losses and, summed
+// over the stages that hold them, the gradients of the whole model trained on one rank.
+#include "tessera/dist/pipeline_runtime.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/core/rng.h"
+#include "tessera/dist/launch.h"
+#include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
+#include "tests/dist/dist_testing.h"
+
+namespace tessera::dist {
+namespace {
+
+constexpr int64_t kB = 2, kT = 8;
+
+model::ModelConfig eight_blocks(model::Architecture arch) {
+  model::ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 29;
+  c.n_layer = 8;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.max_seq = kT;
+  if (arch == model::Architecture::kLlama) {
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.ffn_hidden = 24;
+    c.tie_embeddings = false;
+  }
+  return c;
+}
+
+struct Batches {
+  std::vector<std::vector<int32_t>> inputs, targets;
+  std::vector<MicroBatch> micro_batches;
+};
+
+Batches batches(const model::ModelConfig& c, int m) {
+  const CounterRng rng(11, 0);
+  Batches b;
+  b.inputs.resize(m);
+  b.targets.resize(m);
+  uint64_t at = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t k = 0; k < kB * kT; ++k) {
+      b.inputs[i].push_back(int32_t(rng.below(at++, uint64_t(c.vocab_size))));
+      b.targets[i].push_back(int32_t(rng.below(at++, uint64_t(c.vocab_size))));
+    }
+  }
+  for (int i = 0; i < m; ++i) b.micro_batches.push_back({b.inputs[i].data(), b.targets[i].data()});
+  return b;
+}
+
+TEST(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
+  Communicator& pp = world();
+  const int p = pp.size();
+  for (model::Architecture arch : {model::Architecture::kGpt2, model::Architecture::kLlama}) {
+    const model::ModelConfig c = eight_blocks(arch);
+    const int m = 2 * p;
+    const Batches data = batches(c, m);
+    const float scale = 1.0f / float(m);
+
+    model::Transformer whole(c, kB, kT, true);
+    whole.init_weights(5);
+    whole.zero_grad();
+    double whole_loss = 0;
+    for (const MicroBatch& mb : data.micro_batches) {
+      whole_loss += whole.forward_backward(mb.inputs, mb.targets, kB, kT, scale);
+    }
+    std::map<std::string, const model::ParamInfo*> by_name;
+    for (const model::ParamInfo& e : whole.layout().entries()) by_name[e.name] = &e;
+
+    std::vector<std::pair<PipelineScheduleKind, int>> schedules = {
+        {PipelineScheduleKind::kGPipe, 1}, {PipelineScheduleKind::k1F1B, 1}};
+    if (p > 1) schedules.push_back({PipelineScheduleKind::kInterleaved1F1B, 2});
+    for (const auto& [kind, v] : schedules) {
+      SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
+                               model::architecture_name(arch)));
+      const PipelineTable table = make_pipeline_table(kind, p, v, m);
+      const PipelineSimulation sim = simulate_pipeline(table);
+      const std::vector<int64_t> bounds = stage_boundaries(stage_blocks(c, int64_t(p) * v, {}));
+      std::vector<model::ModelParallel> parallel(v);
+      std::vector<std::unique_ptr<model::Transformer>> models;
+      std::vector<model::Transformer*> stages;
+      std::vector<int> slots;
+      for (int k = 0; k < v; ++k) {
+        const int s = pp.rank() + k * p;
+        parallel[k].sharding = {.block_begin = bounds[s], .block_end = bounds[s + 1]};
+        slots.push_back(sim.stage_peak_in_flight[s]);
+        models.push_back(std::make_unique<model::Transformer>(
+            c, kB, kT, true,
+            model::ModelOptions{.parallel = &parallel[k], .in_flight = slots.back()}));
+        models.back()->init_weights(5);
+        models.back()->zero_grad();
+        stages.push_back(models.back().get());
+      }
+      PipelineRuntime runtime(table, pp, stages, slots);
+      double loss = runtime.run(data.micro_batches, kB, kT, scale);
+      pp.all_reduce(&loss, 1);
+      EXPECT_NEAR(loss, whole_loss, 1e-5 * std::abs(whole_loss));
+
+      // Each stage's gradients in the whole model's places, summed over the ranks.
+      std::vector<double> grads(whole.layout().total(), 0.0);
+      for (model::Transformer* s : stages) {
+        const std::span<float> g = s->grads();
+        for (const model::ParamInfo& e : s->layout().entries()) {
+          const model::ParamInfo& w = *by_name.at(e.name);
+          for (int64_t i = 0; i < e.shape.numel(); ++i) grads[w.offset + i] += g[e.offset + i];
+        }
+      }
+      pp.all_reduce(grads.data(), int64_t(grads.size()));
+      const std::span<float> expected = whole.grads();
+      for (const model::ParamInfo& e : whole.layout().entries()) {
+        double norm = 0, diff = 0;
+        for (int64_t i = e.offset; i < e.offset + e.shape.numel(); ++i) {
+          norm += double(expected[i]) * expected[i];
+          diff += (grads[i] - expected[i]) * (grads[i] - expected[i]);
+        }
+        EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + 1e-12) << e.name;
+      }
+    }
+  }
+}
+
+TEST(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
+  Communicator& pp = world();
+  const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
+  const PipelineTable table =
+      make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, 2 * pp.size());
+  model::ModelParallel parallel;
+  const std::vector<int64_t> bounds = stage_boundaries(stage_blocks(c, pp.size(), {}));
+  parallel.sharding = {.block_begin = bounds[pp.rank()], .block_end = bounds[pp.rank() + 1]};
+  model::Transformer stage(c, kB, kT, true, {.parallel = &parallel, .in_flight = 8});
+  const std::vector<int> slots = {8};
+  testing::expect_error([&] { PipelineRuntime(table, pp, {&stage}, slots); }, {"zb-h1", "1f1b"});
+}
+
+}  // namespace
+}  // namespace tessera::dist
