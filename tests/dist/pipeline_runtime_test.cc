@@ -8,20 +8,21 @@
 
 #include <cmath>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/core/rng.h"
+#include "tessera/core/threading.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
 namespace {
 
-constexpr int64_t kB = 2, kT = 8;
+// Messages of 4 x 8 x 64 floats (8 KiB) go past Open MPI's eager limit for shared memory, so a
+// send is only complete once its receive is posted, as large activations are.
+constexpr int64_t kB = 4, kT = 8;
 
 model::ModelConfig eight_blocks(model::Architecture arch) {
   model::ModelConfig c;
@@ -29,7 +30,7 @@ model::ModelConfig eight_blocks(model::Architecture arch) {
   c.vocab_size = 29;
   c.n_layer = 8;
   c.n_head = 2;
-  c.d_model = 16;
+  c.d_model = 64;
   c.max_seq = kT;
   if (arch == model::Architecture::kLlama) {
     c.n_head = 4;
@@ -61,7 +62,20 @@ Batches batches(const model::ModelConfig& c, int m) {
   return b;
 }
 
-TEST(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
+// One thread per rank: the ranks of a test job share the machine's cores.
+class PipelineRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = num_threads();
+    set_num_threads(1);
+  }
+  void TearDown() override { set_num_threads(threads_); }
+
+ private:
+  int threads_ = 1;
+};
+
+TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
   Communicator& pp = world();
   const int p = pp.size();
   for (model::Architecture arch : {model::Architecture::kGpt2, model::Architecture::kLlama}) {
@@ -87,24 +101,14 @@ TEST(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
       SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
                                model::architecture_name(arch)));
       const PipelineTable table = make_pipeline_table(kind, p, v, m);
-      const PipelineSimulation sim = simulate_pipeline(table);
-      const std::vector<int64_t> bounds = stage_boundaries(stage_blocks(c, int64_t(p) * v, {}));
-      std::vector<model::ModelParallel> parallel(v);
-      std::vector<std::unique_ptr<model::Transformer>> models;
-      std::vector<model::Transformer*> stages;
-      std::vector<int> slots;
-      for (int k = 0; k < v; ++k) {
-        const int s = pp.rank() + k * p;
-        parallel[k].sharding = {.block_begin = bounds[s], .block_end = bounds[s + 1]};
-        slots.push_back(sim.stage_peak_in_flight[s]);
-        models.push_back(std::make_unique<model::Transformer>(
-            c, kB, kT, true,
-            model::ModelOptions{.parallel = &parallel[k], .in_flight = slots.back()}));
-        models.back()->init_weights(5);
-        models.back()->zero_grad();
-        stages.push_back(models.back().get());
+      StageModels built =
+          build_stage_models(c, table, pp.rank(), {}, kB, kT, model::Precision::kF32);
+      for (model::Transformer* s : built.stages) {
+        s->init_weights(5);
+        s->zero_grad();
       }
-      PipelineRuntime runtime(table, pp, stages, slots);
+      const std::vector<model::Transformer*>& stages = built.stages;
+      dist::PipelineRuntime runtime(table, pp, stages, built.slots);
       double loss = runtime.run(data.micro_batches, kB, kT, scale);
       pp.all_reduce(&loss, 1);
       EXPECT_NEAR(loss, whole_loss, 1e-5 * std::abs(whole_loss));
@@ -132,17 +136,14 @@ TEST(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
   }
 }
 
-TEST(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
+TEST_F(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
   Communicator& pp = world();
   const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
   const PipelineTable table =
       make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, 2 * pp.size());
-  model::ModelParallel parallel;
-  const std::vector<int64_t> bounds = stage_boundaries(stage_blocks(c, pp.size(), {}));
-  parallel.sharding = {.block_begin = bounds[pp.rank()], .block_end = bounds[pp.rank() + 1]};
-  model::Transformer stage(c, kB, kT, true, {.parallel = &parallel, .in_flight = 8});
-  const std::vector<int> slots = {8};
-  testing::expect_error([&] { PipelineRuntime(table, pp, {&stage}, slots); }, {"zb-h1", "1f1b"});
+  StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, model::Precision::kF32);
+  testing::expect_error([&] { dist::PipelineRuntime(table, pp, built.stages, built.slots); },
+                        {"zb-h1", "1f1b"});
 }
 
 }  // namespace

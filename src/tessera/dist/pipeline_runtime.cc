@@ -1,7 +1,11 @@
 #include "tessera/dist/pipeline_runtime.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "tessera/core/error.h"
 #include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
 
 namespace tessera::dist {
 
@@ -14,7 +18,32 @@ using Kind = PipelineAction::Kind;
 // direction tells them apart.
 int tag_of(int stage, bool gradient) { return 2 * stage + (gradient ? 1 : 0); }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
+
+StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
+                               int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
+                               model::Precision precision) {
+  const PipelineSimulation sim = simulate_pipeline(table);
+  const std::vector<int64_t> bounds =
+      stage_boundaries(stage_blocks(config, table.stages(), pp_layers));
+  StageModels out;
+  out.parallel.resize(table.virtual_stages);
+  for (int k = 0; k < table.virtual_stages; ++k) {
+    const int s = rank + k * table.ranks;
+    out.parallel[k].sharding = {.block_begin = bounds[s], .block_end = bounds[s + 1]};
+    out.slots.push_back(sim.stage_peak_in_flight[s]);
+    out.models.push_back(std::make_unique<model::Transformer>(
+        config, B, T, true,
+        model::ModelOptions{
+            .precision = precision, .parallel = &out.parallel[k], .in_flight = out.slots.back()}));
+    out.stages.push_back(out.models.back().get());
+  }
+  return out;
+}
 
 PipelineRuntime::PipelineRuntime(const PipelineTable& table, Communicator& pp,
                                  std::vector<model::Transformer*> stages,
@@ -65,11 +94,23 @@ int PipelineRuntime::take_slot(Local& l, int micro_batch) {
   return slot;
 }
 
-// A stage's output and gradient buffers are rewritten by its next forward, receive or backward:
-// what it sent from them must have left first.
-void PipelineRuntime::wait_sends(Local& l) {
-  if (l.activation_sent.pending()) pp_.wait(l.activation_sent);
-  if (l.gradient_sent.pending()) pp_.wait(l.gradient_sent);
+// Sends leave from copies, so that no action ever waits for one: a rank that waited for its
+// send to be received could wait for a peer that is itself waiting for this rank's next
+// message. The simulator proves every table free of deadlock with sends that never wait.
+// Buffers whose sends completed are reused; the first step sizes the pool.
+void PipelineRuntime::send(const float* data, int64_t n, int dest, int tag) {
+  size_t free = sends_.size();
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    if (!sends_[i].request.pending() || pp_.test(sends_[i].request)) {
+      free = i;
+      break;
+    }
+  }
+  if (free == sends_.size()) sends_.emplace_back();
+  Send& s = sends_[free];
+  s.buffer.resize(size_t(n));
+  std::copy_n(data, n, s.buffer.data());
+  s.request = pp_.start_send(s.buffer.data(), n, DType::f32, dest, tag);
 }
 
 double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B, int64_t T,
@@ -80,6 +121,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
   const int64_t n = locals_.front().model->stage_floats(B, T);
   const int last = table_.stages() - 1;
   double loss = 0;
+  forward_seconds_ = backward_seconds_ = 0;
   for (const PipelineAction& a : table_.actions[pp_.rank()]) {
     Local& l = local(a.stage);
     model::Transformer& m = *l.model;
@@ -90,41 +132,42 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
                  table_.rank_of(a.stage - 1), tag_of(a.stage - 1, false));
         break;
       case Kind::kForward: {
-        wait_sends(l);
+        const auto start = std::chrono::steady_clock::now();
         const float f = m.stage_forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B,
                                         T, loss_scale);
+        forward_seconds_ += seconds_since(start);
         if (a.stage == last) loss += f;
         break;
       }
       case Kind::kSendActivation:
-        l.activation_sent = pp_.start_send(m.stage_output(), n, DType::f32,
-                                           table_.rank_of(a.stage + 1), tag_of(a.stage, false));
+        send(m.stage_output(), n, table_.rank_of(a.stage + 1), tag_of(a.stage, false));
         break;
       case Kind::kRecvGradient:
-        wait_sends(l);
         pp_.recv(m.stage_gradient(), n, DType::f32, table_.rank_of(a.stage + 1),
                  tag_of(a.stage + 1, true));
         break;
       case Kind::kBackward: {
-        wait_sends(l);
         int& slot = l.slot_of[a.micro_batch];
         check(slot >= 0, "the backward of micro-batch {} on stage {} has no forward", a.micro_batch,
               a.stage);
+        const auto start = std::chrono::steady_clock::now();
         m.stage_backward(slot, batch.inputs);
+        backward_seconds_ += seconds_since(start);
         l.free_slots.push_back(slot);
         slot = -1;
         break;
       }
       case Kind::kSendGradient:
-        l.gradient_sent = pp_.start_send(m.stage_gradient(), n, DType::f32,
-                                         table_.rank_of(a.stage - 1), tag_of(a.stage, true));
+        send(m.stage_gradient(), n, table_.rank_of(a.stage - 1), tag_of(a.stage, true));
         break;
       case Kind::kBackwardInput:
       case Kind::kBackwardWeight:
         fail("pipeline action {} is not run by this runtime", to_string(a));
     }
   }
-  for (Local& l : locals_) wait_sends(l);
+  for (Send& s : sends_) {
+    if (s.request.pending()) pp_.wait(s.request);
+  }
   return loss;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,19 @@ struct MicroBatch {
   const int32_t* targets = nullptr;
 };
 
+// One pipeline rank's models for a table: its stages of the split (pp_layers, or balanced), each
+// with the slots the simulator says it holds at its peak. The models keep their own parameters
+// (no store); they are built in place and never move.
+struct StageModels {
+  std::vector<model::ModelParallel> parallel;  // [k]: the stage's blocks
+  std::vector<std::unique_ptr<model::Transformer>> models;
+  std::vector<model::Transformer*> stages;
+  std::vector<int> slots;
+};
+StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
+                               int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
+                               model::Precision precision);
+
 class PipelineRuntime {
  public:
   // `stages[k]` is this rank's model of stage pp.rank() + k * table.ranks, built with at least
@@ -34,20 +48,30 @@ class PipelineRuntime {
   // stage, 0 on the others.
   double run(std::span<const MicroBatch> micro_batches, int64_t B, int64_t T, float loss_scale);
 
+  // Seconds the last run spent in its stages' forwards and backwards, the rest of it being
+  // messages and waiting for them.
+  double forward_seconds() const { return forward_seconds_; }
+  double backward_seconds() const { return backward_seconds_; }
+
  private:
   struct Local {
     model::Transformer* model = nullptr;
     std::vector<int> free_slots;
     std::vector<int> slot_of;  // [micro-batch], -1 when it holds none
-    Request activation_sent, gradient_sent;
+  };
+  struct Send {
+    std::vector<float> buffer;
+    Request request;
   };
   Local& local(int stage);
   int take_slot(Local& l, int micro_batch);
-  void wait_sends(Local& l);
+  void send(const float* data, int64_t n, int dest, int tag);
 
   const PipelineTable& table_;
   Communicator& pp_;
   std::vector<Local> locals_;
+  std::vector<Send> sends_;  // in flight or free
+  double forward_seconds_ = 0, backward_seconds_ = 0;
 };
 
 }  // namespace tessera::dist

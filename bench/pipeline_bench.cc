@@ -1,0 +1,110 @@
+// Pipeline schedules measured against their simulation: under mpirun, every rank runs its
+// stage of a GPT for each schedule (GPipe, 1F1B, interleaved 1F1B with two stages per rank)
+// through dist::PipelineRuntime, and reports the share of each step it spent outside its
+// forwards and backwards (messages and waiting) next to the idle share the simulator predicts
+// from the same run's measured forward and backward times. bench/pipeline_idle.sh runs it.
+//   mpirun -np P pipeline_bench [--n-layer 8] [--d-model 512] [--vocab 8192] [--batch 4]
+//                               [--seq 128] [--micro-batches 8] [--steps 3] [--threads 1]
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/core/rng.h"
+#include "tessera/core/threading.h"
+#include "tessera/dist/launch.h"
+#include "tessera/dist/pipeline_runtime.h"
+#include "tessera/dist/pipeline_simulator.h"
+
+using namespace tessera;
+
+int main(int argc, char** argv) {
+  dist::Communicator& pp = dist::init_world(argc, argv);
+  std::map<std::string, int64_t> o = {{"n-layer", 8}, {"d-model", 512}, {"vocab", 8192},
+                                      {"batch", 4},   {"seq", 128},     {"micro-batches", 8},
+                                      {"steps", 3},   {"threads", 1}};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = std::string(argv[i]).substr(2);
+    if (!o.count(key)) {
+      if (pp.rank() == 0) std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 2;
+    }
+    o[key] = std::stoll(argv[i + 1]);
+  }
+  set_num_threads(int(o["threads"]));
+  model::ModelConfig c;
+  c.vocab_size = o["vocab"];
+  c.n_layer = o["n-layer"];
+  c.d_model = o["d-model"];
+  c.n_head = c.d_model / 64;
+  c.max_seq = o["seq"];
+  const int64_t B = o["batch"], T = o["seq"];
+  const int p = pp.size(), m = int(o["micro-batches"]);
+
+  const CounterRng rng(3, 0);
+  std::vector<std::vector<int32_t>> tokens(m);
+  std::vector<dist::MicroBatch> batches;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t k = 0; k < 2 * B * T; ++k) {
+      tokens[i].push_back(int32_t(rng.below(uint64_t(i * 2 * B * T + k), uint64_t(c.vocab_size))));
+    }
+    batches.push_back({tokens[i].data(), tokens[i].data() + B * T});
+  }
+
+  if (pp.rank() == 0) {
+    std::printf(
+        "%d pipeline ranks, %d thread(s) each; GPT %lld blocks, d_model %lld, vocab %lld; "
+        "%d micro-batches of %lld x %lld tokens\n",
+        p, int(o["threads"]), static_cast<long long>(c.n_layer), static_cast<long long>(c.d_model),
+        static_cast<long long>(c.vocab_size), m, static_cast<long long>(B),
+        static_cast<long long>(T));
+    std::printf("%-12s %4s %9s %9s %9s %14s %14s\n", "schedule", "rank", "step_ms", "fwd_ms",
+                "bwd_ms", "measured_idle", "simulated_idle");
+  }
+  const std::vector<std::pair<dist::PipelineScheduleKind, int>> schedules = {
+      {dist::PipelineScheduleKind::kGPipe, 1},
+      {dist::PipelineScheduleKind::k1F1B, 1},
+      {dist::PipelineScheduleKind::kInterleaved1F1B, 2}};
+  for (const auto& [kind, v] : schedules) {
+    if (p == 1 && v > 1) continue;
+    const dist::PipelineTable table = dist::make_pipeline_table(kind, p, v, m);
+    dist::StageModels built =
+        dist::build_stage_models(c, table, pp.rank(), {}, B, T, model::Precision::kF32);
+    for (model::Transformer* s : built.stages) s->init_weights(1);
+    dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
+    runtime.run(batches, B, T, 1.0f / float(m));  // warm-up
+    double step = 0, forward = 0, backward = 0;
+    for (int64_t i = 0; i < o["steps"]; ++i) {
+      pp.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      runtime.run(batches, B, T, 1.0f / float(m));
+      step += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      forward += runtime.forward_seconds();
+      backward += runtime.backward_seconds();
+    }
+    const double steps = double(o["steps"]);
+    // The simulation with this run's costs: every rank's mean forward and backward per
+    // micro-batch and stage.
+    double costs[2] = {forward / steps / (m * v), backward / steps / (m * v)};
+    pp.all_reduce(costs, 2);
+    const dist::PipelineSimulation sim =
+        dist::simulate_pipeline(table, {costs[0] / p, costs[1] / p, 0.0});
+    const double measured = 1 - (forward + backward) / step;
+    std::vector<double> rows(3 * p, 0.0);
+    rows[3 * pp.rank()] = step / steps;
+    rows[3 * pp.rank() + 1] = forward / steps;
+    rows[3 * pp.rank() + 2] = measured;
+    pp.all_reduce(rows.data(), int64_t(rows.size()));
+    if (pp.rank() == 0) {
+      for (int r = 0; r < p; ++r) {
+        std::printf("%-12s %4d %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
+                    std::string(dist::pipeline_schedule_name(kind)).c_str(), r, 1e3 * rows[3 * r],
+                    1e3 * rows[3 * r + 1],
+                    1e3 * (rows[3 * r] * (1 - rows[3 * r + 2]) - rows[3 * r + 1]),
+                    100 * rows[3 * r + 2], 100 * sim.idle_fraction[r]);
+      }
+    }
+  }
+  return 0;
+}
