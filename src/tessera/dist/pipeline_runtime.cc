@@ -6,6 +6,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/pipeline_simulator.h"
 #include "tessera/dist/pipeline_stages.h"
+#include "tessera/dist/rank_memory.h"
 
 namespace tessera::dist {
 
@@ -31,11 +32,11 @@ StageModels build_stage_models(const model::ModelConfig& config, const PipelineT
   const std::vector<int64_t> bounds =
       stage_boundaries(stage_blocks(config, table.stages(), pp_layers));
   StageModels out;
-  out.parallel.resize(table.virtual_stages);
-  for (int k = 0; k < table.virtual_stages; ++k) {
-    const int s = rank + k * table.ranks;
-    out.parallel[k].sharding = {.block_begin = bounds[s], .block_end = bounds[s + 1]};
-    out.slots.push_back(sim.stage_peak_in_flight[s]);
+  for (const model::Sharding& stage : rank_stages({}, bounds, table.ranks, rank)) {
+    out.parallel.push_back({.sharding = stage});
+  }
+  for (size_t k = 0; k < out.parallel.size(); ++k) {
+    out.slots.push_back(sim.stage_peak_in_flight[rank + int(k) * table.ranks]);
     out.models.push_back(std::make_unique<model::Transformer>(
         config, B, T, true,
         model::ModelOptions{

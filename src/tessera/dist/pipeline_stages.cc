@@ -84,17 +84,8 @@ std::vector<int64_t> stage_boundaries(std::span<const int64_t> blocks_per_stage)
 }
 
 StageExtras stage_extras(const model::ModelConfig& config) {
-  const model::ModelSpec spec = model::model_spec(config);
-  auto matmul = [](const model::Part& p) {
-    return p.kind == model::PartKind::kLinear
-               ? double(p.stack) * double(p.out) * double(p.in) * p.token_share
-               : 0.0;
-  };
-  double block = 0, head = 0;
-  for (const model::Part& p : spec.block.parts) block += matmul(p);
-  for (const model::Part& p : spec.head) head += matmul(p);
-  if (spec.tied_head) head += double(config.vocab_size) * double(config.d_model);
-  return {0.0, head / block};
+  const model::MatmulWeights w = model::matmul_weights(model::model_spec(config));
+  return {0.0, w.head / w.block};
 }
 
 std::vector<int64_t> stage_blocks(const model::ModelConfig& config, int64_t stages,

@@ -21,8 +21,8 @@ std::vector<model::Sharding> rank_stages(const model::Sharding& sharding,
 RankWork rank_work(const model::Sharding& sharding, std::span<const int64_t> boundaries,
                    int64_t ranks, int64_t rank, std::span<const int> stage_peak_in_flight) {
   RankWork work{rank_stages(sharding, boundaries, ranks, rank), {}};
-  for (int64_t s = rank; s + 1 < int64_t(boundaries.size()); s += ranks) {
-    work.in_flight.push_back(stage_peak_in_flight[s]);
+  for (size_t k = 0; k < work.stages.size(); ++k) {
+    work.in_flight.push_back(stage_peak_in_flight[rank + int64_t(k) * ranks]);
   }
   return work;
 }

@@ -55,7 +55,6 @@ class MemoryModel {
  public:
   explicit MemoryModel(const model::ModelConfig& config);
 
-  const model::ModelConfig& config() const { return config_; }
   RankMemory rank(const RankWork& work, const TrainingShape& shape);
 
  private:

@@ -126,4 +126,19 @@ ModelSpec model_spec(const ModelConfig& c) {
   return m;
 }
 
+MatmulWeights matmul_weights(const ModelSpec& spec) {
+  auto matrix = [](const Part& p) { return double(p.stack * p.out * p.in); };
+  MatmulWeights w;
+  for (const Part& p : spec.block.parts) {
+    if (p.kind == PartKind::kLinear) w.block += matrix(p) * p.token_share;
+  }
+  for (const Part& p : spec.head) {
+    if (p.kind == PartKind::kLinear) w.head += matrix(p);
+  }
+  for (const Part& p : spec.embedding) {
+    if (spec.tied_head && p.id == PartId::kTokenEmbedding) w.head += matrix(p);
+  }
+  return w;
+}
+
 }  // namespace tessera::model

@@ -104,4 +104,11 @@ struct ModelSpec {
 BlockSpec block_spec(const ModelConfig& config);
 ModelSpec model_spec(const ModelConfig& config);
 
+// The matmul weights one token passes through: in one block (routed experts by their token
+// share) and in the head (the tied embedding's matrix when the head has none of its own).
+struct MatmulWeights {
+  double block = 0, head = 0;
+};
+MatmulWeights matmul_weights(const ModelSpec& spec);
+
 }  // namespace tessera::model

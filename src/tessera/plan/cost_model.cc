@@ -69,20 +69,8 @@ MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
 }  // namespace
 
 ParameterSplit split_parameters(const model::ModelConfig& c) {
-  const model::ModelSpec spec = model::model_spec(c);
-  auto matrix = [](const model::Part& p) { return double(p.stack * p.out * p.in); };
-  ParameterSplit s;
-  for (const model::Part& p : spec.block.parts) {
-    if (p.kind == model::PartKind::kLinear) s.blocks_matmul += matrix(p) * p.token_share;
-  }
-  s.blocks_matmul *= double(spec.n_layer);
-  for (const model::Part& p : spec.head) {
-    if (p.kind == model::PartKind::kLinear) s.head_matmul += matrix(p);
-  }
-  for (const model::Part& p : spec.embedding) {
-    if (spec.tied_head && p.id == model::PartId::kTokenEmbedding) s.head_matmul += matrix(p);
-  }
-  return s;
+  const model::MatmulWeights w = model::matmul_weights(model::model_spec(c));
+  return {w.block * double(c.n_layer), w.head};
 }
 
 PlannedModel::PlannedModel(const model::ModelConfig& config)

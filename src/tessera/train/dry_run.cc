@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <set>
 #include <tuple>
 
 #include "tessera/core/error.h"
@@ -82,13 +81,10 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
   const std::vector<int64_t> boundaries =
       dist::stage_boundaries(dist::stage_blocks(config, mesh.pp * mesh.pp_virtual, mesh.pp_layers));
   dist::PipelineSimulation simulation;
-  std::vector<int64_t> actions(mesh.pp, 0);
   if (mesh.pp > 1) {
-    const dist::PipelineTable table = dist::make_pipeline_table(
-        mesh.pp_schedule, int(mesh.pp), int(mesh.pp_virtual), int(plan.micro_batches));
-    simulation = dist::simulate_pipeline(table);
+    simulation = dist::simulate_pipeline(dist::make_pipeline_table(
+        mesh.pp_schedule, int(mesh.pp), int(mesh.pp_virtual), int(plan.micro_batches)));
     plan.bubble = simulation.bubble;
-    for (int64_t r = 0; r < mesh.pp; ++r) actions[r] = int64_t(table.actions[r].size());
   } else {
     simulation.peak_in_flight = {1};
     simulation.stage_peak_in_flight.assign(mesh.pp_virtual, 1);
@@ -136,7 +132,6 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
                         boundaries, mesh.pp, r.coords.pp, simulation.stage_peak_in_flight);
     r.stages = work.stages;
     r.parameters = parameters.at({r.coords.pp, r.coords.tp, ep_rank});
-    r.actions = actions[r.coords.pp];
     r.in_flight = simulation.peak_in_flight[r.coords.pp];
     r.idle_fraction = simulation.idle_fraction[r.coords.pp];
     r.memory = memory.rank(work, shape);

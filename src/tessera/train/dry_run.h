@@ -19,7 +19,6 @@ struct DryRunRank {
   dist::MeshCoords coords;
   std::vector<model::Sharding> stages;  // its pipeline stages: blocks, tp and ep coordinates
   int64_t parameters = 0;               // elements of its stages' layouts, padding included
-  int64_t actions = 0;                  // in its schedule
   int64_t in_flight = 1;                // the most micro-batches whose activations it holds
   double idle_fraction = 0;             // of the simulated step
   dist::RankMemory memory;

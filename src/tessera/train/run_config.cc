@@ -104,14 +104,22 @@ int64_t int_at_least(const Config& config, const char* key, int64_t min) {
   return v;
 }
 
+// The comma-separated items of a list key's value ("" has none).
+std::vector<std::string> list_items(const Config& config, const char* key) {
+  const std::string& text = config.get_string(key);
+  std::vector<std::string> items;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    items.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return items;
+}
+
 // "5,9-11" -> 5, 9, 10, 11.
 std::vector<int64_t> step_list(const Config& config, const char* key) {
-  const std::string& text = config.get_string(key);
   std::vector<int64_t> steps;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
+  for (const std::string& item : list_items(config, key)) {
     int64_t first = 0, last = 0;
     char dash = 0;
     const int fields = std::sscanf(item.c_str(), "%ld%c%ld", &first, &dash, &last);
@@ -119,24 +127,18 @@ std::vector<int64_t> step_list(const Config& config, const char* key) {
     check((fields == 1 || (fields == 3 && dash == '-')) && first >= 1 && last >= first,
           "{}: '{}' is not a step or a range of steps like 9-11", key, item);
     for (int64_t s = first; s <= last; ++s) steps.push_back(s);
-    at = end + 1;
   }
   return steps;
 }
 
 std::vector<int64_t> int_list(const Config& config, const char* key) {
-  const std::string& text = config.get_string(key);
   std::vector<int64_t> values;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
+  for (const std::string& item : list_items(config, key)) {
     int64_t value = 0;
     const auto [stop, error] = std::from_chars(item.data(), item.data() + item.size(), value);
     check(error == std::errc() && stop == item.data() + item.size(),
           "{}: '{}' is not a whole number (the list is comma-separated, like 3,4,4,3)", key, item);
     values.push_back(value);
-    at = end + 1;
   }
   return values;
 }
