@@ -69,8 +69,7 @@ int main(int argc, char** argv) {
   for (const auto& [kind, v] : schedules) {
     if (p == 1 && v > 1) continue;
     const dist::PipelineTable table = dist::make_pipeline_table(kind, p, v, m);
-    dist::StageModels built =
-        dist::build_stage_models(c, table, pp.rank(), {}, B, T, model::Precision::kF32);
+    dist::StageModels built = dist::build_stage_models(c, table, pp.rank(), {}, B, T, {});
     for (model::Transformer* s : built.stages) s->init_weights(1);
     dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
     runtime.run(batches, B, T, 1.0f / float(m));  // warm-up

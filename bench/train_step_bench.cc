@@ -19,10 +19,10 @@
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/dist/launch.h"
-#include "tessera/dist/single_communicator.h"
-#include "tessera/model/transformer.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/model_parallel.h"
+#include "tessera/dist/single_communicator.h"
+#include "tessera/model/transformer.h"
 #include "tessera/train/train_state.h"
 
 using namespace tessera;
@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
       world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const nlohmann::json r = {{"bytes", probe_bytes}, {"ranks", world.size()},
-                              {"allreduce_s_mean", s / repeats}};
+    const nlohmann::json r = {
+        {"bytes", probe_bytes}, {"ranks", world.size()}, {"allreduce_s_mean", s / repeats}};
     if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
     return 0;
   }
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   tc.zero = zero;
   train::TrainState state(mc, tc, mesh, groups.parallel().sharding,
                           int64_t(bucket_mb * 1024 * 1024));
-  options.store = &state;
+  options.store = &state.store();
   options.parallel = &groups.parallel();
   model::Transformer model(mc, B, T, true, options);
   state.init(1337);

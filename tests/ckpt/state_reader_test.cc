@@ -102,7 +102,7 @@ TEST_F(StateReader, PlacedPiecesLoadOnAnyLayout) {
     std::vector<NamedTensor> tensors;
     for (auto [b, e] : {std::pair<int64_t, int64_t>{0, half}, {half, s.params.total()}}) {
       const std::string name = fmt::format("piece{}", pieces.size());
-      pieces.push_back({name, slice_name(s.sharding), b, e});
+      pieces.push_back({name, slice_name(s), b, e});
       for (StatePart part : kStateParts) {
         std::vector<float>& v = keep.emplace_back(values_of(s, canonical, part));
         tensors.push_back(

@@ -101,8 +101,7 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
       SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
                                model::architecture_name(arch)));
       const PipelineTable table = make_pipeline_table(kind, p, v, m);
-      StageModels built =
-          build_stage_models(c, table, pp.rank(), {}, kB, kT, model::Precision::kF32);
+      StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, {});
       for (model::Transformer* s : built.stages) {
         s->init_weights(5);
         s->zero_grad();
@@ -141,7 +140,7 @@ TEST_F(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
   const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
   const PipelineTable table =
       make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, 2 * pp.size());
-  StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, model::Precision::kF32);
+  StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, {});
   testing::expect_error([&] { dist::PipelineRuntime(table, pp, built.stages, built.slots); },
                         {"zb-h1", "1f1b"});
 }

@@ -1,6 +1,7 @@
 // `tessera train --dry-run` through the real CLI: Narayanan et al.'s 1T layout on 3072 ranks is
 // planned in seconds and little memory, its fullest rank holds what `tessera plan --layout`
-// reports for the same layout, and a pipelined config that cannot train yet says what to run.
+// reports for the same layout, and --world without --dry-run or a world the mesh does not fit is
+// refused.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -41,10 +42,7 @@ TEST(DryRunCli, ATrillionParametersOn3072RanksInSecondsAndThePlannersMemory) {
   EXPECT_NE(r.output.find(fullest), std::string::npos) << fullest << "\n" << r.output;
 }
 
-TEST(DryRunCli, APipelinedTrainingRunPointsAtTheDryRun) {
-  const CliResult r = run_cli("train --config " + kConfigs + "gpt-1t.toml --out " +
-                              ::testing::TempDir() + "/dry_run_cli");
-  expect_one_line_error(r, "--dry-run");
+TEST(DryRunCli, AWorldIsForTheDryRunAndMustFitTheMesh) {
   expect_one_line_error(run_cli("train --world 4"), "--world is for --dry-run");
   expect_one_line_error(run_cli("train --dry-run --world 3"), "the job has 3");
 }

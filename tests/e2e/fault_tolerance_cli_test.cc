@@ -226,6 +226,49 @@ TEST_F(FaultToleranceCli, SigtermOnOneRankCheckpointsAndTheRerunLosesNoStep) {
   EXPECT_EQ(losses_by_step(out), clean);
 }
 
+// The MPI rank of a process of the job, from the environment mpirun gave it.
+int world_rank_of(pid_t pid) {
+  const std::string environ = read_all("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = "OMPI_COMM_WORLD_RANK=";
+  const size_t at = environ.find(key);
+  return at == std::string::npos ? -1 : std::stoi(environ.substr(at + key.size()));
+}
+
+// SIGKILL of one pipeline stage's rank mid-step: the ranks before and after it wait for its
+// activations and gradients, and none may hang there. The job ends within dist.timeout_s, its
+// output naming the rank that died, and every other rank says why it stops.
+TEST_F(FaultToleranceCli, SigkillOfOnePipelineRankEndsEveryRankNamingIt) {
+  const std::string config =
+      "--set model.n_layer=4 --set mesh.pp=4 --set train.grad_accum=8 --set train.steps=100000 "
+      "--set checkpoint.every=0 --set dist.timeout_s=30";
+  const std::string out = *dir_ / "pipeline-killed", log = *dir_ / "pipeline-killed.log";
+  Background job(mpi(4, train_args("pipeline-killed", config)), log);
+  while (losses_by_step(out).size() < 3 && job.running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::vector<pid_t> ranks = training_processes(out);
+  ASSERT_EQ(ranks.size(), 4u) << read_all(log);
+  const int victim = world_rank_of(ranks[2]);
+  ASSERT_GE(victim, 0);
+  const auto killed = Clock::now();
+  ASSERT_EQ(kill(ranks[2], SIGKILL), 0);
+  const int status = job.wait(std::chrono::seconds(30));
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  const std::string output = read_all(log);
+  ASSERT_NE(status, -1) << "still running 30 s after the kill:\n" << output;
+  EXPECT_NE(status, 0) << output;
+  std::printf("pipeline rank %d killed: the job ended %.1f s later\n", victim, seconds);
+  EXPECT_NE(output.find("process rank " + std::to_string(victim)), std::string::npos) << output;
+  EXPECT_NE(output.find("signal 9"), std::string::npos) << output;
+  for (int r = 0; r < 4; ++r) {
+    if (r == victim) continue;
+    EXPECT_NE(output.find("rank " + std::to_string(r) + " of 4: "), std::string::npos)
+        << "rank " << r << " ended without a word:\n"
+        << output;
+  }
+  EXPECT_TRUE(training_processes(out).empty());
+}
+
 // A second SIGTERM exits at once and leaves the last committed checkpoint as it was. The steps
 // are made slow (about a second) so that the second signal lands while the first still waits
 // for its step boundary.

@@ -43,7 +43,7 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
   const dist::Mesh mesh(alone, {});
   train::TrainState state(config, tc, mesh, {}, int64_t{4} << 20);
   model::Transformer model(config, step.batch, step.seq, true,
-                           {.recompute = step.recompute, .store = &state});
+                           {.recompute = step.recompute, .store = &state.store()});
   state.init(1337);
   const int64_t N = step.batch * step.seq;
   CounterRng rng(42, 0);

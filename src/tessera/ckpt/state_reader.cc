@@ -48,7 +48,8 @@ nlohmann::json placement_json(const model::Placement& p) {
           {"padding_rows", p.padding_rows}};
 }
 
-std::vector<int64_t> shape_of(const JsonReader& r, const nlohmann::json& v, const std::string& path) {
+std::vector<int64_t> shape_of(const JsonReader& r, const nlohmann::json& v,
+                              const std::string& path) {
   check(v.is_array() && !v.empty() && v.size() <= size_t(Shape::kMaxRank),
         "{}: {} is not a shape of 1 to {} dimensions", r.source(), path, Shape::kMaxRank);
   std::vector<int64_t> dims;
@@ -91,15 +92,15 @@ std::map<std::string, std::shared_ptr<const std::vector<model::ParamInfo>>> pars
       p.name = r.string(r.field(e, "name", at + ".name"), at + ".name");
       p.offset = r.int64(r.field(e, "offset", at + ".offset"), at + ".offset");
       p.shape = to_shape(shape_of(r, r.field(e, "shape", at + ".shape"), at + ".shape"));
-      p.global_shape =
-          to_shape(shape_of(r, r.field(e, "global_shape", at + ".global_shape"), at + ".global_shape"));
+      p.global_shape = to_shape(
+          shape_of(r, r.field(e, "global_shape", at + ".global_shape"), at + ".global_shape"));
       const nlohmann::json& pl = r.field(e, "placement", at + ".placement");
       const nlohmann::json& rows = r.field(pl, "rows", at + ".placement.rows");
       check(rows.is_array(), "{}: {}.placement.rows is not a list", r.source(), at);
       for (size_t k = 0; k < rows.size(); ++k) {
         const std::string rp = fmt::format("{}.placement.rows[{}]", at, k);
-        check(rows[k].is_array() && rows[k].size() == 2, "{}: {} is not [begin, count]",
-              r.source(), rp);
+        check(rows[k].is_array() && rows[k].size() == 2, "{}: {} is not [begin, count]", r.source(),
+              rp);
         p.placement.rows.push_back({r.int64(rows[k][0], rp), r.int64(rows[k][1], rp)});
       }
       p.placement.col_begin = r.int64(r.field(pl, "col_begin", at + ".col_begin"), at);
@@ -157,8 +158,8 @@ std::vector<Source> zero_sources(const JsonReader& r, const nlohmann::json& zero
           "{}: zero.shards[{}] is not a [begin, end] pair", r.source(), k);
     const int64_t b = s[0], e = s[1];
     check(b == expected && e >= b && e <= parameters,
-          "{}: zero.shards[{}] = [{}, {}] does not continue the shards before it at {}",
-          r.source(), k, b, e, expected);
+          "{}: zero.shards[{}] = [{}, {}] does not continue the shards before it at {}", r.source(),
+          k, b, e, expected);
     expected = e;
     sources.push_back({shard_tensor_name(part, int(k)), params, b, e, Shape{e - b}});
   }
@@ -192,8 +193,8 @@ void copy_overlap(const model::ParamInfo& t, const model::ParamInfo& sp, const S
   for (const model::Placement::Rows& tr : tp.rows) {
     int64_t s_row = 0;
     for (const model::Placement::Rows& sr : pp.rows) {
-      const int64_t g0 = std::max(tr.begin, sr.begin), g1 = std::min(tr.begin + tr.count,
-                                                                       sr.begin + sr.count);
+      const int64_t g0 = std::max(tr.begin, sr.begin),
+                    g1 = std::min(tr.begin + tr.count, sr.begin + sr.count);
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t ti = t_row + (g - tr.begin), si = s_row + (g - sr.begin);
         // The column run [c0, c1) of this row in both layouts, cut to both ranges.
@@ -229,8 +230,12 @@ std::string placed_tensor_name(const std::string& piece, StatePart part) {
   return piece + "." + part_name(part);
 }
 
-std::string slice_name(const model::Sharding& s) {
-  return fmt::format("tp{}.ep{}", s.tp_rank, s.ep_rank);
+std::string slice_name(const model::ModelLayout& slice) {
+  const model::Sharding& s = slice.sharding;
+  std::string name = fmt::format("tp{}.ep{}", s.tp_rank, s.ep_rank);
+  if (slice.has_embedding && slice.has_head) return name;
+  return fmt::format("{}.blocks{}-{}", name, slice.first_block,
+                     slice.first_block + int64_t(slice.blocks.size()));
 }
 
 nlohmann::json placed_metadata(const std::vector<const model::ModelLayout*>& slices,
@@ -248,7 +253,7 @@ nlohmann::json placed_metadata(const std::vector<const model::ModelLayout*>& sli
                       {"global_shape", global},
                       {"placement", placement_json(p.placement)}});
     }
-    all[slice_name(layout->sharding)] = list;
+    all[slice_name(*layout)] = list;
   }
   nlohmann::json listed = nlohmann::json::array();
   for (const PlacedPiece& p : pieces) {

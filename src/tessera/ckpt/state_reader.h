@@ -29,21 +29,21 @@ std::string state_part_prefix(StatePart part);
 std::string shard_tensor_name(StatePart part, int rank);
 
 // A placed checkpoint: each writing rank saves flat ranges of its own layout (a slice of the
-// model: its tensor- and expert-parallel coordinates), one tensor "<piece>.<part>" per part. The
-// manifest's metadata "placed" lists every slice's parameters (each with its local offset and
-// shape, global shape and placement in the whole tensor) and every piece (its slice and range),
-// so the checkpoint loads on any layout without knowing the one that wrote it.
+// model: its tensor- and expert-parallel coordinates and its pipeline stage's blocks), one tensor
+// "<piece>.<part>" per part. The manifest's metadata "placed" lists every slice's parameters (each
+// with its local offset and shape, global shape and placement in the whole tensor) and every piece
+// (its slice and range), so the checkpoint loads on any layout without knowing the one that wrote
+// it.
 struct PlacedPiece {
   std::string name;  // tensors are "<name>.params", "<name>.adamw.m", "<name>.adamw.v"
   std::string slice;
   int64_t begin = 0, end = 0;
 };
 std::string placed_tensor_name(const std::string& piece, StatePart part);
-// "tp<t>.ep<e>": the slice of a rank's layout.
-std::string slice_name(const model::Sharding& sharding);
+// "tp<t>.ep<e>" for a slice of every block, "tp<t>.ep<e>.blocks<b>-<e>" for a pipeline stage's.
+std::string slice_name(const model::ModelLayout& slice);
 nlohmann::json placed_metadata(const std::vector<const model::ModelLayout*>& slices,
-                               const std::vector<PlacedPiece>& pieces,
-                               const nlohmann::json& mesh);
+                               const std::vector<PlacedPiece>& pieces, const nlohmann::json& mesh);
 
 // The step directory a user names as a run directory (its latest committed step), its
 // checkpoints/ folder or one step directory.

@@ -27,20 +27,29 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
                                int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
-                               model::Precision precision) {
+                               const model::ModelOptions& options,
+                               std::span<model::ParameterStore* const> stores) {
   const PipelineSimulation sim = simulate_pipeline(table);
   const std::vector<int64_t> bounds =
       stage_boundaries(stage_blocks(config, table.stages(), pp_layers));
+  const model::ModelParallel base =
+      options.parallel != nullptr ? *options.parallel : model::ModelParallel{};
   StageModels out;
-  for (const model::Sharding& stage : rank_stages({}, bounds, table.ranks, rank)) {
-    out.parallel.push_back({.sharding = stage});
+  for (const model::Sharding& stage : rank_stages(base.sharding, bounds, table.ranks, rank)) {
+    model::ModelParallel p = base;
+    p.sharding = stage;
+    out.parallel.push_back(p);
   }
+  check(stores.empty() || stores.size() == out.parallel.size(),
+        "pipeline rank {} has {} stages but {} parameter stores", rank, out.parallel.size(),
+        stores.size());
   for (size_t k = 0; k < out.parallel.size(); ++k) {
     out.slots.push_back(sim.stage_peak_in_flight[rank + int(k) * table.ranks]);
-    out.models.push_back(std::make_unique<model::Transformer>(
-        config, B, T, true,
-        model::ModelOptions{
-            .precision = precision, .parallel = &out.parallel[k], .in_flight = out.slots.back()}));
+    model::ModelOptions o = options;
+    o.parallel = &out.parallel[k];
+    o.in_flight = out.slots.back();
+    o.store = stores.empty() ? nullptr : stores[k];
+    out.models.push_back(std::make_unique<model::Transformer>(config, B, T, true, o));
     out.stages.push_back(out.models.back().get());
   }
   return out;
@@ -122,7 +131,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
   const int64_t n = locals_.front().model->stage_floats(B, T);
   const int last = table_.stages() - 1;
   double loss = 0;
-  forward_seconds_ = backward_seconds_ = 0;
+  forward_seconds_ = backward_seconds_ = aux_loss_ = 0;
   for (const PipelineAction& a : table_.actions[pp_.rank()]) {
     Local& l = local(a.stage);
     model::Transformer& m = *l.model;
@@ -138,6 +147,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
                                         T, loss_scale);
         forward_seconds_ += seconds_since(start);
         if (a.stage == last) loss += f;
+        aux_loss_ += m.aux_loss();
         break;
       }
       case Kind::kSendActivation:
@@ -168,6 +178,27 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
   }
   for (Send& s : sends_) {
     if (s.request.pending()) pp_.wait(s.request);
+  }
+  return loss;
+}
+
+// The stages in order: each receives its input from the rank of the one before, whose send waits
+// only for that receive, so the chain cannot deadlock.
+double PipelineRuntime::evaluate(const MicroBatch& batch, int64_t B, int64_t T) {
+  const int64_t n = locals_.front().model->stage_floats(B, T);
+  const int last = table_.stages() - 1;
+  double loss = 0;
+  for (int s = pp_.rank(); s <= last; s += table_.ranks) {
+    model::Transformer& m = *local(s).model;
+    if (s > 0) {
+      pp_.recv(m.stage_input(0), n, DType::f32, table_.rank_of(s - 1), tag_of(s - 1, false));
+    }
+    const float f = m.forward(batch.inputs, batch.targets, B, T);
+    if (s == last) {
+      loss = f;
+    } else {
+      pp_.send(m.stage_output(), n, DType::f32, table_.rank_of(s + 1), tag_of(s, false));
+    }
   }
   return loss;
 }

@@ -21,9 +21,11 @@ struct MicroBatch {
   const int32_t* targets = nullptr;
 };
 
-// One pipeline rank's models for a table: its stages of the split (pp_layers, or balanced), each
-// with the slots the simulator says it holds at its peak. The models keep their own parameters
-// (no store); they are built in place and never move.
+// One pipeline rank's models for a table: one for each of its stages of the split (pp_layers, or
+// balanced), built with `options` (precision, recomputation, and the parallel groups, whose
+// sharding gives the tp and ep coordinates) and the slots the simulator says the stage holds at
+// its peak. stores[k], when given, keeps stage k's parameters; otherwise the models keep their
+// own. The models are built in place and never move.
 struct StageModels {
   std::vector<model::ModelParallel> parallel;  // [k]: the stage's blocks
   std::vector<std::unique_ptr<model::Transformer>> models;
@@ -32,7 +34,8 @@ struct StageModels {
 };
 StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
                                int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
-                               model::Precision precision);
+                               const model::ModelOptions& options,
+                               std::span<model::ParameterStore* const> stores = {});
 
 class PipelineRuntime {
  public:
@@ -47,6 +50,12 @@ class PipelineRuntime {
   // gradients scaled by loss_scale; returns the sum of their losses on the rank of the last
   // stage, 0 on the others.
   double run(std::span<const MicroBatch> micro_batches, int64_t B, int64_t T, float loss_scale);
+  // The MoE auxiliary losses of the last run's forwards on this rank, summed.
+  double aux_loss() const { return aux_loss_; }
+
+  // One micro-batch through every stage, forward only (held-out loss): returns its mean
+  // cross-entropy on the rank of the last stage, 0 on the others.
+  double evaluate(const MicroBatch& batch, int64_t B, int64_t T);
 
   // Seconds the last run spent in its stages' forwards and backwards, the rest of it being
   // messages and waiting for them.
@@ -71,7 +80,7 @@ class PipelineRuntime {
   Communicator& pp_;
   std::vector<Local> locals_;
   std::vector<Send> sends_;  // in flight or free
-  double forward_seconds_ = 0, backward_seconds_ = 0;
+  double forward_seconds_ = 0, backward_seconds_ = 0, aux_loss_ = 0;
 };
 
 }  // namespace tessera::dist

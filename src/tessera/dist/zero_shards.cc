@@ -65,7 +65,8 @@ ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int
   for (int64_t u = first_unit_; u < end_unit_; ++u) {
     const model::ParameterUnit& x = layout_.units[u];
     if (u != 0) other_unit = std::max(other_unit, x.size());
-    reduced = std::max(reduced, std::max<int64_t>(0, std::min(x.end, hi_) - std::max(x.begin, lo_)));
+    reduced =
+        std::max(reduced, std::max<int64_t>(0, std::min(x.end, hi_) - std::max(x.begin, lo_)));
   }
   const int64_t slot_size[2] = {first_unit_ == 0 ? layout_.units[0].size() : 0, other_unit};
   for (int s = 0; s < 2; ++s) {
@@ -175,6 +176,17 @@ void ZeroShards::gradients_done(int64_t u) {
 }
 
 double ZeroShards::reduce_gradients() { return sync_ ? sync_->finish() : 0.0; }
+
+void ZeroShards::all_reduce_gradients(int64_t flat, int64_t n, Communicator& group) {
+  check(stage_ < 2 && flat >= begin_ && flat + n <= end_,
+        "gradients [{}, {}) are not all kept here (ZeRO stage {}, range [{}, {}))", flat, flat + n,
+        stage_, begin_, end_);
+  if (low_grads_) {
+    group.all_reduce(grads_low_.data() + (flat - grads_base_), n, DType::bf16);
+  } else {
+    group.all_reduce(grads_f32_.data() + (flat - grads_base_), n, DType::f32);
+  }
+}
 
 const float* ZeroShards::gradient_chunk(int64_t flat, int64_t n) {
   if (!low_grads_) return grads_f32_.data() + (flat - grads_base_);

@@ -69,6 +69,9 @@ class ZeroShards final : public model::ParameterStore {
   void zero_grad();
   // Completes the gradient reduction and returns the seconds spent waiting for it.
   double reduce_gradients();
+  // Sums the gradients of [flat, flat + n) over `group` in place (a tied embedding's over the
+  // stages that hold it); stages 0 and 1 only, which keep every gradient.
+  void all_reduce_gradients(int64_t flat, int64_t n, Communicator& group);
 
   ShardBytes memory() const;
 

@@ -80,7 +80,9 @@ class Transformer {
   void init_weights(uint64_t seed);
 
   // Runs the model over inputs[B,T]. With targets, returns the mean cross-entropy; without,
-  // returns 0 and leaves the logits readable.
+  // returns 0 and leaves the logits readable. A pipeline stage runs its part in slot 0: the
+  // first reads the tokens, the others stage_input(0); all but the last return 0 and leave their
+  // output in stage_output().
   float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
   // One training micro-step: returns the mean cross-entropy and accumulates
   // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into the gradients. The

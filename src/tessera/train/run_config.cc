@@ -61,7 +61,8 @@ std::vector<ConfigKey> run_config_schema() {
       {"mesh.tp", T::kInt, "1", false,
        "tensor-parallel ranks: each block's heads and MLP, and the vocabulary, split over them"},
       {"mesh.pp", T::kInt, "1", false,
-       "pipeline-parallel ranks; training runs one so far, tessera train --dry-run plans more"},
+       "pipeline-parallel ranks, each running its stages of the blocks (mesh.pp_layers) by "
+       "mesh.pp_schedule; tessera train --dry-run plans a layout without the ranks"},
       {"mesh.pp_virtual", T::kInt, "1", false,
        "pipeline stages per pipeline rank: more than 1 interleaves them (mesh.pp_schedule = "
        "interleaved)"},

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "tessera/core/tensor.h"
@@ -25,17 +26,24 @@ struct MemoryReport {
   int64_t model_state() const { return params + grads + optimizer; }
 };
 
-// This rank's training state: its slice of the model's parameters (tensor- and expert-parallel),
-// sharded by ZeRO over the ranks that replicate it (the dense parts over dp, a mixture's expert
-// stacks over the dp / ep ranks that hold the same experts), with AdamW over what it owns. It
-// serves the model as its parameter store.
-class TrainState final : public model::ParameterStore {
+// This rank's training state: its pipeline stages (one without a pipeline, several when
+// interleaved), each its slice of the model's parameters (tensor- and expert-parallel), sharded
+// by ZeRO over the ranks that replicate it (the dense parts over dp, a mixture's expert stacks
+// over the dp / ep ranks that hold the same experts), with AdamW over what it owns. Each stage
+// serves its model as its parameter store. A tied embedding on several stages is held by the
+// first stage and, as its own copy, by the last; their gradients are summed into both.
+class TrainState {
  public:
+  // `boundaries`: the first block of each pipeline stage and, last, n_layer (stage_boundaries);
+  // empty: one stage of every block. The stages of this rank are those of its pp coordinate.
   TrainState(const model::ModelConfig& config, const TrainConfig& train, const dist::Mesh& mesh,
-             const model::Sharding& sharding, int64_t bucket_bytes);
+             const model::Sharding& sharding, int64_t bucket_bytes,
+             std::span<const int64_t> boundaries = {});
 
-  const model::ModelLayout& layout() const { return layout_; }
-  int stage() const { return stage_; }
+  int stages() const { return int(stages_.size()); }
+  const model::ModelLayout& layout(int k = 0) const { return stages_.at(k)->layout; }
+  model::ParameterStore& store(int k = 0) { return *stages_.at(k); }
+  int zero_stage() const { return zero_; }
   int64_t bucket_count() const;
 
   void init(uint64_t seed);
@@ -46,10 +54,12 @@ class TrainState final : public model::ParameterStore {
   std::vector<NamedTensor> checkpoint_tensors();
   nlohmann::json checkpoint_layout() const;
 
-  // Called before each micro-step: stages 0 and 1 reduce gradients only on a step's last one.
+  // Called before each micro-step: ZeRO stages 0 and 1 reduce gradients only on a step's last
+  // one (a pipeline passes false for all of them: its gradients are reduced after the schedule).
   void begin_micro_step(bool last);
   void zero_grad();
-  // Completes the gradient reduction and returns the seconds spent waiting for it.
+  // Completes the gradient reduction (and sums a tied embedding's gradients over the first and
+  // last stage) and returns the seconds spent waiting for it.
   double reduce_gradients();
   // Over the whole model, on every rank.
   bool gradients_finite();
@@ -57,15 +67,10 @@ class TrainState final : public model::ParameterStore {
   // AdamW on the owned ranges with gradients times grad_multiplier, then the parameters are made
   // current on every rank that holds them.
   void update(double lr, float grad_multiplier);
-  int64_t steps_taken() const { return groups_.front().adam->steps_taken(); }
+  int64_t steps_taken() const { return stages_.front()->groups.front().adam->steps_taken(); }
   void set_steps_taken(int64_t n);
 
   MemoryReport memory() const;
-
-  Weights acquire(int64_t unit) override { return group_of(unit).shards->acquire(unit); }
-  void release(int64_t unit) override { group_of(unit).shards->release(unit); }
-  float* gradients(int64_t unit) override { return group_of(unit).shards->gradients(unit); }
-  void gradients_done(int64_t unit) override { group_of(unit).shards->gradients_done(unit); }
 
  private:
   // Parameters replicated over the same ranks: the dense parts, or the expert stacks.
@@ -76,20 +81,33 @@ class TrainState final : public model::ParameterStore {
     dist::Communicator* across = nullptr;  // ranks holding other slices of the group (ep)
     bool writes = false;                   // this rank saves its owned range
   };
-  // A flat range whose values this many tensor-parallel ranks hold.
+  // A flat range whose values this many ranks hold (tensor-parallel copies, a tied embedding).
   struct Copies {
     int64_t begin, end, copies;
   };
-  Group& group_of(int64_t unit);
-  double owned_square_sum(Group& g);
+  struct Stage final : model::ParameterStore {
+    int index = 0;  // of the pipeline's stages
+    model::ModelLayout layout;
+    std::vector<Group> groups;
+    std::vector<Copies> copies;
+    std::optional<model::ParamInfo> tied;  // the embedding whose gradients another stage shares
+
+    Group& group_of(int64_t unit);
+    Weights acquire(int64_t unit) override { return group_of(unit).shards->acquire(unit); }
+    void release(int64_t unit) override { group_of(unit).shards->release(unit); }
+    float* gradients(int64_t unit) override { return group_of(unit).shards->gradients(unit); }
+    void gradients_done(int64_t unit) override { group_of(unit).shards->gradients_done(unit); }
+  };
+  double owned_square_sum(const Stage& s, Group& g);
+  std::string piece_name(int rank, int stage, const std::string& group) const;
 
   model::ModelConfig config_;
   const dist::Mesh& mesh_;
-  int stage_;
-  model::ModelLayout layout_;
-  std::vector<Group> groups_;
-  std::vector<Copies> copies_;  // the flat ranges held by more than one tp rank
-  std::vector<float> scaled_;   // a gradient chunk times the update's multiplier
+  int zero_;
+  std::vector<int64_t> boundaries_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::unique_ptr<dist::Communicator> tied_;  // the first and last pipeline ranks
+  std::vector<float> scaled_;                 // a gradient chunk times the update's multiplier
 };
 
 }  // namespace tessera::train

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,6 +19,9 @@
 #include "tessera/dist/launch.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/model_parallel.h"
+#include "tessera/dist/pipeline_runtime.h"
+#include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
 #include "tessera/dist/zero_memory.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -48,9 +52,10 @@ std::string format_duration(double seconds) {
 }
 
 // Held-out loss over fixed batches of the global batch size; each data-parallel rank evaluates
-// its share of every batch.
+// its share of every batch with `loss_of` (its mean loss, on every rank of the replica).
 class Evaluator {
  public:
+  using BatchLoss = std::function<double(const int32_t* inputs, const int32_t* targets, int64_t B)>;
   Evaluator(const data::TokenStream& val, const TrainConfig& c, dist::Communicator& dp)
       : val_(val),
         config_(c),
@@ -58,14 +63,14 @@ class Evaluator {
         inputs_(c.batch_size * c.seq_len),
         targets_(inputs_.size()) {}
 
-  double mean_loss(model::Transformer& model) {
+  double mean_loss(const BatchLoss& loss_of) {
     const int64_t local = config_.batch_size / dp_.size(), first = dp_.rank() * local;
     double sum = 0;
     for (int64_t i = 0; i < config_.eval_batches; ++i) {
       data::fill_eval_batch(val_, config_.batch_size, config_.seq_len, i, config_.eval_batches,
                             inputs_.data(), targets_.data());
       const int64_t at = first * config_.seq_len;
-      sum += model.forward(inputs_.data() + at, targets_.data() + at, local, config_.seq_len);
+      sum += loss_of(inputs_.data() + at, targets_.data() + at, local);
     }
     dp_.all_reduce(&sum, 1);
     return sum / double(config_.eval_batches * dp_.size());
@@ -105,39 +110,48 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
       model.working_activation_bytes() / mib);
 }
 
-// Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its stage: the
-// dense parameters over the data-parallel ranks, a mixture's expert stacks over the ranks that
-// hold the same experts.
-void log_memory(const TrainState& state, const model::Transformer& model, const dist::Mesh& mesh,
+// Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its pipeline
+// stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
+// ranks that hold the same experts.
+void log_memory(const TrainState& state, const dist::StageModels& models, const dist::Mesh& mesh,
                 const TrainConfig& tc) {
-  constexpr int kFields = 5;
+  constexpr int kFields = 7;
   dist::Communicator& world = mesh.world();
+  const dist::MeshShape& shape = mesh.shape();
   const MemoryReport m = state.memory();
+  double activations = 0, dense = 0, experts = 0;
+  for (const model::Transformer* stage : models.stages) {
+    activations += double(stage->activation_bytes_total());
+  }
+  for (int k = 0; k < state.stages(); ++k) {
+    const model::ModelLayout& layout = state.layout(k);
+    dense += double(layout.experts_begin);
+    experts += double(layout.params.total() - layout.experts_begin);
+  }
   std::vector<double> all(size_t(kFields * world.size()), 0.0);
-  const double mine[kFields] = {double(m.params), double(m.grads), double(m.optimizer),
-                                double(model.activation_bytes_total()), double(m.working)};
+  const double mine[kFields] = {double(m.params), double(m.grads),   double(m.optimizer),
+                                activations,      double(m.working), dense,
+                                experts};
   std::copy(mine, mine + kFields, all.begin() + kFields * world.rank());
   world.all_reduce(all.data(), int64_t(all.size()));
-  const model::ModelLayout& layout = state.layout();
-  const dist::MeshShape& shape = mesh.shape();
-  const int64_t dense = layout.experts_begin, experts = layout.params.total() - dense;
-  const double formula =
-      dist::zero_model_state(int(tc.zero), tc.precision, double(dense), shape.dp).total() +
-      dist::zero_model_state(int(tc.zero), tc.precision, double(experts), shape.dp / shape.ep)
-          .total();
   const double mib = 1024.0 * 1024.0;
   for (int r = 0; r < world.size(); ++r) {
     const double* v = all.data() + kFields * r;
+    const double formula =
+        dist::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
+        dist::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total();
     const double model_state = v[0] + v[1] + v[2];
     const std::string expert_share =
-        experts > 0
-            ? fmt::format(" and {} expert parameters over {} ranks", experts, shape.dp / shape.ep)
+        v[6] > 0
+            ? fmt::format(" and {:.0f} expert parameters over {} ranks", v[6], shape.dp / shape.ep)
             : std::string();
+    const std::string stage =
+        shape.pp > 1 ? fmt::format(" (pipeline rank {})", mesh.coords_of(r).pp) : std::string();
     spdlog::info(
-        "memory rank {}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({} {} "
+        "memory rank {}{}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({:.0f} {} "
         "parameters over {} ranks{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
         "B, activations {:.0f} B ({:.2f} MiB in all), working buffers {:.2f} MiB",
-        r, model_state, model_state / formula, tc.zero, formula, dense,
+        r, stage, model_state, model_state / formula, tc.zero, formula, v[5],
         model::precision_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
         (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
@@ -169,6 +183,27 @@ void log_parallelism(const RunConfig& rc, const TrainState& state, const dist::M
   }
 }
 
+void log_pipeline(const RunConfig& rc, const dist::PipelineTable& table, const TrainState& state) {
+  const dist::MeshShape& mesh = rc.mesh;
+  if (mesh.pp == 1) return;
+  const dist::PipelineSimulation sim = dist::simulate_pipeline(table);
+  std::string blocks;
+  for (const int64_t n : dist::stage_blocks(rc.model, table.stages(), mesh.pp_layers)) {
+    blocks += fmt::format("{}{}", blocks.empty() ? "" : ",", n);
+  }
+  std::string mine;
+  for (int k = 0; k < state.stages(); ++k) {
+    const model::ModelLayout& l = state.layout(k);
+    mine += fmt::format("{}blocks {}-{}", k == 0 ? "" : ", ", l.first_block,
+                        l.first_block + int64_t(l.blocks.size()) - 1);
+  }
+  spdlog::info(
+      "pipeline: {} ranks, {} schedule, {} stage(s) per rank, {} micro-batches (train.grad_accum), "
+      "blocks per stage {}, simulated bubble {:.1f}% | this rank: {}",
+      mesh.pp, dist::pipeline_schedule_name(table.kind), table.virtual_stages, table.micro_batches,
+      blocks, 100 * sim.bubble, mine);
+}
+
 // One call of train(): what it builds, in order, and the loop over steps.
 class Run {
  public:
@@ -179,6 +214,8 @@ class Run {
   struct StepResult {
     double loss = 0, aux_loss = 0, grad_norm = 0, data_wait = 0, comm_wait = 0;
     double loss_scale = 1;
+    std::vector<std::vector<int64_t>> expert_tokens;  // MoE: [layer][expert] of the last forward
+    int64_t dropped = 0;
     bool f16_skipped = false;  // the loss scaler skipped it: not the guard's concern
     DivergenceGuard::Verdict verdict = DivergenceGuard::Verdict::kApply;
   };
@@ -189,6 +226,11 @@ class Run {
   // its manifest.
   ckpt::Manifest restore(const fs::path& step_dir);
   StepResult run_step(int64_t step, double lr);
+  // A step's micro-batches through the model (through the pipeline's schedule when there is
+  // one): their summed cross-entropy and MoE auxiliary loss on every rank of the replica.
+  std::pair<double, double> forward_backward(StepResult& r, float loss_scale);
+  void moe_statistics(StepResult& r);
+  double batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B);
   int64_t roll_back(int64_t done, const std::string& reason);
   nlohmann::json checkpoint_metadata() const;
   void save(int64_t step);
@@ -212,7 +254,11 @@ class Run {
   data::Dataset dataset_;
   dist::ModelGroups groups_;
   TrainState state_;
-  model::Transformer model_;
+  const dist::PipelineTable table_;  // one rank's plain sequence of micro-batches without pp
+  dist::StageModels models_;         // this rank's stages
+  std::optional<dist::PipelineRuntime> pipeline_;
+  std::vector<int32_t> micro_tokens_;  // a pipelined step's inputs and targets
+  std::vector<dist::MicroBatch> micro_batches_;
   const fs::path ckpt_dir_;
   Checkpointer checkpointer_;
   DivergenceGuard guard_;
@@ -234,6 +280,23 @@ data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, dist::Comm
   return d;
 }
 
+std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
+  return dist::stage_boundaries(
+      dist::stage_blocks(rc.model, rc.mesh.pp * rc.mesh.pp_virtual, rc.mesh.pp_layers));
+}
+
+dist::PipelineTable pipeline_table(const RunConfig& rc) {
+  const dist::MeshShape& m = rc.mesh;
+  return dist::make_pipeline_table(m.pp > 1 ? m.pp_schedule : dist::PipelineScheduleKind::k1F1B,
+                                   int(m.pp), int(m.pp_virtual), int(rc.train.grad_accum));
+}
+
+std::vector<model::ParameterStore*> stage_stores(TrainState& state) {
+  std::vector<model::ParameterStore*> stores;
+  for (int k = 0; k < state.stages(); ++k) stores.push_back(&state.store(k));
+  return stores;
+}
+
 Config sized_for_world(const Config& config) {
   const int ranks = dist::world().size();
   Config sized = elastic_config(config, ranks);
@@ -248,10 +311,17 @@ Config sized_for_world(const Config& config) {
 // writes the resolved config into it; returns the lock (null on the other ranks).
 std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& out_dir,
                                            const Config& config) {
-  check(rc.mesh.pp == 1,
-        "mesh.pp = {}: training runs one pipeline stage so far; tessera train --dry-run --world N "
-        "plans the layout, memory and schedule of a pipelined run",
-        rc.mesh.pp);
+  check(rc.mesh.pp == 1 || rc.train.zero <= 1,
+        "mesh.pp = {} with train.zero = {}: a pipeline combines with ZeRO-0 or ZeRO-1 only. ZeRO-2 "
+        "would reduce-scatter the gradients after every micro-batch's backward on every stage, "
+        "and ZeRO-3 gather each stage's parameters for every micro-batch, multiplying the "
+        "data-parallel traffic by the micro-batches (Megatron-LM and torchtitan pair pipelines "
+        "with ZeRO-1 at most)",
+        rc.mesh.pp, rc.train.zero);
+  check(rc.mesh.pp == 1 || rc.mesh.pp_schedule != dist::PipelineScheduleKind::kZeroBubbleH1,
+        "mesh.pp_schedule = zb-h1 splits each backward into its input and weight gradients, which "
+        "the stage models do not yet run apart; choose gpipe, 1f1b or interleaved (tessera train "
+        "--dry-run plans a zb-h1 layout)");
   if (rc.train.threads > 0) set_num_threads(int(rc.train.threads));
   dist::set_timeout_seconds(rc.dist.timeout_s);
   if (dist::world().rank() != 0) {
@@ -282,12 +352,12 @@ Run::Run(const Config& config, const fs::path& out_dir)
       dataset_(open_data(rc_, out_dir, world_)),
       groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
       state_(rc_.model, tc_, mesh_, groups_.parallel().sharding,
-             int64_t(rc_.dist.bucket_mb * 1024 * 1024)),
-      model_(rc_.model, local_batch_, tc_.seq_len, /*training=*/true,
-             {.precision = tc_.precision,
-              .recompute = tc_.recompute,
-              .store = &state_,
-              .parallel = &groups_.parallel()}),
+             int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
+      table_(pipeline_table(rc_)),
+      models_(dist::build_stage_models(
+          rc_.model, table_, mesh_.coords().pp, rc_.mesh.pp_layers, local_batch_, tc_.seq_len,
+          {.precision = tc_.precision, .recompute = tc_.recompute, .parallel = &groups_.parallel()},
+          stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
       guard_(rc_.guard),
@@ -295,6 +365,15 @@ Run::Run(const Config& config, const fs::path& out_dir)
       tokenizer_(tokenizer_metadata(dataset_, out_dir)),
       nan_gradient_steps_(rc_.fault.nan_gradient_steps.begin(),
                           rc_.fault.nan_gradient_steps.end()) {
+  if (rc_.mesh.pp > 1) {
+    pipeline_.emplace(table_, mesh_.pp(), models_.stages, models_.slots);
+    const int64_t n = local_batch_ * tc_.seq_len;
+    micro_tokens_.resize(size_t(2 * n * tc_.grad_accum));
+    for (int64_t m = 0; m < tc_.grad_accum; ++m) {
+      const int32_t* at = micro_tokens_.data() + 2 * n * m;
+      micro_batches_.push_back({at, at + n});
+    }
+  }
   dist::start_flight_recorder(out_dir / "flight");
 }
 
@@ -308,9 +387,10 @@ TrainSummary Run::train() {
       "reference points: ln(vocab) = {:.4f} nats, unigram entropy of the corpus = {:.4f} nats",
       std::log(double(rc_.model.vocab_size)), unigram);
   state_.init(uint64_t(tc_.seed));
-  log_model(rc_, model_);
+  log_model(rc_, *models_.stages.front());
   log_parallelism(rc_, state_, groups_, dp_);
-  log_memory(state_, model_, mesh_, tc_);
+  log_pipeline(rc_, table_, state_);
+  log_memory(state_, models_, mesh_, tc_);
   if (checkpointer_.async()) {
     spdlog::info("checkpoints: written in the background, every {} steps, {} kept",
                  rc_.checkpoint.every, rc_.checkpoint.keep_last);
@@ -453,19 +533,13 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
   const bool poisoned = nan_gradient_steps_.erase(step + 1) > 0;
   const double backward_scale = poisoned ? std::numeric_limits<double>::quiet_NaN() : r.loss_scale;
   state_.zero_grad();
-  double losses[2] = {0, 0};  // cross-entropy and MoE auxiliary loss, averaged below
-  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-    const data::Batch& batch = loader_->next();
-    r.data_wait += loader_->last_wait_seconds();
-    state_.begin_micro_step(micro + 1 == tc_.grad_accum);
-    // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
-    losses[0] +=
-        model_.forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
-                                float(backward_scale / double(tc_.grad_accum * dp_.size())));
-    losses[1] += model_.aux_loss();
-  }
+  // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
+  const auto [loss, aux] =
+      forward_backward(r, float(backward_scale / double(tc_.grad_accum * dp_.size())));
+  double losses[2] = {loss, aux};
   r.comm_wait = state_.reduce_gradients();
   if (dp_.size() > 1) dp_.all_reduce(losses, 2);
+  if (rc_.model.is_moe()) moe_statistics(r);
   r.loss = losses[0] / double(tc_.grad_accum * dp_.size());
   r.aux_loss = losses[1] / double(tc_.grad_accum * dp_.size());
 
@@ -489,6 +563,62 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
       tc_.grad_clip > 0 && r.grad_norm > tc_.grad_clip ? tc_.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   state_.update(lr, float(clip / r.loss_scale));
   return r;
+}
+
+std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale) {
+  if (!pipeline_) {
+    model::Transformer& model = *models_.stages.front();
+    double losses[2] = {0, 0};
+    for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
+      const data::Batch& batch = loader_->next();
+      r.data_wait += loader_->last_wait_seconds();
+      state_.begin_micro_step(micro + 1 == tc_.grad_accum);
+      losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
+                                          loss_scale);
+      losses[1] += model.aux_loss();
+    }
+    return {losses[0], losses[1]};
+  }
+  const int64_t n = local_batch_ * tc_.seq_len;
+  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
+    const data::Batch& batch = loader_->next();
+    r.data_wait += loader_->last_wait_seconds();
+    int32_t* at = micro_tokens_.data() + 2 * n * micro;
+    std::copy_n(batch.inputs, n, at);
+    std::copy_n(batch.targets, n, at + n);
+  }
+  state_.begin_micro_step(false);
+  double losses[2] = {pipeline_->run(micro_batches_, local_batch_, tc_.seq_len, loss_scale),
+                      pipeline_->aux_loss()};
+  mesh_.pp().all_reduce(losses, 2);
+  return {losses[0], losses[1]};
+}
+
+// Each block's expert token counts and the dropped assignments of the last forward, over the
+// pipeline's stages.
+void Run::moe_statistics(StepResult& r) {
+  const int64_t L = rc_.model.n_layer, E = rc_.model.moe.n_experts;
+  std::vector<double> counts(size_t(L * E + 1), 0.0);
+  for (int k = 0; k < state_.stages(); ++k) {
+    const model::Transformer& m = *models_.stages[k];
+    const model::ModelLayout& layout = state_.layout(k);
+    for (int64_t l = 0; l < int64_t(layout.blocks.size()); ++l) {
+      const std::span<const int64_t> tokens = m.expert_tokens(l);
+      std::copy(tokens.begin(), tokens.end(), counts.begin() + (layout.first_block + l) * E);
+    }
+    counts.back() += double(m.dropped_assignments());
+  }
+  if (pipeline_) mesh_.pp().all_reduce(counts.data(), int64_t(counts.size()));
+  r.expert_tokens.assign(size_t(L), std::vector<int64_t>(size_t(E)));
+  for (int64_t i = 0; i < L * E; ++i) r.expert_tokens[i / E][i % E] = int64_t(counts[i]);
+  r.dropped = int64_t(counts.back());
+}
+
+double Run::batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B) {
+  if (!pipeline_) return models_.stages.front()->forward(inputs, targets, B, tc_.seq_len);
+  double loss = pipeline_->evaluate({inputs, targets}, B, tc_.seq_len);
+  mesh_.pp().all_reduce(&loss, 1);
+  return loss;
 }
 
 // Back to the last committed checkpoint (or the initial state), keeping the data position: the
@@ -541,7 +671,10 @@ std::pair<double, double> Run::evaluate(int64_t step) {
   const auto t0 = Clock::now();
   const data::DatasetSplit& val_split = dataset_.manifest.val;
   const double tokens_per_byte = double(val_split.tokens) / double(val_split.bytes);
-  const double val = evaluator_->mean_loss(model_);
+  const double val =
+      evaluator_->mean_loss([&](const int32_t* inputs, const int32_t* targets, int64_t B) {
+        return batch_loss(inputs, targets, B);
+      });
   const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
   spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
   if (metrics_) {
@@ -572,11 +705,9 @@ void Run::record(int64_t done, double lr, const StepResult& r, double seconds, d
   }
   if (r.verdict != DivergenceGuard::Verdict::kApply) record["skip_reason"] = guard_.reason();
   if (rc_.model.is_moe()) {
-    nlohmann::json counts = nlohmann::json::array();
-    for (int64_t l = 0; l < rc_.model.n_layer; ++l) counts.push_back(model_.expert_tokens(l));
     record["aux_loss"] = r.aux_loss;
-    record["expert_tokens"] = counts;
-    record["dropped_assignments"] = model_.dropped_assignments();
+    record["expert_tokens"] = r.expert_tokens;
+    record["dropped_assignments"] = r.dropped;
   }
   if (metrics_) metrics_->write(record);
 }
@@ -598,7 +729,7 @@ std::string Run::step_line(int64_t done, double lr, const StepResult& r, double 
   if (r.verdict != DivergenceGuard::Verdict::kApply)
     line += fmt::format(" | skipped: {}", guard_.reason());
   if (rc_.model.is_moe()) {
-    line += fmt::format(" | aux {:.4f} | dropped {}", r.aux_loss, model_.dropped_assignments());
+    line += fmt::format(" | aux {:.4f} | dropped {}", r.aux_loss, r.dropped);
   }
   return line;
 }
