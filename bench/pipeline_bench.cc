@@ -16,6 +16,7 @@
 #include "tessera/dist/launch.h"
 #include "tessera/dist/pipeline_runtime.h"
 #include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
 
 using namespace tessera;
 
@@ -69,7 +70,9 @@ int main(int argc, char** argv) {
   for (const auto& [kind, v] : schedules) {
     if (p == 1 && v > 1) continue;
     const dist::PipelineTable table = dist::make_pipeline_table(kind, p, v, m);
-    dist::StageModels built = dist::build_stage_models(c, table, pp.rank(), {}, B, T, {});
+    dist::StageModels built = dist::build_stage_models(
+        c, table, pp.rank(), dist::stage_boundaries(dist::stage_blocks(c, table.stages(), {})), B,
+        T, {});
     for (model::Transformer* s : built.stages) s->init_weights(1);
     dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
     runtime.run(batches, B, T, 1.0f / float(m));  // warm-up

@@ -15,6 +15,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/dist/launch.h"
 #include "tessera/dist/pipeline_simulator.h"
+#include "tessera/dist/pipeline_stages.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
@@ -101,7 +102,8 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
       SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
                                model::architecture_name(arch)));
       const PipelineTable table = make_pipeline_table(kind, p, v, m);
-      StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, {});
+      StageModels built = build_stage_models(
+          c, table, pp.rank(), stage_boundaries(stage_blocks(c, table.stages(), {})), kB, kT, {});
       for (model::Transformer* s : built.stages) {
         s->init_weights(5);
         s->zero_grad();
@@ -140,7 +142,8 @@ TEST_F(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
   const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
   const PipelineTable table =
       make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, 2 * pp.size());
-  StageModels built = build_stage_models(c, table, pp.rank(), {}, kB, kT, {});
+  StageModels built = build_stage_models(
+      c, table, pp.rank(), stage_boundaries(stage_blocks(c, table.stages(), {})), kB, kT, {});
   testing::expect_error([&] { dist::PipelineRuntime(table, pp, built.stages, built.slots); },
                         {"zb-h1", "1f1b"});
 }

@@ -5,7 +5,6 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
 #include "tessera/dist/rank_memory.h"
 
 namespace tessera::dist {
@@ -26,16 +25,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
-                               int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
+                               int rank, std::span<const int64_t> boundaries, int64_t B, int64_t T,
                                const model::ModelOptions& options,
                                std::span<model::ParameterStore* const> stores) {
+  check(int64_t(boundaries.size()) == table.stages() + 1,
+        "a split of {} stages for a pipeline table of {}", int64_t(boundaries.size()) - 1,
+        table.stages());
   const PipelineSimulation sim = simulate_pipeline(table);
-  const std::vector<int64_t> bounds =
-      stage_boundaries(stage_blocks(config, table.stages(), pp_layers));
   const model::ModelParallel base =
       options.parallel != nullptr ? *options.parallel : model::ModelParallel{};
   StageModels out;
-  for (const model::Sharding& stage : rank_stages(base.sharding, bounds, table.ranks, rank)) {
+  for (const model::Sharding& stage : rank_stages(base.sharding, boundaries, table.ranks, rank)) {
     model::ModelParallel p = base;
     p.sharding = stage;
     out.parallel.push_back(p);

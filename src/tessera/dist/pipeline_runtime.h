@@ -21,11 +21,11 @@ struct MicroBatch {
   const int32_t* targets = nullptr;
 };
 
-// One pipeline rank's models for a table: one for each of its stages of the split (pp_layers, or
-// balanced), built with `options` (precision, recomputation, and the parallel groups, whose
-// sharding gives the tp and ep coordinates) and the slots the simulator says the stage holds at
-// its peak. stores[k], when given, keeps stage k's parameters; otherwise the models keep their
-// own. The models are built in place and never move.
+// One pipeline rank's models for a table: one for each of its stages of the split `boundaries`
+// (stage_boundaries: each stage's first block, then n_layer), built with `options` (precision,
+// recomputation, and the parallel groups, whose sharding gives the tp and ep coordinates) and the
+// slots the simulator says the stage holds at its peak. stores[k], when given, keeps stage k's
+// parameters; otherwise the models keep their own. The models are built in place and never move.
 struct StageModels {
   std::vector<model::ModelParallel> parallel;  // [k]: the stage's blocks
   std::vector<std::unique_ptr<model::Transformer>> models;
@@ -33,7 +33,7 @@ struct StageModels {
   std::vector<int> slots;
 };
 StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
-                               int rank, std::span<const int64_t> pp_layers, int64_t B, int64_t T,
+                               int rank, std::span<const int64_t> boundaries, int64_t B, int64_t T,
                                const model::ModelOptions& options,
                                std::span<model::ParameterStore* const> stores = {});
 

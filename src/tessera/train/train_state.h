@@ -41,6 +41,8 @@ class TrainState {
              std::span<const int64_t> boundaries = {});
 
   int stages() const { return int(stages_.size()); }
+  // The pipeline's split: each stage's first block, then n_layer.
+  std::span<const int64_t> boundaries() const { return boundaries_; }
   const model::ModelLayout& layout(int k = 0) const { return stages_.at(k)->layout; }
   model::ParameterStore& store(int k = 0) { return *stages_.at(k); }
   int zero_stage() const { return zero_; }

@@ -355,7 +355,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
              int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
       table_(pipeline_table(rc_)),
       models_(dist::build_stage_models(
-          rc_.model, table_, mesh_.coords().pp, rc_.mesh.pp_layers, local_batch_, tc_.seq_len,
+          rc_.model, table_, mesh_.coords().pp, state_.boundaries(), local_batch_, tc_.seq_len,
           {.precision = tc_.precision, .recompute = tc_.recompute, .parallel = &groups_.parallel()},
           stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
