@@ -211,6 +211,29 @@ TEST(StallMessage, RecordsOfAnotherJobDoNotCount) {
       << *message;
 }
 
+// Rank 0 of 3 was stopped by the launcher: ranks on its host are looked up by pid, ranks on
+// other hosts by the age of their records.
+TEST(ExitedRanks, NamesTheProcessesGoneFromThisHostAndTheSilentRanksElsewhere) {
+  StallCase c;
+  c.records[1]->host = c.self.host;
+  const auto alive_but = [](int64_t dead) { return [dead](int64_t pid) { return pid != dead; }; };
+  const auto message = [&](int64_t dead) {
+    return exited_ranks_message(c.self, c.records, c.self.wall_ms, alive_but(dead));
+  };
+  EXPECT_EQ(message(-1), std::nullopt);
+  EXPECT_EQ(message(4001),
+            "rank 1 (pid 4001 on host node-0) has exited, when it last wrote its record it had "
+            "last completed all_reduce #56 on dp and was inside all_reduce #57 on dp");
+  c.records[2]->wall_ms -= 3000;
+  const std::optional<std::string> both = message(4001);
+  ASSERT_TRUE(both.has_value());
+  EXPECT_NE(both->find("; rank 2 (pid 4002 on host node-2) stopped responding 3 s ago"),
+            std::string::npos)
+      << *both;
+  c.records[1]->job = 1;  // another job's record says nothing of this one
+  EXPECT_EQ(message(4001)->find("rank 1"), std::string::npos);
+}
+
 TEST(FlightRecorder, NumbersCollectivesAndMessagesApartWithoutAllocating) {
   FlightRecorder& recorder = FlightRecorder::instance();
   const int32_t c = recorder.add_communicator("flight-test", {0});

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <csignal>
 #include <system_error>
 #include <thread>
 
@@ -133,6 +135,23 @@ std::optional<std::string> FlightRecorder::stall_message(const Stall& stall) {
     return dist::stall_message(stall, self, records, wall_clock_us() / 1000, dir_.string());
   } catch (const std::exception&) {
     // The caller falls back to a message without the other ranks.
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> FlightRecorder::exited_ranks_message() {
+  std::lock_guard lock(write_mutex_);
+  if (dir_.empty()) return std::nullopt;
+  try {
+    const RankRecord& self = heartbeat_record_;
+    std::vector<std::optional<RankRecord>> records(self.world_size);
+    for (int rank = 0; rank < self.world_size; ++rank) {
+      if (rank != self.rank) records[rank] = read(rank);
+    }
+    // kill with no signal checks that the process exists; EPERM means it does, as another user's.
+    const auto exists = [](int64_t pid) { return kill(pid_t(pid), 0) == 0 || errno == EPERM; };
+    return dist::exited_ranks_message(self, records, wall_clock_us() / 1000, exists);
+  } catch (const std::exception&) {
     return std::nullopt;
   }
 }

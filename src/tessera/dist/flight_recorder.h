@@ -53,6 +53,9 @@ class FlightRecorder {
   // The message for a timed-out operation of this rank, after writing its record a last time;
   // nullopt when no directory is set or no other rank's record could be read.
   std::optional<std::string> stall_message(const Stall& stall);
+  // The other ranks of the job that have exited or stopped responding (exited_ranks_message);
+  // nullopt when none has, or no directory is set.
+  std::optional<std::string> exited_ranks_message();
 
  private:
   FlightRecorder();

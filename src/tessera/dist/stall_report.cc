@@ -70,18 +70,49 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
 
+// `records[rank]` when it is that rank's record of this job.
+const RankRecord* of_job(const RankRecord& self, std::span<const std::optional<RankRecord>> records,
+                         int rank) {
+  if (rank < 0 || size_t(rank) >= records.size()) return nullptr;
+  const std::optional<RankRecord>& record = records[rank];
+  if (!record || record->job != self.job || record->rank != rank) return nullptr;
+  return &*record;
+}
+
 }  // namespace
+
+std::optional<std::string> exited_ranks_message(
+    const RankRecord& self, std::span<const std::optional<RankRecord>> records, int64_t now_ms,
+    const std::function<bool(int64_t pid)>& process_exists) {
+  std::vector<std::string> gone;
+  for (int rank = 0; rank < int(records.size()); ++rank) {
+    const RankRecord* record = rank == self.rank ? nullptr : of_job(self, records, rank);
+    if (record == nullptr) continue;
+    const int64_t age_ms = now_ms - record->wall_ms;
+    std::string state;
+    if (record->host == self.host) {
+      if (process_exists(record->pid)) continue;
+      state = "has exited";
+    } else if (age_ms > kStaleRecordMs) {
+      state = fmt::format("stopped responding {:.0f} s ago", age_ms / 1000.0);
+    } else {
+      continue;
+    }
+    if (gone.size() < kMostRanksNamed) {
+      gone.push_back(rank_state(*record, state, nullptr, /*stale=*/true));
+    } else if (gone.size() == kMostRanksNamed) {
+      gone.push_back("and more");
+    }
+  }
+  if (gone.empty()) return std::nullopt;
+  return fmt::format("{}", fmt::join(gone, "; "));
+}
 
 std::optional<std::string> stall_message(const Stall& stall, const RankRecord& self,
                                          std::span<const std::optional<RankRecord>> records,
                                          int64_t now_ms, const std::string& dir) {
   const FlightCommunicator& on = self.communicators.at(stall.communicator);
-  const auto readable = [&](int rank) -> const RankRecord* {
-    if (rank < 0 || size_t(rank) >= records.size()) return nullptr;
-    const std::optional<RankRecord>& record = records[rank];
-    if (!record || record->job != self.job || record->rank != rank) return nullptr;
-    return &*record;
-  };
+  const auto readable = [&](int rank) { return of_job(self, records, rank); };
   const auto known_on = [&](const RankRecord& record) -> const FlightCommunicator* {
     return std::count(on.ranks.begin(), on.ranks.end(), record.rank) > 0
                ? same_communicator(record, on)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,5 +35,14 @@ struct Stall {
 std::optional<std::string> stall_message(const Stall& stall, const RankRecord& self,
                                          std::span<const std::optional<RankRecord>> records,
                                          int64_t now_ms, const std::string& dir);
+
+// "rank 2 (pid 4242 on host h) has exited, when it last wrote its record it had last completed
+// recv #9 on pp": the other ranks of the job that are gone, each a process of this host that no
+// longer exists (`process_exists` says) or, on another host, a rank whose record is stale; nullopt
+// when every rank whose record was read is there. What a rank says when the launcher stops it
+// because another rank ended.
+std::optional<std::string> exited_ranks_message(
+    const RankRecord& self, std::span<const std::optional<RankRecord>> records, int64_t now_ms,
+    const std::function<bool(int64_t pid)>& process_exists);
 
 }  // namespace tessera::dist

@@ -10,16 +10,20 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/flight_recorder.h"
 
 namespace tessera::train {
 namespace {
 
 // The handler may only touch lock-free atomics and call async-signal-safe functions.
 std::atomic<int> g_signals{0};
-static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<bool> g_from_launcher_seen{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
 
 constexpr int kExitTerminated = 128 + SIGTERM;
 constexpr std::chrono::milliseconds kWatchInterval{50};
+// How often a rank stopped by the launcher looks in the flight records for the rank that ended.
+constexpr int kLookForExitedEvery = 4;
 
 // Formatted before any signal arrives, since the handler cannot format.
 char g_first[192], g_from_launcher[256], g_second[160];
@@ -33,6 +37,7 @@ void on_sigterm(int, siginfo_t* info, void*) {
     // A launcher also stops the ranks this way when another rank has failed.
     const bool launcher =
         g_from_launcher[0] != '\0' && info != nullptr && info->si_pid == getppid();
+    g_from_launcher_seen = launcher;
     say(launcher ? g_from_launcher : g_first);
     return;
   }
@@ -62,6 +67,7 @@ Preemption::Preemption(double timeout_s, int rank, int ranks) : timeout_s_(timeo
                 who.c_str());
   who_ = who;
   g_signals = 0;
+  g_from_launcher_seen = false;
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
   action.sa_sigaction = on_sigterm;
@@ -84,11 +90,20 @@ bool Preemption::stop_requested(dist::Communicator& world) {
   return signalled > 0;
 }
 
-// Once a SIGTERM has arrived, the run has timeout_s to reach a step boundary and commit.
+// Once a SIGTERM has arrived, the run has timeout_s to reach a step boundary and commit. When the
+// launcher sent it, this rank names the rank whose end made the launcher stop the job, once the
+// flight records show one.
 void Preemption::watch() {
   using Clock = std::chrono::steady_clock;
   Clock::time_point deadline = Clock::time_point::max();
-  while (!done_) {
+  bool exited_named = false;
+  for (int64_t tick = 0; !done_; ++tick) {
+    if (g_from_launcher_seen.load() && !exited_named && tick % kLookForExitedEvery == 0) {
+      if (const auto exited = dist::FlightRecorder::instance().exited_ranks_message()) {
+        say(fmt::format("{}the launcher stops the job because {}\n", who_, *exited).c_str());
+        exited_named = true;
+      }
+    }
     if (g_signals.load() > 0 && deadline == Clock::time_point::max()) {
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s_));
