@@ -1,8 +1,9 @@
 // Pipeline schedules measured against their simulation: under mpirun, every rank runs its
-// stage of a GPT for each schedule (GPipe, 1F1B, interleaved 1F1B with two stages per rank)
-// through dist::PipelineRuntime, and reports the share of each step it spent outside its
-// forwards and backwards (messages and waiting) next to the idle share the simulator predicts
-// from the same run's measured forward and backward times. bench/pipeline_idle.sh runs it.
+// stage of a GPT for each schedule (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1
+// with its backwards split into input and weight gradients) through dist::PipelineRuntime, and
+// reports the share of each step it spent outside its forwards and backwards (messages and
+// waiting) next to the idle share the simulator predicts from the same run's measured forward,
+// input-gradient and weight-gradient times. bench/pipeline_idle.sh runs it.
 //   mpirun -np P pipeline_bench [--n-layer 8] [--d-model 512] [--vocab 8192] [--batch 4]
 //                               [--seq 128] [--micro-batches 8] [--steps 3] [--threads 1]
 #include <chrono>
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<dist::PipelineScheduleKind, int>> schedules = {
       {dist::PipelineScheduleKind::kGPipe, 1},
       {dist::PipelineScheduleKind::k1F1B, 1},
-      {dist::PipelineScheduleKind::kInterleaved1F1B, 2}};
+      {dist::PipelineScheduleKind::kInterleaved1F1B, 2},
+      {dist::PipelineScheduleKind::kZeroBubbleH1, 1}};
   for (const auto& [kind, v] : schedules) {
     if (p == 1 && v > 1) continue;
     const dist::PipelineTable table = dist::make_pipeline_table(kind, p, v, m);
@@ -76,7 +78,7 @@ int main(int argc, char** argv) {
     for (model::Transformer* s : built.stages) s->init_weights(1);
     dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
     runtime.run(batches, B, T, 1.0f / float(m));  // warm-up
-    double step = 0, forward = 0, backward = 0;
+    double step = 0, forward = 0, backward = 0, weight = 0;
     for (int64_t i = 0; i < o["steps"]; ++i) {
       pp.barrier();
       const auto start = std::chrono::steady_clock::now();
@@ -84,14 +86,16 @@ int main(int argc, char** argv) {
       step += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       forward += runtime.forward_seconds();
       backward += runtime.backward_seconds();
+      weight += runtime.weight_gradient_seconds();
     }
     const double steps = double(o["steps"]);
-    // The simulation with this run's costs: every rank's mean forward and backward per
-    // micro-batch and stage.
-    double costs[2] = {forward / steps / (m * v), backward / steps / (m * v)};
-    pp.all_reduce(costs, 2);
+    // The simulation with this run's costs: every rank's mean forward, input gradient and weight
+    // gradient per micro-batch and stage (a whole backward is all input gradient).
+    double costs[3] = {forward / steps / (m * v), (backward - weight) / steps / (m * v),
+                       weight / steps / (m * v)};
+    pp.all_reduce(costs, 3);
     const dist::PipelineSimulation sim =
-        dist::simulate_pipeline(table, {costs[0] / p, costs[1] / p, 0.0});
+        dist::simulate_pipeline(table, {costs[0] / p, costs[1] / p, costs[2] / p});
     const double measured = 1 - (forward + backward) / step;
     std::vector<double> rows(3 * p, 0.0);
     rows[3 * pp.rank()] = step / steps;

@@ -1,6 +1,7 @@
 // The pipeline runtime across real ranks: with the world as the pipeline, every schedule it
-// runs (GPipe, 1F1B, interleaved 1F1B with two stages per rank) gives the losses and, summed
-// over the stages that hold them, the gradients of the whole model trained on one rank.
+// runs (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1 with its backwards split
+// into input and weight gradients) gives the losses and, summed over the stages that hold them,
+// the gradients of the whole model trained on one rank.
 #include "tessera/dist/pipeline_runtime.h"
 
 #include <fmt/format.h>
@@ -96,7 +97,9 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
     for (const model::ParamInfo& e : whole.layout().entries()) by_name[e.name] = &e;
 
     std::vector<std::pair<PipelineScheduleKind, int>> schedules = {
-        {PipelineScheduleKind::kGPipe, 1}, {PipelineScheduleKind::k1F1B, 1}};
+        {PipelineScheduleKind::kGPipe, 1},
+        {PipelineScheduleKind::k1F1B, 1},
+        {PipelineScheduleKind::kZeroBubbleH1, 1}};
     if (p > 1) schedules.push_back({PipelineScheduleKind::kInterleaved1F1B, 2});
     for (const auto& [kind, v] : schedules) {
       SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
@@ -137,15 +140,19 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
   }
 }
 
-TEST_F(PipelineRuntime, ASplitBackwardIsRefusedNamingTheSchedules) {
+TEST_F(PipelineRuntime, ASplitScheduleNeedsModelsBuiltToSplitTheirBackward) {
   Communicator& pp = world();
   const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
-  const PipelineTable table =
-      make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, 2 * pp.size());
-  StageModels built = build_stage_models(
-      c, table, pp.rank(), stage_boundaries(stage_blocks(c, table.stages(), {})), kB, kT, {});
-  testing::expect_error([&] { dist::PipelineRuntime(table, pp, built.stages, built.slots); },
-                        {"zb-h1", "1f1b"});
+  const int m = 2 * pp.size();
+  const std::vector<int64_t> boundaries = stage_boundaries(stage_blocks(c, pp.size(), {}));
+  StageModels whole_backward =
+      build_stage_models(c, make_pipeline_table(PipelineScheduleKind::k1F1B, pp.size(), 1, m),
+                         pp.rank(), boundaries, kB, kT, {});
+  const PipelineTable zb =
+      make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, m);
+  testing::expect_error(
+      [&] { dist::PipelineRuntime(zb, pp, whole_backward.stages, whole_backward.slots); },
+      {"zb-h1", "split_backward"});
 }
 
 }  // namespace

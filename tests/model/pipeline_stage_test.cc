@@ -1,7 +1,8 @@
 // Pipeline stages run in one process: the stages of a split, each a Transformer over its blocks
 // with several micro-batches in flight, handing activations forward and gradients back, give
 // the whole model's losses and gradients, for tied and untied heads, a mixture of experts and
-// uneven splits; and each slot costs what the memory model says.
+// uneven splits, with the backward whole or split into its input and weight gradients
+// (zero-bubble) under every recomputation; and each slot costs what the memory model says.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/rng.h"
+#include "tessera/core/threading.h"
 #include "tessera/model/transformer.h"
 #include "tests/model/small_configs.h"
 
@@ -51,6 +53,15 @@ struct Steps {
   Gradients gradients;
 };
 
+// How the stages are built and run.
+struct StageRun {
+  Precision precision = Precision::kF32;
+  Recompute recompute = Recompute::kNone;
+  // Each backward as its input gradient, in GPipe's order, and every weight gradient after them
+  // all, first micro-batch first.
+  bool split_backward = false;
+};
+
 Steps whole_model(const ModelConfig& c, Precision precision, const std::vector<int32_t>& data) {
   Transformer m(c, kB, kT, true, {.precision = precision});
   m.init_weights(7);
@@ -71,18 +82,21 @@ Steps whole_model(const ModelConfig& c, Precision precision, const std::vector<i
 
 // GPipe's order over the stages: every micro-batch's forward through all of them, then the
 // backwards, last micro-batch first, so that each slot is used out of order.
-Steps staged(const ModelConfig& c, Precision precision, const std::vector<int64_t>& blocks,
-           const std::vector<int32_t>& data) {
+Steps staged(const ModelConfig& c, const StageRun& how, const std::vector<int64_t>& blocks,
+             const std::vector<int32_t>& data) {
   std::vector<ModelParallel> parallel(blocks.size());
   std::vector<std::unique_ptr<Transformer>> stages;
   int64_t begin = 0;
   for (size_t s = 0; s < blocks.size(); ++s) {
     parallel[s].sharding = {.block_begin = begin, .block_end = begin + blocks[s]};
     begin += blocks[s];
-    stages.push_back(std::make_unique<Transformer>(
-        c, kB, kT, true,
-        ModelOptions{
-            .precision = precision, .parallel = &parallel[s], .in_flight = kMicroBatches}));
+    stages.push_back(
+        std::make_unique<Transformer>(c, kB, kT, true,
+                                      ModelOptions{.precision = how.precision,
+                                                   .recompute = how.recompute,
+                                                   .parallel = &parallel[s],
+                                                   .in_flight = kMicroBatches,
+                                                   .split_backward = how.split_backward}));
     stages.back()->init_weights(7);
     stages.back()->zero_grad();
   }
@@ -109,7 +123,16 @@ Steps staged(const ModelConfig& c, Precision precision, const std::vector<int64_
       if (s + 1 < stages.size()) {
         std::copy_n(stages[s + 1]->stage_gradient(), rows, stages[s]->stage_gradient());
       }
-      stages[s]->stage_backward(mb, in[mb].data());
+      if (how.split_backward) {
+        stages[s]->stage_backward_input(mb, in[mb].data());
+      } else {
+        stages[s]->stage_backward(mb, in[mb].data());
+      }
+    }
+  }
+  if (how.split_backward) {
+    for (int64_t mb = 0; mb < kMicroBatches; ++mb) {
+      for (auto& stage : stages) stage->stage_backward_weight(mb);
     }
   }
   for (auto& stage : stages) add_gradients(*stage, run.gradients);
@@ -133,6 +156,8 @@ void expect_same(const Steps& whole, const Steps& staged, double tolerance) {
   }
 }
 
+// Every split with the backward whole, and one with it split into input and weight gradients
+// under each recomputation.
 TEST(PipelineStage, StagesInFlightGiveTheWholeModelsLossesAndGradients) {
   const SmallConfigs small = small_configs(kT);
   for (const ModelConfig& c :
@@ -142,7 +167,13 @@ TEST(PipelineStage, StagesInFlightGiveTheWholeModelsLossesAndGradients) {
     for (const std::vector<int64_t>& split :
          {std::vector<int64_t>{6}, {1, 2, 2, 1}, {2, 4}, {1, 1, 1, 1, 1, 1}}) {
       SCOPED_TRACE(fmt::format("{}, split {}", architecture_name(c.arch), split.size()));
-      expect_same(whole, staged(c, Precision::kF32, split, data), 1e-5);
+      expect_same(whole, staged(c, {}, split, data), 1e-5);
+    }
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(
+          fmt::format("{}, split backward, recompute {}", architecture_name(c.arch), int(r)));
+      expect_same(whole, staged(c, {.recompute = r, .split_backward = true}, {1, 3, 2}, data),
+                  1e-5);
     }
   }
 }
@@ -150,8 +181,14 @@ TEST(PipelineStage, StagesInFlightGiveTheWholeModelsLossesAndGradients) {
 TEST(PipelineStage, Bf16StagesFollowTheWholeBf16Model) {
   const ModelConfig c = six_blocks(small_configs(kT).llama);
   const std::vector<int32_t> data = tokens(c, 5);
-  expect_same(whole_model(c, Precision::kBf16, data),
-              staged(c, Precision::kBf16, {1, 2, 2, 1}, data), 1e-3);
+  const Steps whole = whole_model(c, Precision::kBf16, data);
+  expect_same(whole, staged(c, {.precision = Precision::kBf16}, {1, 2, 2, 1}, data), 1e-3);
+  for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+    expect_same(whole,
+                staged(c, {.precision = Precision::kBf16, .recompute = r, .split_backward = true},
+                       {1, 2, 2, 1}, data),
+                1e-3);
+  }
 }
 
 TEST(PipelineStage, EachSlotCostsWhatTheMemoryModelCounts) {
@@ -165,6 +202,39 @@ TEST(PipelineStage, EachSlotCostsWhatTheMemoryModelCounts) {
   }
 }
 
+// A split backward holds each linear's output gradient per slot, and the inputs that
+// recomputation would drop: the slot grows by exactly that, and the model allocates what the
+// memory model counts.
+TEST(PipelineStage, ASplitBackwardHoldsTheLinearsOutputGradientsPerSlot) {
+  const ModelConfig c = six_blocks(small_configs(kT).gpt2);
+  const int64_t N = kB * kT, C = c.d_model, F = c.ffn();
+  const int64_t dy_floats = N * (3 * C + C + F + C);  // qkv, attention out, MLP in and out
+  const int64_t inputs = N * (C + C + C + F);         // ln1, attention output, ln2, activation
+  for (Precision p : {Precision::kF32, Precision::kBf16}) {
+    const int64_t element = p == Precision::kF32 ? 4 : 2;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(fmt::format("precision {}, recompute {}", int(p), int(r)));
+      ActivationOptions o{.max_batch = kB,
+                          .max_seq = kT,
+                          .training = true,
+                          .precision = p,
+                          .recompute = r,
+                          .threads = num_threads()};
+      const ActivationBytes whole = activation_bytes(c, Sharding{}, o);
+      o.split_backward = true;
+      const ActivationBytes split = activation_bytes(c, Sharding{}, o);
+      const int64_t copied = r == Recompute::kNone        ? 0
+                             : r == Recompute::kSelective ? N * (C + C + F)
+                                                          : inputs;
+      EXPECT_EQ(split.saved_per_layer - whole.saved_per_layer, element * (dy_floats + copied));
+      Transformer m(c, kB, kT, true,
+                    {.precision = p, .recompute = r, .in_flight = 2, .split_backward = true});
+      o.in_flight = 2;
+      EXPECT_EQ(m.activation_bytes_total(), activation_bytes(c, Sharding{}, o).total);
+    }
+  }
+}
+
 TEST(PipelineStage, AStageRunsOnlyItsOwnSteps) {
   const ModelConfig c = six_blocks(small_configs(kT).gpt2);
   ModelParallel middle;
@@ -174,6 +244,8 @@ TEST(PipelineStage, AStageRunsOnlyItsOwnSteps) {
   EXPECT_THROW(m.forward_backward(t.data(), t.data(), kB, kT, 1), Error);
   EXPECT_THROW(m.stage_backward(1, nullptr), Error);  // nothing was run forward in slot 1
   EXPECT_THROW(m.stage_input(2), Error);
+  EXPECT_THROW(m.stage_backward_input(0, nullptr), Error);  // not built to split its backward
+  EXPECT_THROW(m.stage_backward_weight(0), Error);
   EXPECT_THROW(Transformer(c, kB, kT, false, {.parallel = &middle}), Error);
 }
 

@@ -48,6 +48,7 @@ StageModels build_stage_models(const model::ModelConfig& config, const PipelineT
     model::ModelOptions o = options;
     o.parallel = &out.parallel[k];
     o.in_flight = out.slots.back();
+    o.split_backward = table.splits_backward();
     o.store = stores.empty() ? nullptr : stores[k];
     out.models.push_back(std::make_unique<model::Transformer>(config, B, T, true, o));
     out.stages.push_back(out.models.back().get());
@@ -69,13 +70,11 @@ PipelineRuntime::PipelineRuntime(const PipelineTable& table, Communicator& pp,
         "{} stages on one pipeline rank would hand activations to themselves: use one stage",
         table.stages());
   simulate_pipeline(table);
-  for (const PipelineAction& a : table.actions[pp.rank()]) {
-    check(a.kind != Kind::kBackwardInput && a.kind != Kind::kBackwardWeight,
-          "the {} schedule splits each backward into its input and weight gradients, which the "
-          "stage models do not yet run apart; choose gpipe, 1f1b or interleaved",
-          pipeline_schedule_name(table.kind));
-  }
   for (size_t k = 0; k < stages.size(); ++k) {
+    check(!table.splits_backward() || stages[k]->options().split_backward,
+          "the {} schedule splits each backward into its input and weight gradients: build the "
+          "stage models with split_backward",
+          pipeline_schedule_name(table.kind));
     Local l;
     l.model = stages[k];
     check(slots[k] >= 1, "stage {} needs at least one micro-batch slot", k);
@@ -131,7 +130,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
   const int64_t n = locals_.front().model->stage_floats(B, T);
   const int last = table_.stages() - 1;
   double loss = 0;
-  forward_seconds_ = backward_seconds_ = aux_loss_ = 0;
+  forward_seconds_ = backward_seconds_ = weight_gradient_seconds_ = aux_loss_ = 0;
   for (const PipelineAction& a : table_.actions[pp_.rank()]) {
     Local& l = local(a.stage);
     model::Transformer& m = *l.model;
@@ -157,23 +156,31 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
         pp_.recv(m.stage_gradient(), n, DType::f32, table_.rank_of(a.stage + 1),
                  tag_of(a.stage + 1, true));
         break;
-      case Kind::kBackward: {
+      case Kind::kBackward:
+      case Kind::kBackwardInput:
+      case Kind::kBackwardWeight: {
         int& slot = l.slot_of[a.micro_batch];
         check(slot >= 0, "the backward of micro-batch {} on stage {} has no forward", a.micro_batch,
               a.stage);
         const auto start = std::chrono::steady_clock::now();
-        m.stage_backward(slot, batch.inputs);
+        if (a.kind == Kind::kBackward) {
+          m.stage_backward(slot, batch.inputs);
+        } else if (a.kind == Kind::kBackwardInput) {
+          m.stage_backward_input(slot, batch.inputs);
+        } else {
+          m.stage_backward_weight(slot);
+          weight_gradient_seconds_ += seconds_since(start);
+        }
         backward_seconds_ += seconds_since(start);
-        l.free_slots.push_back(slot);
-        slot = -1;
+        if (a.kind != Kind::kBackwardInput) {  // the slot is held until its weight gradient
+          l.free_slots.push_back(slot);
+          slot = -1;
+        }
         break;
       }
       case Kind::kSendGradient:
         send(m.stage_gradient(), n, table_.rank_of(a.stage - 1), tag_of(a.stage, true));
         break;
-      case Kind::kBackwardInput:
-      case Kind::kBackwardWeight:
-        fail("pipeline action {} is not run by this runtime", to_string(a));
     }
   }
   for (Send& s : sends_) {

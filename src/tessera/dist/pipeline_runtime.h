@@ -40,9 +40,8 @@ StageModels build_stage_models(const model::ModelConfig& config, const PipelineT
 class PipelineRuntime {
  public:
   // `stages[k]` is this rank's model of stage pp.rank() + k * table.ranks, built with at least
-  // `slots[k]` micro-batches in flight (the simulator's stage_peak_in_flight). The table is
-  // checked by the simulator here; a table whose backward is split in two (zb-h1) is refused:
-  // the models run a stage's backward whole.
+  // `slots[k]` micro-batches in flight (the simulator's stage_peak_in_flight), and built to split
+  // their backward when the table does (zb-h1). The table is checked by the simulator here.
   PipelineRuntime(const PipelineTable& table, Communicator& pp,
                   std::vector<model::Transformer*> stages, std::span<const int> slots);
 
@@ -58,9 +57,10 @@ class PipelineRuntime {
   double evaluate(const MicroBatch& batch, int64_t B, int64_t T);
 
   // Seconds the last run spent in its stages' forwards and backwards, the rest of it being
-  // messages and waiting for them.
+  // messages and waiting for them; of the backwards, the weight-gradient halves of a split one.
   double forward_seconds() const { return forward_seconds_; }
   double backward_seconds() const { return backward_seconds_; }
+  double weight_gradient_seconds() const { return weight_gradient_seconds_; }
 
  private:
   struct Local {
@@ -80,7 +80,7 @@ class PipelineRuntime {
   Communicator& pp_;
   std::vector<Local> locals_;
   std::vector<Send> sends_;  // in flight or free
-  double forward_seconds_ = 0, backward_seconds_ = 0, aux_loss_ = 0;
+  double forward_seconds_ = 0, backward_seconds_ = 0, weight_gradient_seconds_ = 0, aux_loss_ = 0;
 };
 
 }  // namespace tessera::dist

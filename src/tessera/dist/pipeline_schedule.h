@@ -49,6 +49,8 @@ struct PipelineTable {
   std::vector<std::vector<PipelineAction>> actions;  // [rank]
 
   int stages() const { return ranks * virtual_stages; }
+  // Whether its backwards run as an input and a weight gradient apart (zero-bubble).
+  bool splits_backward() const { return kind == PipelineScheduleKind::kZeroBubbleH1; }
   int rank_of(int stage) const { return stage % ranks; }
 };
 

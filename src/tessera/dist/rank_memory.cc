@@ -47,8 +47,9 @@ std::pair<MemoryModel::StageKey, const MemoryModel::Stage*> MemoryModel::stage(
 const model::ActivationBytes& MemoryModel::activations(const model::Sharding& s,
                                                        const model::ActivationOptions& o) {
   const auto [stage_key, held] = stage(s);
-  const ActivationKey key{stage_key,   o.max_batch, o.max_seq,           o.training, o.precision,
-                          o.recompute, o.weights,   o.sequence_parallel, o.threads,  o.batch_ranks};
+  const ActivationKey key{stage_key,   o.max_batch,   o.max_seq,       o.training,
+                          o.precision, o.recompute,   o.weights,       o.sequence_parallel,
+                          o.threads,   o.batch_ranks, o.split_backward};
   const auto [it, added] = activations_.try_emplace(key);
   if (added) {
     model::ActivationOptions one = o;

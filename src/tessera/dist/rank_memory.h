@@ -67,7 +67,7 @@ class MemoryModel {
     double dense = 0, experts = 0;  // parameters ZeRO shards over dp, and over dp / ep
   };
   using ActivationKey = std::tuple<StageKey, int64_t, int64_t, bool, model::Precision,
-                                   model::Recompute, model::WeightFormat, bool, int, int64_t>;
+                                   model::Recompute, model::WeightFormat, bool, int, int64_t, bool>;
   std::pair<StageKey, const Stage*> stage(const model::Sharding& sharding);
   const model::ActivationBytes& activations(const model::Sharding& sharding,
                                             const model::ActivationOptions& o);

@@ -34,7 +34,8 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
                         int64_t in, int64_t out, LowPrecision p);
 // dy_low is dy rounded to p. dx = dy * w (written); dw += dy^T * x; db += column sums of the f32
-// dy, so the bias gradient does not lose precision (db may be null, and dy with it).
+// dy, so the bias gradient does not lose precision. As in linear_backward, dx, dw and db may each
+// be null (dy with db, x with dw, w with dx) to run the input and weight gradients apart.
 void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
                          const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
                          int64_t out, LowPrecision p);

@@ -23,7 +23,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 // (decoding) skip the GEMM for a path that reads each weight once.
 template <typename T>
 void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out);
-// dx = dy * w (written); dw += dy^T * x; db += column sums of dy (db may be null).
+// dx = dy * w (written); dw += dy^T * x; db += column sums of dy. Any of dx, dw and db may be
+// null, and x with dw or w with dx: a schedule that takes the weight gradient later (zero-bubble)
+// runs the input gradient and the weight gradient in two calls.
 template <typename T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
                      int64_t in, int64_t out);

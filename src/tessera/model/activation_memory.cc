@@ -64,6 +64,35 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   shared.res_out = a.floats(R * C);
   m.working = a.bytes() - before_working;
 
+  // A linear's input as its held weight gradient reads it: `kept`, the block's own saved
+  // activation, or a copy where recomputation shares it; `rows`: a norm output, which sequence
+  // parallelism keeps in f32 and gathers again. Its output gradient [N, out] is always a copy.
+  auto held = [&](const MatmulInput& kept, bool saved, bool rows, int64_t n, int64_t out) {
+    HeldGradient h;
+    if (rows && sp) {
+      h.x.f32 = saved ? kept.f32 : a.floats(n);
+    } else if (low) {
+      h.x.low = saved ? kept.low : a.halves(n);
+    } else {
+      h.x.f32 = saved ? kept.f32 : a.floats(n);
+    }
+    if (low) {
+      h.dy.low = a.halves(N * out);
+    } else {
+      h.dy.f32 = a.floats(N * out);
+    }
+    return h;
+  };
+  auto hold_weight_gradients = [&](BlockActivations& b) {
+    const bool norms_saved = o.recompute == Recompute::kNone;
+    b.attention_held = {held(b.ln1, norms_saved, true, R * C, Q),
+                        held(b.atty, o.recompute != Recompute::kFull, false, N * HD, C)};
+    if (!moe) {
+      b.mlp_held = {held(b.ln2, norms_saved, true, R * C, F_pre),
+                    held(b.act, norms_saved, false, N * F, C)};
+    }
+  };
+
   const int64_t blocks = int64_t(layout.blocks.size());
   // What each block of a micro-batch keeps for its backward: views of the shared set where it
   // keeps nothing. With `sent_on`, the last block writes slot 0's output buffer.
@@ -83,6 +112,7 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
         b.atty = matmul_input(N * HD, shared.atty.f32);
         allocate_f32_state(b);
       }
+      if (o.split_backward) hold_weight_gradients(b);
       if (!last || !sent_on) m.saved_per_layer = a.bytes() - before;
     }
     return saved;

@@ -26,6 +26,9 @@ struct ActivationOptions {
   // Micro-batches a pipeline stage holds between their forward and backward (its schedule's
   // peak): each has a slot of its own input and saved activations.
   int64_t in_flight = 1;
+  // The backward runs as an input-gradient and a later weight-gradient pass (zero-bubble): each
+  // slot's blocks also hold their linears' output gradients, and the inputs recomputation drops.
+  bool split_backward = false;
 };
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),

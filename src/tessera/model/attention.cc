@@ -53,13 +53,19 @@ void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const fl
 
 const float* Attention::backward(const ParamAccess& p, const float* d_out,
                                  const MatmulInput& normed, const AttentionActivations& a,
-                                 float* d_scratch, float* d_qkv, int64_t B, int64_t T) const {
+                                 float* d_scratch, float* d_qkv, int64_t B, int64_t T,
+                                 const AttentionHeld* held) const {
   const int64_t N = B * T;
-  proj_.backward(p, d_out, a.out, d_scratch, N);
+  proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
   k::attention_backward(d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
                         head_dim_);
   if (g_.rope) k::rope_backward(d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
-  return qkv_.backward(p, d_qkv, normed, N);
+  return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);
+}
+
+void Attention::weight_backward(const ParamAccess& p, const AttentionHeld& held, int64_t N) const {
+  proj_.held_weight_backward(p, held.out, N);
+  qkv_.held_weight_backward(p, held.qkv, N);
 }
 
 }  // namespace tessera::model

@@ -18,6 +18,11 @@ struct AttentionActivations {
   MatmulInput out;
 };
 
+// What the qkv and output projections hold until their weight gradients (HeldGradient).
+struct AttentionHeld {
+  HeldGradient qkv, out;
+};
+
 // Causal self-attention over this rank's heads: the column-parallel qkv projection, rotary
 // positions (Llama), attention, and the row-parallel output projection into the residual stream.
 class Attention {
@@ -38,10 +43,12 @@ class Attention {
               const AttentionActivations& a, float* out, const kernels::PagedKv& kv,
               std::span<const kernels::PagedChunk> chunks, int64_t N) const;
   // d_out: dL/d(out) on this rank's rows. Returns dL/d(normed) for them; d_scratch [N, max(C,
-  // heads * head_dim)] and d_qkv [N, qkv] are working space.
+  // heads * head_dim)] and d_qkv [N, qkv] are working space. With `held`, the projections' weight
+  // gradients wait for weight_backward.
   const float* backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
                         const AttentionActivations& a, float* d_scratch, float* d_qkv, int64_t B,
-                        int64_t T) const;
+                        int64_t T, const AttentionHeld* held = nullptr) const;
+  void weight_backward(const ParamAccess& p, const AttentionHeld& held, int64_t N) const;
 
   int64_t qkv_width() const { return (heads_ + 2 * kv_heads_) * head_dim_; }
 

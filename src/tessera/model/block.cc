@@ -138,7 +138,7 @@ void Block::recompute_selected(const ParamAccess& p, const float* x, int64_t N) 
 }
 
 void Block::backward(const ParamAccess& p, const float* x, float* d_res, int64_t B, int64_t T,
-                     Recompute recompute, float aux_scale) {
+                     Recompute recompute, float aux_scale, bool hold_weights) {
   const int64_t N = B * T, R = tp_.rows(N);
   if (recompute == Recompute::kFull) {
     forward(p, x, B, T);
@@ -148,11 +148,18 @@ void Block::backward(const ParamAccess& p, const float* x, float* d_res, int64_t
   // The residual connection passes d_res through unchanged; each branch adds its part.
   const float* d_ln2 = moe_ != nullptr
                            ? moe_backward(p, d_res, N, aux_scale)
-                           : mlp_->backward(p, d_res, a_.ln2, mlp_activations(), ws_.d_hidden, N);
+                           : mlp_->backward(p, d_res, a_.ln2, mlp_activations(), ws_.d_hidden, N,
+                                            hold_weights ? &a_.mlp_held : nullptr);
   ln2_.backward(p, d_ln2, a_.res_mid, a_.ln2_mean, a_.ln2_rstd, d_res, R);
-  const float* d_ln1 = attention_.backward(p, d_res, a_.ln1, attention_activations(),
-                                           ws_.parallel.d_input, ws_.d_qkv, B, T);
+  const float* d_ln1 =
+      attention_.backward(p, d_res, a_.ln1, attention_activations(), ws_.parallel.d_input,
+                          ws_.d_qkv, B, T, hold_weights ? &a_.attention_held : nullptr);
   ln1_.backward(p, d_ln1, x, a_.ln1_mean, a_.ln1_rstd, d_res, R);
+}
+
+void Block::weight_backward(const ParamAccess& p, int64_t N) {
+  attention_.weight_backward(p, a_.attention_held, N);
+  if (mlp_) mlp_->weight_backward(p, a_.mlp_held, N);
 }
 
 }  // namespace tessera::model

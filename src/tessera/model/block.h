@@ -30,9 +30,13 @@ struct BlockWidths {
 // micro-batch) of which R are this rank's rows of the residual stream (R = N / tp with sequence
 // parallelism, else N). The norm outputs are matmul inputs of R rows; with sequence parallelism
 // they are kept in f32 and gathered (and narrowed) when a matmul needs them.
+// A model built to split its backward (zero-bubble schedules) also holds, per block, what its
+// linears keep until their weight gradients (a mixture of experts takes its own at once).
 struct BlockActivations {
   MatmulInput ln1, atty, ln2, act;
   float *ln1_mean, *ln1_rstd, *qkv, *lse, *res_mid, *ln2_mean, *ln2_rstd, *fch, *res_out;
+  AttentionHeld attention_held;
+  MlpHeld mlp_held;
 };
 
 // Working space every block shares (one set per model).
@@ -68,9 +72,11 @@ class Block {
   void decode(const ParamAccess& p, const float* x, const kernels::PagedKv& kv,
               std::span<const kernels::PagedChunk> chunks, int64_t N);
   // d_res holds dL/d(output rows) on entry and dL/d(input rows) on exit. aux_scale is
-  // dL/d(MoE auxiliary loss).
+  // dL/d(MoE auxiliary loss). With hold_weights, the linears' weight gradients are left for
+  // weight_backward, their inputs and output gradients held in activations().
   void backward(const ParamAccess& p, const float* x, float* d_res, int64_t B, int64_t T,
-                Recompute recompute, float aux_scale);
+                Recompute recompute, float aux_scale, bool hold_weights = false);
+  void weight_backward(const ParamAccess& p, int64_t N);
 
   const BlockActivations& activations() const { return a_; }
   MoeLayer<float>* moe() const { return moe_; }

@@ -38,4 +38,8 @@ struct MatmulFormat {
   void finish(const MatmulInput& x, int64_t n) const;
 };
 
+// Copies into `to` the fields it has (what a matmul, or the gather before it, reads) from the same
+// fields of `from`, unless they are the same buffers: n elements each.
+void keep_matmul_input(const MatmulInput& from, const MatmulInput& to, int64_t n);
+
 }  // namespace tessera::model

@@ -1,5 +1,7 @@
 #include "tessera/model/linear.h"
 
+#include <algorithm>
+
 #include "tessera/kernels/ops.h"
 
 namespace tessera::model {
@@ -8,6 +10,11 @@ namespace k = kernels;
 
 void MatmulFormat::finish(const MatmulInput& x, int64_t n) const {
   if (low && x.low != nullptr) k::cast_to_low(x.f32, x.low, n, precision);
+}
+
+void keep_matmul_input(const MatmulInput& from, const MatmulInput& to, int64_t n) {
+  if (to.low != nullptr && to.low != from.low) std::copy_n(from.low, n, to.low);
+  if (to.f32 != nullptr && to.f32 != from.f32) std::copy_n(from.f32, n, to.f32);
 }
 
 Linear::Linear(int64_t in, int64_t out, PartOffsets params, MatmulFormat format, uint16_t* dy_low,
@@ -38,13 +45,45 @@ void Linear::backward(const ParamAccess& p, const float* dy, const MatmulInput& 
 
 void Linear::backward_into(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
                            float* dw, int64_t N) const {
+  const MatmulInput g = output_gradient(dy, N);
+  input_backward(p, dy, g, dx, N);
+  weight_backward(g, x, dw, N);
+}
+
+MatmulInput Linear::output_gradient(const float* dy, const MatmulInput& into, int64_t N) const {
+  if (format_.low) {
+    k::cast_to_low(dy, into.low, N * out_, format_.precision);
+    return {nullptr, into.low};
+  }
+  if (into.f32 != dy) std::copy_n(dy, N * out_, into.f32);
+  return {into.f32, nullptr};
+}
+
+MatmulInput Linear::output_gradient(const float* dy, int64_t N) const {
+  return output_gradient(dy, {const_cast<float*>(dy), dy_low_}, N);
+}
+
+void Linear::input_backward(const ParamAccess& p, const float* dy, const MatmulInput& g, float* dx,
+                            int64_t N) const {
   float* db = params_.bias >= 0 ? p.grad(params_.bias) : nullptr;
   if (format_.low) {
-    k::cast_to_low(dy, dy_low_, N * out_, format_.precision);
-    k::linear_backward_low(dy, dy_low_, x.low, p.low(params_.weight), dx, dw, db, N, in_, out_,
+    k::linear_backward_low(dy, g.low, nullptr, p.low(params_.weight), dx, nullptr, db, N, in_, out_,
                            format_.precision);
   } else {
-    k::linear_backward(dy, x.f32, p.f32(params_.weight), dx, dw, db, N, in_, out_);
+    k::linear_backward(g.f32, static_cast<const float*>(nullptr), p.f32(params_.weight), dx,
+                       static_cast<float*>(nullptr), db, N, in_, out_);
+  }
+}
+
+void Linear::weight_backward(const MatmulInput& g, const MatmulInput& x, float* dw,
+                             int64_t N) const {
+  if (format_.low) {
+    k::linear_backward_low(nullptr, g.low, x.low, nullptr, nullptr, dw, nullptr, N, in_, out_,
+                           format_.precision);
+  } else {
+    k::linear_backward(g.f32, x.f32, static_cast<const float*>(nullptr),
+                       static_cast<float*>(nullptr), dw, static_cast<float*>(nullptr), N, in_,
+                       out_);
   }
 }
 

@@ -7,6 +7,14 @@
 
 namespace tessera::model {
 
+// What a linear keeps from the backward of its input gradient until its weight gradient when a
+// schedule runs them apart (zero-bubble): its input as the matmul reads it and dL/d(output) [N,
+// out] as the weight-gradient matmul reads it, each in the run's format (the low-precision copy,
+// or f32). x is the block's saved activation where the slot keeps it, else a copy of its own.
+struct HeldGradient {
+  MatmulInput x, dy;
+};
+
 // y[N, out] = x[N, in] W^T + b over this rank's slice of a linear part: f32, low-precision or
 // int8 weights, as the run's format says. Tensor parallelism wraps it (TensorParallel); the layer
 // itself only multiplies.
@@ -26,6 +34,16 @@ class Linear {
   // The same, with dW accumulated into dw instead of the parameter's gradient.
   void backward_into(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
                      float* dw, int64_t N) const;
+
+  // The halves of backward. output_gradient gives dy as the matmuls read it: cast into into.low in
+  // low precision, else into.f32 (a copy, unless it is dy). input_backward writes dx from it and
+  // accumulates db from the f32 dy; weight_backward accumulates g^T x into dw.
+  MatmulInput output_gradient(const float* dy, const MatmulInput& into, int64_t N) const;
+  void input_backward(const ParamAccess& p, const float* dy, const MatmulInput& g, float* dx,
+                      int64_t N) const;
+  void weight_backward(const MatmulInput& g, const MatmulInput& x, float* dw, int64_t N) const;
+  // output_gradient into the layer's own working space, for a weight gradient taken at once.
+  MatmulInput output_gradient(const float* dy, int64_t N) const;
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }

@@ -33,16 +33,22 @@ void Mlp::forward(const ParamAccess& p, const MatmulInput& normed, const float* 
 }
 
 const float* Mlp::backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
-                           const MlpActivations& a, float* d_hidden, int64_t N) const {
+                           const MlpActivations& a, float* d_hidden, int64_t N,
+                           const MlpHeld* held) const {
   float* d_act = d_hidden;
   float* d_pre = activation_ == Activation::kGelu ? d_hidden : d_hidden + N * ffn_;
-  out_.backward(p, d_out, a.act, d_act, N);
+  out_.backward(p, d_out, a.act, d_act, N, held != nullptr ? &held->out : nullptr);
   if (activation_ == Activation::kGelu) {
     k::gelu_backward(d_act, a.hidden, d_pre, N * ffn_);
   } else {
     k::swiglu_backward(d_act, a.hidden, d_pre, N, ffn_);
   }
-  return in_.backward(p, d_pre, normed, N);
+  return in_.backward(p, d_pre, normed, N, held != nullptr ? &held->in : nullptr);
+}
+
+void Mlp::weight_backward(const ParamAccess& p, const MlpHeld& held, int64_t N) const {
+  out_.held_weight_backward(p, held.out, N);
+  in_.held_weight_backward(p, held.in, N);
 }
 
 }  // namespace tessera::model

@@ -15,6 +15,11 @@ struct MlpActivations {
   MatmulInput act;
 };
 
+// What the MLP's two linears hold until their weight gradients (HeldGradient).
+struct MlpHeld {
+  HeldGradient in, out;
+};
+
 // A dense MLP on this rank's slice: the column-parallel first matmul (GPT-2's fc, Llama's fused
 // gate and up), GELU or SwiGLU, and the row-parallel second matmul into the residual stream.
 class Mlp {
@@ -29,9 +34,11 @@ class Mlp {
   // The activation's output again from the kept first-matmul output (selective recompute).
   void recompute(const MlpActivations& a, int64_t N) const;
   // d_out: dL/d(out) on this rank's rows. Returns dL/d(normed) for them; d_hidden [N, in_width +
-  // (SwiGLU: ffn)] is working space.
+  // (SwiGLU: ffn)] is working space. With `held`, the weight gradients wait for weight_backward.
   const float* backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
-                        const MlpActivations& a, float* d_hidden, int64_t N) const;
+                        const MlpActivations& a, float* d_hidden, int64_t N,
+                        const MlpHeld* held = nullptr) const;
+  void weight_backward(const ParamAccess& p, const MlpHeld& held, int64_t N) const;
 
  private:
   Activation activation_;

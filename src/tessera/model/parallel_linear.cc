@@ -36,21 +36,38 @@ void ColumnParallelLinear::forward(const ParamAccess& p, const MatmulInput& rows
 }
 
 const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* dy,
-                                            const MatmulInput& rows, int64_t N) const {
-  const MatmulInput x = input(rows, N);
-  if (shared_) {
-    weight_backward_shared(p, dy, x, N);
+                                            const MatmulInput& rows, int64_t N,
+                                            const HeldGradient* held) const {
+  const MatmulInput g =
+      held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
+  linear_.input_backward(p, dy, g, scratch_.d_input, N);
+  if (held != nullptr) {
+    keep_matmul_input(rows, held->x, tp_.rows(N) * linear_.in());
   } else {
-    linear_.backward(p, dy, x, scratch_.d_input, N);
+    weight_backward(p, g, input(rows, N), N);
   }
   float* completed = tp_.sequence_parallel() ? scratch_.d_rows : scratch_.d_input;
   tp_.complete(scratch_.d_input, completed, N);
   return completed;
 }
 
+void ColumnParallelLinear::held_weight_backward(const ParamAccess& p, const HeldGradient& held,
+                                                int64_t N) const {
+  weight_backward(p, held.dy, input(held.x, N), N);
+}
+
+void ColumnParallelLinear::weight_backward(const ParamAccess& p, const MatmulInput& g,
+                                           const MatmulInput& x, int64_t N) const {
+  if (shared_) {
+    weight_backward_shared(p, g, x, N);
+  } else {
+    linear_.weight_backward(g, x, p.grad(linear_.params().weight), N);
+  }
+}
+
 // The gradient of the shared rows is each rank's part of it: the rows' gradients of every rank
 // meet in a buffer of all the heads, are summed over tp, and each rank adds its own head's sum.
-void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const float* dy,
+void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const MatmulInput& g,
                                                   const MatmulInput& x, int64_t N) const {
   const SharedHeads& s = *shared_;
   const int64_t C = linear_.in(), local = linear_.out() * C, head = s.head_rows * C;
@@ -58,7 +75,7 @@ void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const fl
   float* mine = scratch_.shared_rows;  // [out, C]: this micro-batch's gradient of the local rows
   float* summed = mine + local;        // [segments, total_heads, head_rows, C]
   std::fill(mine, mine + local, 0.0f);
-  linear_.backward_into(p, dy, x, scratch_.d_input, mine, N);
+  linear_.weight_backward(g, x, mine, N);
   std::fill(summed, summed + s.segments * all_heads, 0.0f);
   for (int64_t j = 0; j < s.segments; ++j) {
     const float* rows = mine + (s.first_row + j * s.head_rows) * C;
@@ -98,9 +115,21 @@ void RowParallelLinear::forward(const ParamAccess& p, const MatmulInput& in, con
 
 // The bias gradient comes from the whole dL/d(out) every rank gathers, so it needs no sum.
 void RowParallelLinear::backward(const ParamAccess& p, const float* d_out, const MatmulInput& in,
-                                 float* dx, int64_t N) const {
+                                 float* dx, int64_t N, const HeldGradient* held) const {
   const float* dy = tp_.gather(d_out, scratch_.full.f32, N);
-  linear_.backward(p, dy, in, dx, N);
+  const MatmulInput g =
+      held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
+  linear_.input_backward(p, dy, g, dx, N);
+  if (held != nullptr) {
+    keep_matmul_input(in, held->x, N * linear_.in());
+  } else {
+    linear_.weight_backward(g, in, p.grad(linear_.params().weight), N);
+  }
+}
+
+void RowParallelLinear::held_weight_backward(const ParamAccess& p, const HeldGradient& held,
+                                             int64_t N) const {
+  linear_.weight_backward(held.dy, held.x, p.grad(linear_.params().weight), N);
 }
 
 }  // namespace tessera::model

@@ -41,14 +41,19 @@ class ColumnParallelLinear {
 
   // rows: this rank's rows of the input (all N without sequence parallelism); y [N, out].
   void forward(const ParamAccess& p, const MatmulInput& rows, float* y, int64_t N) const;
-  // dy [N, out]. Returns dL/d(input) for this rank's rows, completed over tp.
-  const float* backward(const ParamAccess& p, const float* dy, const MatmulInput& rows,
-                        int64_t N) const;
+  // dy [N, out]. Returns dL/d(input) for this rank's rows, completed over tp. With `held`, the
+  // weight gradient waits for held_weight_backward: rows and dy are kept in it.
+  const float* backward(const ParamAccess& p, const float* dy, const MatmulInput& rows, int64_t N,
+                        const HeldGradient* held = nullptr) const;
+  // The weight gradient from what backward kept (gathered again with sequence parallelism).
+  void held_weight_backward(const ParamAccess& p, const HeldGradient& held, int64_t N) const;
   // The input as the matmul reads it: rows, or all N gathered into the scratch.
   MatmulInput input(const MatmulInput& rows, int64_t N) const;
 
  private:
-  void weight_backward_shared(const ParamAccess& p, const float* dy, const MatmulInput& x,
+  void weight_backward(const ParamAccess& p, const MatmulInput& g, const MatmulInput& x,
+                       int64_t N) const;
+  void weight_backward_shared(const ParamAccess& p, const MatmulInput& g, const MatmulInput& x,
                               int64_t N) const;
 
   Linear linear_;
@@ -71,9 +76,11 @@ class RowParallelLinear {
   // in [N, in]; out, this rank's rows, = residual + the completed sum + bias.
   void forward(const ParamAccess& p, const MatmulInput& in, const float* residual, float* out,
                int64_t N) const;
-  // d_out: dL/d(out) on this rank's rows; dx [N, in] is written.
+  // d_out: dL/d(out) on this rank's rows; dx [N, in] is written. With `held`, the weight gradient
+  // waits for held_weight_backward: in and the gathered dL/d(out) are kept in it.
   void backward(const ParamAccess& p, const float* d_out, const MatmulInput& in, float* dx,
-                int64_t N) const;
+                int64_t N, const HeldGradient* held = nullptr) const;
+  void held_weight_backward(const ParamAccess& p, const HeldGradient& held, int64_t N) const;
 
  private:
   Linear linear_;

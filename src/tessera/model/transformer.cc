@@ -88,6 +88,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   check(options_.in_flight >= 1 && (training_ || options_.in_flight == 1),
         "a model holds 1 or more micro-batches in flight, and only for training; got {}",
         options_.in_flight);
+  check(training_ || !options_.split_backward,
+        "a model built for inference has no backward to split");
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
@@ -128,7 +130,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                                              tp_.sequence_parallel(),
                                              scratch_threads_,
                                              parallel_.batch->size(),
-                                             options_.in_flight};
+                                             options_.in_flight,
+                                             options_.split_backward};
   {
     Arena counting = Arena::counting();
     Allocator counter(counting);
@@ -414,7 +417,7 @@ float Transformer::forward_backward(const int32_t* inputs, const int32_t* target
   select_slot(0);
   run_blocks(inputs, B, T);
   const float loss = head_loss_and_backward(targets, B * T, loss_scale);
-  backward_blocks(inputs, B, T);
+  backward_blocks(inputs, B, T, false);
   release(0);
   return loss;
 }
@@ -437,6 +440,34 @@ float Transformer::stage_forward(int64_t slot, const int32_t* inputs, const int3
 }
 
 void Transformer::stage_backward(int64_t slot, const int32_t* inputs) {
+  backward_slot(slot, inputs, false);
+  slots_[slot] = {};
+}
+
+void Transformer::stage_backward_input(int64_t slot, const int32_t* inputs) {
+  check(options_.split_backward,
+        "stage_backward_input: the model was not built to split its backward "
+        "(ModelOptions::split_backward)");
+  backward_slot(slot, inputs, true);
+}
+
+void Transformer::stage_backward_weight(int64_t slot) {
+  check(options_.split_backward,
+        "stage_backward_weight: the model was not built to split its backward "
+        "(ModelOptions::split_backward)");
+  select_slot(slot);
+  const SlotState& state = slots_[slot];
+  check(state.B > 0, "stage_backward_weight of slot {}, which holds no forward", slot);
+  const Access& p = *access_;
+  acquire(0);
+  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
+    with_block_gradients(l, [&] { blocks_[l]->weight_backward(p, state.B * state.T); });
+  }
+  release(0);
+  slots_[slot] = {};
+}
+
+void Transformer::backward_slot(int64_t slot, const int32_t* inputs, bool hold_weights) {
   check(training_, "stage_backward on a model built for inference");
   select_slot(slot);
   const SlotState& state = slots_[slot];
@@ -447,9 +478,8 @@ void Transformer::stage_backward(int64_t slot, const int32_t* inputs) {
   }
   acquire(0);
   loss_scale_ = state.loss_scale;
-  backward_blocks(inputs, state.B, state.T);
+  backward_blocks(inputs, state.B, state.T, hold_weights);
   release(0);
-  slots_[slot] = {};
 }
 
 // The loss over the head's logits, its gradient fused into them, and the head's backward: its
@@ -468,22 +498,32 @@ float Transformer::head_loss_and_backward(const int32_t* targets, int64_t N, flo
   return loss;
 }
 
+// Runs body, which accumulates block l's gradients, with the block's units acquired and their
+// gradients open.
+template <typename Body>
+void Transformer::with_block_gradients(int64_t l, Body&& body) {
+  acquire_block(l);
+  const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
+  for (int64_t u : units) {
+    if (u >= 0) unit_grads_[u] = store_->gradients(u);
+  }
+  body();
+  for (int64_t u : units) {
+    if (u < 0) continue;
+    store_->gradients_done(u);
+    unit_grads_[u] = nullptr;
+  }
+  release_block(l);
+}
+
 // From d_res = d(loss)/d(last block output): every block's backward, then the embedding's.
-void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, bool hold_weights) {
   const Access& p = *access_;
   for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
-    acquire_block(l);
-    const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
-    for (int64_t u : units) {
-      if (u >= 0) unit_grads_[u] = store_->gradients(u);
-    }
-    blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_);
-    for (int64_t u : units) {
-      if (u < 0) continue;
-      store_->gradients_done(u);
-      unit_grads_[u] = nullptr;
-    }
-    release_block(l);
+    with_block_gradients(l, [&] {
+      blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_,
+                           hold_weights);
+    });
   }
   if (embedding_ == nullptr) return;
   // Held since the head's backward when this stage has both ends.

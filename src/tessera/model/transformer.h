@@ -35,6 +35,9 @@ struct ModelOptions {
   // Micro-batches a pipeline stage holds between their forward and backward (stage_forward's
   // slots).
   int64_t in_flight = 1;
+  // Whether stage_backward_input and stage_backward_weight may run a slot's backward in two
+  // (zero-bubble schedules): each slot then also holds what its weight gradients need.
+  bool split_backward = false;
 };
 
 // Keys and values of earlier tokens, one k and one v pointer per layer, each laid out as
@@ -109,8 +112,14 @@ class Transformer {
   // head, and where the backward of a stage without the embedding leaves d(loss)/d(input).
   float* stage_gradient() { return acts_.d_res; }
   // Accumulates the gradients of the micro-batch in `slot` (inputs: its tokens, on the first
-  // stage).
+  // stage) and frees the slot.
   void stage_backward(int64_t slot, const int32_t* inputs);
+  // The same backward in two halves, for a model built with split_backward. The input half leaves
+  // stage_gradient() for the previous stage and accumulates every gradient but the weights of the
+  // attention and dense-MLP linears (norms, biases, the embedding, a mixture of experts); the
+  // weight half, later, accumulates those and frees the slot.
+  void stage_backward_input(int64_t slot, const int32_t* inputs);
+  void stage_backward_weight(int64_t slot);
   // [B*T, this rank's vocabulary slice] (the whole vocabulary on one rank).
   const float* logits() const { return acts_.logits; }
   // Logits of the next token after tokens[0..T), for sampling (one rank).
@@ -158,7 +167,10 @@ class Transformer {
   void select_slot(int64_t slot);
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
   float head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale);
-  void backward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  void backward_slot(int64_t slot, const int32_t* inputs, bool hold_weights);
+  template <typename Body>
+  void with_block_gradients(int64_t l, Body&& body);
+  void backward_blocks(const int32_t* inputs, int64_t B, int64_t T, bool hold_weights);
 
   ModelConfig config_;
   ModelOptions options_;

@@ -81,9 +81,12 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
   const std::vector<int64_t> boundaries =
       dist::stage_boundaries(dist::stage_blocks(config, mesh.pp * mesh.pp_virtual, mesh.pp_layers));
   dist::PipelineSimulation simulation;
+  bool split_backward = false;
   if (mesh.pp > 1) {
-    simulation = dist::simulate_pipeline(dist::make_pipeline_table(
-        mesh.pp_schedule, int(mesh.pp), int(mesh.pp_virtual), int(plan.micro_batches)));
+    const dist::PipelineTable table = dist::make_pipeline_table(
+        mesh.pp_schedule, int(mesh.pp), int(mesh.pp_virtual), int(plan.micro_batches));
+    simulation = dist::simulate_pipeline(table);
+    split_backward = table.splits_backward();
     plan.bubble = simulation.bubble;
   } else {
     simulation.peak_in_flight = {1};
@@ -120,7 +123,8 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
                                .precision = run.train.precision,
                                .recompute = run.train.recompute,
                                .sequence_parallel = mesh.sequence_parallel,
-                               .batch_ranks = mesh.dp}};
+                               .batch_ranks = mesh.dp,
+                               .split_backward = split_backward}};
   plan.ranks.resize(world_size);
   for (int64_t rank = 0; rank < world_size; ++rank) {
     DryRunRank& r = plan.ranks[rank];

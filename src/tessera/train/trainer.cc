@@ -318,10 +318,6 @@ std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& 
         "data-parallel traffic by the micro-batches (Megatron-LM and torchtitan pair pipelines "
         "with ZeRO-1 at most)",
         rc.mesh.pp, rc.train.zero);
-  check(rc.mesh.pp == 1 || rc.mesh.pp_schedule != dist::PipelineScheduleKind::kZeroBubbleH1,
-        "mesh.pp_schedule = zb-h1 splits each backward into its input and weight gradients, which "
-        "the stage models do not yet run apart; choose gpipe, 1f1b or interleaved (tessera train "
-        "--dry-run plans a zb-h1 layout)");
   if (rc.train.threads > 0) set_num_threads(int(rc.train.threads));
   dist::set_timeout_seconds(rc.dist.timeout_s);
   if (dist::world().rank() != 0) {

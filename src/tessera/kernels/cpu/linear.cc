@@ -32,8 +32,8 @@ void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t
 template <typename T>
 void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
                      int64_t in, int64_t out) {
-  gemm<T>(false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
-  gemm<T>(true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
+  if (dx != nullptr) gemm<T>(false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
+  if (dw != nullptr) gemm<T>(true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
   if (db == nullptr) return;
   for_column_blocks(out, [&](int64_t j0, int64_t j1) {
     for (int64_t m = 0; m < M; ++m) {

@@ -33,8 +33,8 @@ void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, fl
 void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
                          const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
                          int64_t out, LowPrecision p) {
-  gemm_low(false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
-  gemm_low(true, false, out, in, M, 1.0f, dy_low, out, x, in, 1.0f, dw, in, p);
+  if (dx != nullptr) gemm_low(false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
+  if (dw != nullptr) gemm_low(true, false, out, in, M, 1.0f, dy_low, out, x, in, 1.0f, dw, in, p);
   if (db == nullptr) return;
   check(dy != nullptr, "linear_backward_low: the bias gradient needs the f32 dy");
   for_column_blocks(out, [&](int64_t j0, int64_t j1) {
