@@ -122,16 +122,23 @@ TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
   const dist::RankMemory three = memory.rank({{model::Sharding{}}, {3}}, shape);
   EXPECT_EQ(three.activations - one.activations,
             2 * double(6 * engine.saved_activation_bytes_per_layer() + 4 * 4 * 16 * 32));
-  // A pipeline stage built for three micro-batches in flight allocates what the rank is counted.
+  // A pipeline stage built for three micro-batches in flight allocates what the rank is counted,
+  // with its backward whole or split (zero-bubble).
+  dist::TrainingShape split_shape = shape;
+  split_shape.activations.split_backward = true;
   for (const auto& [begin, end] : {std::pair{0, 2}, std::pair{2, 5}, std::pair{5, 6}}) {
     model::ModelParallel stage;
     stage.sharding = {.block_begin = begin, .block_end = end};
-    const model::Transformer held(
-        run.model, 4, 16, true,
-        {.precision = model::Precision::kBf16, .parallel = &stage, .in_flight = 3});
-    EXPECT_EQ(memory.rank({{stage.sharding}, {3}}, shape).activations,
-              double(held.activation_bytes_total()))
-        << begin;
+    for (bool split : {false, true}) {
+      const model::Transformer held(run.model, 4, 16, true,
+                                    {.precision = model::Precision::kBf16,
+                                     .parallel = &stage,
+                                     .in_flight = 3,
+                                     .split_backward = split});
+      EXPECT_EQ(memory.rank({{stage.sharding}, {3}}, split ? split_shape : shape).activations,
+                double(held.activation_bytes_total()))
+          << begin << (split ? ", split backward" : "");
+    }
   }
 }
 

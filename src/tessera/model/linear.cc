@@ -38,18 +38,6 @@ void Linear::forward(const ParamAccess& p, const MatmulInput& x, float* y, int64
   }
 }
 
-void Linear::backward(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
-                      int64_t N) const {
-  backward_into(p, dy, x, dx, p.grad(params_.weight), N);
-}
-
-void Linear::backward_into(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
-                           float* dw, int64_t N) const {
-  const MatmulInput g = output_gradient(dy, N);
-  input_backward(p, dy, g, dx, N);
-  weight_backward(g, x, dw, N);
-}
-
 MatmulInput Linear::output_gradient(const float* dy, const MatmulInput& into, int64_t N) const {
   if (format_.low) {
     k::cast_to_low(dy, into.low, N * out_, format_.precision);

@@ -28,22 +28,16 @@ class Linear {
   // A row-parallel slice leaves its bias to be added once the ranks' sums are complete.
   void forward(const ParamAccess& p, const MatmulInput& x, float* y, int64_t N,
                bool with_bias = true) const;
-  // dx (written) = dy W; dW and db accumulate.
-  void backward(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
-                int64_t N) const;
-  // The same, with dW accumulated into dw instead of the parameter's gradient.
-  void backward_into(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
-                     float* dw, int64_t N) const;
-
-  // The halves of backward. output_gradient gives dy as the matmuls read it: cast into into.low in
-  // low precision, else into.f32 (a copy, unless it is dy). input_backward writes dx from it and
-  // accumulates db from the f32 dy; weight_backward accumulates g^T x into dw.
+  // The backward in two halves, which a zero-bubble schedule runs apart. output_gradient gives dy
+  // as the matmuls read it: cast into into.low in low precision, else into.f32 (a copy, unless it
+  // is dy). input_backward writes dx (= dy W) from it and accumulates db from the f32 dy;
+  // weight_backward accumulates g^T x into dw.
   MatmulInput output_gradient(const float* dy, const MatmulInput& into, int64_t N) const;
+  // output_gradient into the layer's own working space, for a weight gradient taken at once.
+  MatmulInput output_gradient(const float* dy, int64_t N) const;
   void input_backward(const ParamAccess& p, const float* dy, const MatmulInput& g, float* dx,
                       int64_t N) const;
   void weight_backward(const MatmulInput& g, const MatmulInput& x, float* dw, int64_t N) const;
-  // output_gradient into the layer's own working space, for a weight gradient taken at once.
-  MatmulInput output_gradient(const float* dy, int64_t N) const;
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
