@@ -1,13 +1,16 @@
-#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <semaphore>
 #include <thread>
 
 #include "tessera/cli/flags.h"
+#include "tessera/core/stop_signals.h"
 #include "tessera/core/threading.h"
 #include "tessera/serve/http_server.h"
 
@@ -16,17 +19,6 @@ namespace tessera::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-// SIGINT and SIGTERM are taken by one thread that stops the server, so requests in flight end
-// cleanly; every other thread (started after this) has them blocked.
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
 
 // A connection takes a file descriptor: the soft limit is raised to hold max_connections of them
 // beside the model's files, within the hard limit, which may lower the cap.
@@ -119,7 +111,6 @@ int serve_command(int argc, char** argv) {
   }
   const auto checkpoint = flags.get("checkpoint");
   check(checkpoint.has_value(), "tessera serve: --checkpoint DIR is required");
-  const sigset_t stop_signals = block_stop_signals();
   // A closed client socket or output pipe must end a write, never the server.
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -201,16 +192,24 @@ int serve_command(int argc, char** argv) {
               routes.api_key.empty() ? "" : " (API key required)");
   std::fflush(stdout);
 
-  // The first signal drains; a second one while draining ends the process at once.
-  std::thread stopper([&] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    std::printf("signal %d: draining for up to %.0f s (a second signal stops at once)\n", signal,
-                double(drain.count()) / 1000);
+  // The first SIGTERM or SIGINT drains, on a thread of its own; a second one while draining ends
+  // the process at once.
+  struct Stop {
+    std::atomic<int> signal{0};
+    std::binary_semaphore asked{0};
+  };
+  const auto stop = std::make_shared<Stop>();
+  on_stop_signal([stop](int signal, pid_t) {
+    if (stop->signal.exchange(signal) != 0) std::_Exit(128 + signal);
+    stop->asked.release();
+    return true;
+  });
+  std::thread stopper([&, stop] {
+    stop->asked.acquire();
+    std::printf("signal %d: draining for up to %.0f s (a second signal stops at once)\n",
+                stop->signal.load(), double(drain.count()) / 1000);
     std::fflush(stdout);
     server.drain(drain);
-    sigwait(&stop_signals, &signal);
-    std::_Exit(128 + signal);
   });
   stopper.detach();
   server.run();

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
+#include "tessera/core/stop_signals.h"
 #include "tessera/dist/mpi_communicator.h"
 #include "tessera/dist/single_communicator.h"
 
@@ -23,10 +24,6 @@ bool g_mpi = false;
 int g_rank = 0;
 int g_size = 1;
 double g_timeout_s = 300;
-
-// Written by the SIGTERM handler, which may only make async-signal-safe calls.
-char g_stop_message[128];
-size_t g_stop_message_length = 0;
 
 bool has_env(const char* name) {
   const char* value = std::getenv(name);
@@ -53,15 +50,13 @@ std::string error_line(std::string_view message) {
   return fmt::format("error: rank {} of {}: {}\n", g_rank, g_size, message);
 }
 
-void on_stop(int) {
-  [[maybe_unused]] ssize_t written = write(STDERR_FILENO, g_stop_message, g_stop_message_length);
-  _exit(1);
-}
-
 }  // namespace
 
 Communicator& init_world(int& argc, char**& argv) {
   if (g_world) abort_job("init_world called twice");
+  // Before MPI or anything else starts a thread, so that every thread inherits the stop signals
+  // blocked.
+  take_stop_signals();
   if (!started_by_launcher()) {
     g_world = std::make_unique<SingleCommunicator>();
     return *g_world;
@@ -94,7 +89,7 @@ void abort_job(const std::string& message) {
   std::fflush(stderr);
   // The launcher stops every rank, this one included, and this rank must not claim that
   // another one failed.
-  std::signal(SIGTERM, SIG_DFL);
+  on_stop_signal({});
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so.
 }
@@ -115,16 +110,10 @@ double timeout_seconds() { return g_timeout_s; }
 
 void install_stop_handler() {
   if (g_size <= 1) return;
-  const int n =
-      std::snprintf(g_stop_message, sizeof g_stop_message,
-                    "error: rank %d of %d: stopped by the launcher because another rank failed\n",
-                    g_rank, g_size);
-  g_stop_message_length = std::min(static_cast<size_t>(n), sizeof g_stop_message - 1);
-  struct sigaction action;
-  std::memset(&action, 0, sizeof action);
-  action.sa_handler = on_stop;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
+  on_stop_signal([](int signal, pid_t) {
+    if (signal != SIGTERM) return false;
+    exit_job("stopped by the launcher because another rank failed");
+  });
 }
 
 }  // namespace tessera::dist

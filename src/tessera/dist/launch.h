@@ -15,7 +15,8 @@ namespace tessera::dist {
 // PMIX_RANK, PMI_RANK with PMI_SIZE, or SLURM_PROCID with SLURM_NTASKS) this initialises MPI with
 // MPI_THREAD_FUNNELED: only the thread that called init_world may communicate. Otherwise the
 // world is a single rank and MPI is never touched. MPI is finalised at exit. Call once, at the
-// start of main (MPI may remove its own arguments from argv); a failure ends the process.
+// start of main (MPI may remove its own arguments from argv); a failure ends the process. It first
+// gives SIGTERM and SIGINT to a thread of their own (take_stop_signals), before any other starts.
 Communicator& init_world(int& argc, char**& argv);
 
 // The communicator of all ranks of the job; init_world must have run.

@@ -9,14 +9,15 @@
 #include <string>
 #include <thread>
 
+#include "tessera/core/stop_signals.h"
 #include "tessera/dist/communicator.h"
 
 namespace tessera::train {
 
 class Preemption {
  public:
-  // Installs the handler for this process until destruction; `rank` and `ranks` name this
-  // process in what it prints.
+  // Takes SIGTERM (from the stop-signal thread, core/stop_signals.h) until destruction; `rank` and
+  // `ranks` name this process in what it prints.
   Preemption(double timeout_s, int rank, int ranks);
   ~Preemption();
   Preemption(const Preemption&) = delete;
@@ -30,6 +31,9 @@ class Preemption {
 
   double timeout_s_;
   std::string who_;
+  std::atomic<int> signals_{0};
+  std::atomic<bool> from_launcher_{false};
+  StopSignalHandler previous_;
   std::atomic<bool> done_{false};
   std::thread watchdog_;
 };

@@ -16,20 +16,23 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/core/stop_signals.h"
 
 namespace tessera::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Written by the signal handler, which may only use lock-free atomics and kill(2).
+// Written by the stop-signal thread.
 std::atomic<pid_t> g_child{0};
 std::atomic<int> g_stop_signal{0};
 
-void on_stop(int signal) {
+// A stop signal is passed on to the job, which decides how to end; the supervisor then stops.
+bool on_stop(int signal, pid_t) {
   g_stop_signal = signal;
   const pid_t child = g_child.load();
   if (child > 0) kill(child, signal);
+  return true;
 }
 
 // What a shell returns for a command it cannot run; starting it again would fail the same way.
@@ -49,23 +52,24 @@ int exit_code(int status) {
   return 1;
 }
 
-[[noreturn]] void exec_child(const std::vector<std::string>& command) {
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGINT, SIG_DFL);
-  std::vector<char*> argv;
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+// In the forked child of a process with threads: argv is built before the fork, so that nothing
+// is allocated before the exec.
+[[noreturn]] void exec_child(char* const* argv) {
+  unblock_stop_signals();
+  execvp(argv[0], argv);
   std::fprintf(stderr, "supervisor: cannot start %s: %s\n", argv[0], std::strerror(errno));
   _exit(kExitCannotStart);
 }
 
 // Starts `command`, waits for it, and returns its wait status.
 int run_attempt(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
   std::fflush(nullptr);
   const pid_t pid = fork();
   check(pid >= 0, "supervisor: cannot fork: {}", std::strerror(errno));
-  if (pid == 0) exec_child(command);
+  if (pid == 0) exec_child(argv.data());
   g_child = pid;
   // A stop signal that arrived before the child was known is passed on now.
   if (const int signal = g_stop_signal.load(); signal != 0) kill(pid, signal);
@@ -103,12 +107,8 @@ int supervise(const std::vector<std::string>& command, const SupervisorOptions& 
         options.max_restarts);
   check(options.backoff_s >= 0, "supervisor: the back-off must be >= 0 s, got {}",
         options.backoff_s);
-  struct sigaction action;
-  std::memset(&action, 0, sizeof action);
-  action.sa_handler = on_stop;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  take_stop_signals();
+  on_stop_signal(on_stop);
 
   double backoff = options.backoff_s;
   for (int attempt = 1;; ++attempt) {
