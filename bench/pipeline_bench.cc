@@ -3,7 +3,8 @@
 // with its backwards split into input and weight gradients) through dist::PipelineRuntime, and
 // reports the share of each step it spent outside its forwards and backwards (messages and
 // waiting) next to the idle share the simulator predicts from the same run's measured forward,
-// input-gradient and weight-gradient times. bench/pipeline_idle.sh runs it.
+// input-gradient and weight-gradient times on each stage. ZB-H1's table is laid out for the
+// stages' matmul costs (dist::stage_costs). bench/pipeline_idle.sh runs it.
 //   mpirun -np P pipeline_bench [--n-layer 8] [--d-model 512] [--vocab 8192] [--batch 4]
 //                               [--seq 128] [--micro-batches 8] [--steps 3] [--threads 1]
 #include <chrono>
@@ -61,8 +62,8 @@ int main(int argc, char** argv) {
         p, int(o["threads"]), static_cast<long long>(c.n_layer), static_cast<long long>(c.d_model),
         static_cast<long long>(c.vocab_size), m, static_cast<long long>(B),
         static_cast<long long>(T));
-    std::printf("%-12s %4s %9s %9s %9s %14s %14s\n", "schedule", "rank", "step_ms", "fwd_ms",
-                "bwd_ms", "measured_idle", "simulated_idle");
+    std::printf("%-12s %4s %9s %9s %9s %9s %14s %14s\n", "schedule", "rank", "step_ms", "fwd_ms",
+                "bwd_ms", "of_it_W", "measured_idle", "simulated_idle");
   }
   const std::vector<std::pair<dist::PipelineScheduleKind, int>> schedules = {
       {dist::PipelineScheduleKind::kGPipe, 1},
@@ -71,10 +72,11 @@ int main(int argc, char** argv) {
       {dist::PipelineScheduleKind::kZeroBubbleH1, 1}};
   for (const auto& [kind, v] : schedules) {
     if (p == 1 && v > 1) continue;
-    const dist::PipelineTable table = dist::make_pipeline_table(kind, p, v, m);
-    dist::StageModels built = dist::build_stage_models(
-        c, table, pp.rank(), dist::stage_boundaries(dist::stage_blocks(c, table.stages(), {})), B,
-        T, {});
+    const std::vector<int64_t> boundaries =
+        dist::stage_boundaries(dist::stage_blocks(c, int64_t(p) * v, {}));
+    const dist::PipelineTable table =
+        dist::make_pipeline_table(kind, p, v, m, dist::stage_costs(c, boundaries));
+    dist::StageModels built = dist::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
     for (model::Transformer* s : built.stages) s->init_weights(1);
     dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
     runtime.run(batches, B, T, 1.0f / float(m));  // warm-up
@@ -89,26 +91,35 @@ int main(int argc, char** argv) {
       weight += runtime.weight_gradient_seconds();
     }
     const double steps = double(o["steps"]);
-    // The simulation with this run's costs: every rank's mean forward, input gradient and weight
-    // gradient per micro-batch and stage (a whole backward is all input gradient).
-    double costs[3] = {forward / steps / (m * v), (backward - weight) / steps / (m * v),
-                       weight / steps / (m * v)};
-    pp.all_reduce(costs, 3);
-    const dist::PipelineSimulation sim =
-        dist::simulate_pipeline(table, {costs[0] / p, costs[1] / p, costs[2] / p});
-    const double measured = 1 - (forward + backward) / step;
-    std::vector<double> rows(3 * p, 0.0);
-    rows[3 * pp.rank()] = step / steps;
-    rows[3 * pp.rank() + 1] = forward / steps;
-    rows[3 * pp.rank() + 2] = measured;
+    // The simulation with this run's costs: each rank's own mean forward, input gradient and
+    // weight gradient per micro-batch and stage (a whole backward is all input gradient), so that
+    // uneven stages wait for each other there as they do here.
+    std::vector<double> measured(3 * p, 0.0);
+    measured[3 * pp.rank()] = forward / steps / (m * v);
+    measured[3 * pp.rank() + 1] = (backward - weight) / steps / (m * v);
+    measured[3 * pp.rank() + 2] = weight / steps / (m * v);
+    pp.all_reduce(measured.data(), int64_t(measured.size()));
+    std::vector<dist::PipelineCosts> stage_costs;
+    for (int s = 0; s < table.stages(); ++s) {
+      const double* c = measured.data() + 3 * table.rank_of(s);
+      stage_costs.push_back({c[0], c[1], c[2]});
+    }
+    const dist::PipelineSimulation sim = dist::simulate_pipeline(table, stage_costs);
+    constexpr int kColumns = 4;
+    std::vector<double> rows(kColumns * p, 0.0);
+    double* mine = rows.data() + kColumns * pp.rank();
+    mine[0] = step / steps;
+    mine[1] = forward / steps;
+    mine[2] = backward / steps;
+    mine[3] = weight / steps;
     pp.all_reduce(rows.data(), int64_t(rows.size()));
     if (pp.rank() == 0) {
       for (int r = 0; r < p; ++r) {
-        std::printf("%-12s %4d %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
-                    std::string(dist::pipeline_schedule_name(kind)).c_str(), r, 1e3 * rows[3 * r],
-                    1e3 * rows[3 * r + 1],
-                    1e3 * (rows[3 * r] * (1 - rows[3 * r + 2]) - rows[3 * r + 1]),
-                    100 * rows[3 * r + 2], 100 * sim.idle_fraction[r]);
+        const double* row = rows.data() + kColumns * r;
+        std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
+                    std::string(dist::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
+                    1e3 * row[1], 1e3 * row[2], 1e3 * row[3],
+                    100 * (1 - (row[1] + row[2]) / row[0]), 100 * sim.idle_fraction[r]);
       }
     }
   }

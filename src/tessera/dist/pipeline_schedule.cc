@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <utility>
 
 #include "tessera/core/error.h"
@@ -57,43 +58,57 @@ ComputeOrder one_f_one_b(int rank, int ranks, int virtual_stages, int micro_batc
 
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): the backward is split into its input
 // gradient, which the previous stage waits for, and its weight gradient, which nothing waits for
-// and which fills the time 1F1B spends waiting. Built by list scheduling with forward, input- and
-// weight-gradient taking one unit of time each: a free rank runs a ready input gradient first,
-// then a forward while fewer than p - rank micro-batches await their input gradient (1F1B's
-// bound) and fewer than 2 p - 1 their weight gradient (the first rank's p and the p - 1 weight
-// gradients it defers to its cool-down), then a pending weight gradient.
-std::vector<ComputeOrder> zero_bubble_h1(int ranks, int micro_batches) {
+// and which fills the time 1F1B spends waiting. Built by list scheduling over each stage's costs:
+// whichever rank can start an action soonest takes one, a ready input gradient first, then a
+// forward while fewer than p - rank micro-batches await their input gradient (1F1B's bound) and
+// fewer than 2 p - 1 their weight gradient (the first rank's p and the p - 1 weight gradients it
+// defers to its cool-down), then a pending weight gradient whenever nothing else can start.
+// Placing actions by what they cost keeps the weight gradients where the rank would wait: a table
+// laid out for equal costs leaves gaps behind a costlier forward.
+std::vector<ComputeOrder> zero_bubble_h1(int ranks, int micro_batches,
+                                         std::span<const PipelineCosts> costs) {
   const int p = ranks, m = micro_batches;
-  constexpr int kNever = -1;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
   // Completion times per [rank][micro-batch].
-  std::vector<std::vector<int>> forward_done(p, std::vector<int>(m, kNever));
-  std::vector<std::vector<int>> input_done = forward_done;
-  std::vector<int> forwards(p, 0), inputs(p, 0), weights(p, 0), busy_until(p, 0);
+  std::vector<std::vector<double>> forward_done(p, std::vector<double>(m, kNever));
+  std::vector<std::vector<double>> input_done = forward_done;
+  std::vector<int> forwards(p, 0), inputs(p, 0), weights(p, 0);
+  std::vector<double> free_at(p, 0);
   std::vector<ComputeOrder> orders(p);
-  auto done_by = [](int at, int t) { return at != kNever && at <= t; };
-  for (int t = 0; std::any_of(weights.begin(), weights.end(), [&](int w) { return w < m; }); ++t) {
+  for (int scheduled = 0; scheduled < 3 * p * m; ++scheduled) {
+    // The rank that can start an action soonest, and that action.
+    double soonest = kNever;
+    int rank = -1;
+    Kind kind = Kind::kForward;
     for (int r = 0; r < p; ++r) {
-      if (busy_until[r] > t) continue;
       const int f = forwards[r], b = inputs[r];
-      const bool input_ready = b < m && done_by(forward_done[r][b], t) &&
-                               (r == p - 1 || done_by(input_done[r + 1][b], t));
-      const bool forward_ready = f < m && f - b < p - r && f - weights[r] < 2 * p - 1 &&
-                                 (r == 0 || done_by(forward_done[r - 1][f], t));
-      if (input_ready) {
-        orders[r].push_back({Kind::kBackwardInput, r, b});
-        input_done[r][b] = t + 1;
-        ++inputs[r];
-      } else if (forward_ready) {
-        orders[r].push_back({Kind::kForward, r, f});
-        forward_done[r][f] = t + 1;
-        ++forwards[r];
-      } else if (weights[r] < inputs[r] && done_by(input_done[r][weights[r]], t)) {
-        orders[r].push_back({Kind::kBackwardWeight, r, weights[r]});
-        ++weights[r];
-      } else {
-        continue;
+      double input_at = kNever, forward_at = kNever, weight_at = kNever;
+      if (b < m && forward_done[r][b] < kNever) {
+        input_at = std::max(free_at[r], r == p - 1 ? forward_done[r][b] : input_done[r + 1][b]);
       }
-      busy_until[r] = t + 1;
+      if (f < m && f - b < p - r && f - weights[r] < 2 * p - 1) {
+        forward_at = std::max(free_at[r], r == 0 ? 0.0 : forward_done[r - 1][f]);
+      }
+      if (weights[r] < b) weight_at = free_at[r];
+      const double at = std::min({input_at, forward_at, weight_at});
+      if (at >= soonest) continue;
+      soonest = at;
+      rank = r;
+      kind = input_at <= at     ? Kind::kBackwardInput
+             : forward_at <= at ? Kind::kForward
+                                : Kind::kBackwardWeight;
+    }
+    check(rank >= 0, "the ZB-H1 list scheduler found no action to take");
+    const PipelineCosts& c = costs[rank];
+    if (kind == Kind::kBackwardInput) {
+      orders[rank].push_back({kind, rank, inputs[rank]});
+      free_at[rank] = input_done[rank][inputs[rank]++] = soonest + c.backward_input;
+    } else if (kind == Kind::kForward) {
+      orders[rank].push_back({kind, rank, forwards[rank]});
+      free_at[rank] = forward_done[rank][forwards[rank]++] = soonest + c.forward;
+    } else {
+      orders[rank].push_back({kind, rank, weights[rank]++});
+      free_at[rank] = soonest + c.backward_weight;
     }
   }
   return orders;
@@ -152,7 +167,7 @@ std::string to_string(const PipelineAction& a) {
 }
 
 PipelineTable make_pipeline_table(PipelineScheduleKind kind, int ranks, int virtual_stages,
-                                  int micro_batches) {
+                                  int micro_batches, std::span<const PipelineCosts> stage_costs) {
   const std::string_view name = pipeline_schedule_name(kind);
   check(ranks >= 1, "a pipeline needs at least one rank, got mesh.pp = {}", ranks);
   check(micro_batches >= 1,
@@ -175,7 +190,10 @@ PipelineTable make_pipeline_table(PipelineScheduleKind kind, int ranks, int virt
   PipelineTable table{kind, ranks, virtual_stages, micro_batches, {}};
   std::vector<ComputeOrder> orders(ranks);
   if (kind == PipelineScheduleKind::kZeroBubbleH1) {
-    orders = zero_bubble_h1(ranks, micro_batches);
+    const std::vector<PipelineCosts> alike(ranks);
+    check(stage_costs.empty() || int(stage_costs.size()) == ranks,
+          "ZB-H1 over {} stages was given the costs of {}", ranks, stage_costs.size());
+    orders = zero_bubble_h1(ranks, micro_batches, stage_costs.empty() ? alike : stage_costs);
   } else {
     for (int r = 0; r < ranks; ++r) {
       orders[r] = kind == PipelineScheduleKind::kGPipe

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,14 @@ struct PipelineAction {
   bool operator==(const PipelineAction&) const = default;
 };
 
+// What one micro-batch's forward, input gradient and weight gradient cost, in seconds or any unit
+// (a whole backward costs backward_input + backward_weight).
+struct PipelineCosts {
+  double forward = 1;
+  double backward_input = 1;
+  double backward_weight = 1;
+};
+
 // "F(s1,m3)", "B(...)", "Bi", "W", "sendA", "recvA", "sendG", "recvG".
 std::string to_string(const PipelineAction& action);
 
@@ -57,7 +66,10 @@ struct PipelineTable {
 // The table of `kind` for `ranks` pipeline ranks and `micro_batches` micro-batches (the run's
 // train.grad_accum). Interleaving needs virtual_stages >= 2 and a multiple of `ranks`
 // micro-batches; the others take virtual_stages = 1. Bad counts are an error that names them.
+// ZB-H1 places each rank's actions by what they cost on its stage (`stage_costs`, one per stage;
+// alike when empty); the other tables do not depend on costs.
 PipelineTable make_pipeline_table(PipelineScheduleKind kind, int ranks, int virtual_stages,
-                                  int micro_batches);
+                                  int micro_batches,
+                                  std::span<const PipelineCosts> stage_costs = {});
 
 }  // namespace tessera::dist

@@ -140,19 +140,29 @@ void check_complete(const PipelineTable& t) {
 }  // namespace
 
 PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts& costs) {
+  const double v = t.virtual_stages;
+  const std::vector<PipelineCosts> stage_costs(
+      t.stages(), {costs.forward / v, costs.backward_input / v, costs.backward_weight / v});
+  return simulate_pipeline(t, std::span<const PipelineCosts>(stage_costs));
+}
+
+PipelineSimulation simulate_pipeline(const PipelineTable& t,
+                                     std::span<const PipelineCosts> stage_costs) {
   check_complete(t);
   const std::string where = describe(t);
-  const double v = t.virtual_stages;
-  auto duration = [&](Kind k) {
-    switch (k) {
+  check(int(stage_costs.size()) == t.stages(), "{}: {} stages given the costs of {}", where,
+        t.stages(), stage_costs.size());
+  auto duration = [&](const PipelineAction& a) {
+    const PipelineCosts& costs = stage_costs[a.stage];
+    switch (a.kind) {
       case Kind::kForward:
-        return costs.forward / v;
+        return costs.forward;
       case Kind::kBackward:
-        return (costs.backward_input + costs.backward_weight) / v;
+        return costs.backward_input + costs.backward_weight;
       case Kind::kBackwardInput:
-        return costs.backward_input / v;
+        return costs.backward_input;
       case Kind::kBackwardWeight:
-        return costs.backward_weight / v;
+        return costs.backward_weight;
       default:
         return 0.0;  // messages are free
     }
@@ -186,8 +196,8 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
         } else if (a.kind == Kind::kSendGradient) {
           sent(Kind::kRecvGradient, a.stage - 1, a.micro_batch) = clock[r];
         }
-        clock[r] += duration(a.kind);
-        busy[r] += duration(a.kind);
+        clock[r] += duration(a);
+        busy[r] += duration(a);
         if (a.kind == Kind::kForward) {
           sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++held[r]);
           sim.stage_peak_in_flight[a.stage] =
@@ -210,7 +220,7 @@ PipelineSimulation simulate_pipeline(const PipelineTable& t, const PipelineCosts
   check(waiting.empty(), "{}: deadlock: {}, and no rank can go on", where, waiting);
 
   sim.makespan = *std::max_element(clock.begin(), clock.end());
-  sim.ideal = t.micro_batches * (costs.forward + costs.backward_input + costs.backward_weight);
+  sim.ideal = *std::max_element(busy.begin(), busy.end());
   sim.bubble = sim.makespan / sim.ideal - 1;
   for (int r = 0; r < t.ranks; ++r) {
     sim.idle_fraction.push_back(sim.makespan > 0 ? 1 - busy[r] / sim.makespan : 0);

@@ -4,24 +4,16 @@
 // takes its bubble from here, and the bench sets it beside the measured idle time.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "tessera/dist/pipeline_schedule.h"
 
 namespace tessera::dist {
 
-// Seconds (or any unit) one micro-batch takes through all of one rank's layers; a virtual stage
-// takes 1 / virtual_stages of it. A whole backward costs backward_input + backward_weight.
-// Messages are taken as free: the bubble is the schedule's alone.
-struct PipelineCosts {
-  double forward = 1;
-  double backward_input = 1;
-  double backward_weight = 1;
-};
-
 struct PipelineSimulation {
   double makespan = 0;                // until the last rank finishes
-  double ideal = 0;                   // one rank's work: micro_batches x (forward + backward)
+  double ideal = 0;                   // the busiest rank's work: micro_batches x its stages' costs
   double bubble = 0;                  // makespan / ideal - 1: (p - 1) / m for 1F1B
   std::vector<double> idle_fraction;  // [rank]: the share of the makespan it waits
   // [rank]: the most (stage, micro-batch) pairs whose activations it holds at once (forward done,
@@ -33,6 +25,12 @@ struct PipelineSimulation {
 
 // Throws an error naming the rank, the action and what is wrong when the table is inconsistent
 // or would deadlock (each rank waiting in a receive whose send comes after another wait).
+// `costs` are those of one micro-batch through all of one rank's layers, alike on every rank; a
+// virtual stage takes 1 / virtual_stages of them. Messages are taken as free: the bubble is the
+// schedule's alone.
 PipelineSimulation simulate_pipeline(const PipelineTable& table, const PipelineCosts& costs = {});
+// The same with each (virtual) stage's own costs, one per stage: uneven stages wait for each other.
+PipelineSimulation simulate_pipeline(const PipelineTable& table,
+                                     std::span<const PipelineCosts> stage_costs);
 
 }  // namespace tessera::dist

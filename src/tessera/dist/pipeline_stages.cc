@@ -88,6 +88,25 @@ StageExtras stage_extras(const model::ModelConfig& config) {
   return {0.0, w.head / w.block};
 }
 
+std::vector<PipelineCosts> stage_costs(const model::ModelConfig& config,
+                                       std::span<const int64_t> boundaries) {
+  const StageExtras extras = stage_extras(config);
+  std::vector<PipelineCosts> costs;
+  for (size_t s = 0; s + 1 < boundaries.size(); ++s) {
+    const double blocks = double(boundaries[s + 1] - boundaries[s]);
+    const bool last = s + 2 == boundaries.size();
+    costs.push_back({blocks + (last ? 3 * extras.head : 0.0), blocks, blocks});
+  }
+  return costs;
+}
+
+PipelineTable run_pipeline_table(const model::ModelConfig& config, const MeshShape& mesh,
+                                 std::span<const int64_t> boundaries, int64_t micro_batches) {
+  return make_pipeline_table(mesh.pp > 1 ? mesh.pp_schedule : PipelineScheduleKind::k1F1B,
+                             int(mesh.pp), int(mesh.pp_virtual), int(micro_batches),
+                             stage_costs(config, boundaries));
+}
+
 std::vector<int64_t> stage_blocks(const model::ModelConfig& config, int64_t stages,
                                   std::span<const int64_t> pp_layers) {
   if (!pp_layers.empty()) return given_stage_blocks(pp_layers, config.n_layer, stages);

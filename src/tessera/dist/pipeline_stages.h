@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "tessera/dist/mesh_shape.h"
+#include "tessera/dist/pipeline_schedule.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::dist {
@@ -41,5 +43,19 @@ std::vector<int64_t> stage_blocks(const model::ModelConfig& config, int64_t stag
 
 // The first block of each stage and, last, n_layer.
 std::vector<int64_t> stage_boundaries(std::span<const int64_t> blocks_per_stage);
+
+// What one micro-batch's forward, input gradient and weight gradient cost on each stage of the
+// split `boundaries`, in blocks' worth of matmuls (as stage_extras weighs them): each of a block's
+// three parts costs one; the last stage's forward also takes its head's forward and backward,
+// three heads' worth, since a stage model takes the head's gradient in the forward; the embedding
+// costs nothing.
+std::vector<PipelineCosts> stage_costs(const model::ModelConfig& config,
+                                       std::span<const int64_t> boundaries);
+
+// The table a run of `config` on `mesh` steps through, over the split `boundaries` and
+// `micro_batches` micro-batches: mesh.pp_schedule (1F1B on one pipeline rank), ZB-H1 placed by
+// the split's stage_costs. The trainer, the dry run and the config's checks all take it from here.
+PipelineTable run_pipeline_table(const model::ModelConfig& config, const MeshShape& mesh,
+                                 std::span<const int64_t> boundaries, int64_t micro_batches);
 
 }  // namespace tessera::dist

@@ -83,8 +83,8 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
   dist::PipelineSimulation simulation;
   bool split_backward = false;
   if (mesh.pp > 1) {
-    const dist::PipelineTable table = dist::make_pipeline_table(
-        mesh.pp_schedule, int(mesh.pp), int(mesh.pp_virtual), int(plan.micro_batches));
+    const dist::PipelineTable table =
+        dist::run_pipeline_table(config, mesh, boundaries, plan.micro_batches);
     simulation = dist::simulate_pipeline(table);
     split_backward = table.splits_backward();
     plan.bubble = simulation.bubble;

@@ -208,11 +208,10 @@ RunConfig run_config_from(const Config& config) {
       run.mesh.pp_virtual);
   // The split and the schedule's table are made here, so that every error they have is the
   // config's, before any rank starts.
-  dist::stage_blocks(m, run.mesh.pp * run.mesh.pp_virtual, run.mesh.pp_layers);
-  if (run.mesh.pp > 1) {
-    dist::make_pipeline_table(run.mesh.pp_schedule, int(run.mesh.pp), int(run.mesh.pp_virtual),
-                              int(t.grad_accum));
-  }
+  dist::run_pipeline_table(m, run.mesh,
+                           dist::stage_boundaries(dist::stage_blocks(
+                               m, run.mesh.pp * run.mesh.pp_virtual, run.mesh.pp_layers)),
+                           t.grad_accum);
   check(run.mesh.dp % run.mesh.ep == 0,
         "mesh.ep = {} does not divide mesh.dp = {}: expert-parallel ranks are carved out of the "
         "data-parallel ones",

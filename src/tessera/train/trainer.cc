@@ -285,12 +285,6 @@ std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
       dist::stage_blocks(rc.model, rc.mesh.pp * rc.mesh.pp_virtual, rc.mesh.pp_layers));
 }
 
-dist::PipelineTable pipeline_table(const RunConfig& rc) {
-  const dist::MeshShape& m = rc.mesh;
-  return dist::make_pipeline_table(m.pp > 1 ? m.pp_schedule : dist::PipelineScheduleKind::k1F1B,
-                                   int(m.pp), int(m.pp_virtual), int(rc.train.grad_accum));
-}
-
 std::vector<model::ParameterStore*> stage_stores(TrainState& state) {
   std::vector<model::ParameterStore*> stores;
   for (int k = 0; k < state.stages(); ++k) stores.push_back(&state.store(k));
@@ -349,7 +343,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
       state_(rc_.model, tc_, mesh_, groups_.parallel().sharding,
              int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
-      table_(pipeline_table(rc_)),
+      table_(dist::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
       models_(dist::build_stage_models(
           rc_.model, table_, mesh_.coords().pp, state_.boundaries(), local_batch_, tc_.seq_len,
           {.precision = tc_.precision, .recompute = tc_.recompute, .parallel = &groups_.parallel()},
