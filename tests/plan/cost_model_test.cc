@@ -30,13 +30,14 @@ TEST(CostModel, FlopsMatchMegatronsFormula) {
   const model::ModelConfig c = gpt_1t();
   const double l = 128, h = 25600, s = 2048, V = 51200;
   const double blocks = 72 * l * h * h * (1 + s / (6 * h)), head = 6 * V * h;
-  const FlopsPerToken full = flops_per_token(c, 2048, model::Recompute::kFull);
+  const model::FlopsPerToken full = model::flops_per_token(c, 2048, model::Recompute::kFull);
   const double bias_share = 6 * l * 9 * h / (blocks + head);  // fc, qkv and proj biases
   EXPECT_NEAR(full.model / (blocks + head), 1.0, bias_share + 1e-9);
   EXPECT_NEAR(full.hardware / (blocks * 4 / 3 + head), 1.0, bias_share + 1e-9);
-  const FlopsPerToken selective = flops_per_token(c, 2048, model::Recompute::kSelective);
+  const model::FlopsPerToken selective =
+      model::flops_per_token(c, 2048, model::Recompute::kSelective);
   EXPECT_DOUBLE_EQ(selective.hardware - selective.model, 4 * l * s * h);
-  EXPECT_DOUBLE_EQ(flops_per_token(c, 2048, model::Recompute::kNone).hardware, full.model);
+  EXPECT_DOUBLE_EQ(model::flops_per_token(c, 2048, model::Recompute::kNone).hardware, full.model);
 }
 
 TEST(CostModel, MemoryFollowsZeroOverTheLayoutsRanks) {

@@ -68,13 +68,10 @@ MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
 
 }  // namespace
 
-ParameterSplit split_parameters(const model::ModelConfig& c) {
-  const model::MatmulWeights w = model::matmul_weights(model::model_spec(c));
-  return {w.block * double(c.n_layer), w.head};
-}
-
 PlannedModel::PlannedModel(const model::ModelConfig& config)
-    : config_(config), split_(split_parameters(config)), memory_(config) {}
+    : config_(config),
+      weights_(model::matmul_weights(model::model_spec(config))),
+      memory_(config) {}
 
 ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   const auto [it, added] = parameters_.try_emplace({tp, ep});
@@ -151,22 +148,6 @@ std::string check_layout(const model::ModelConfig& c, const Layout& l, const Wor
 
 }  // namespace
 
-FlopsPerToken flops_per_token(const model::ModelConfig& c, int64_t seq_len, Recompute recompute) {
-  return flops_per_token(c, split_parameters(c), seq_len, recompute);
-}
-
-FlopsPerToken flops_per_token(const model::ModelConfig& c, const ParameterSplit& s, int64_t seq_len,
-                              Recompute recompute) {
-  const double attention_width = double(c.n_head * c.head_dim());
-  const double attention_forward = 4.0 * double(c.n_layer) * double(seq_len) * attention_width;
-  FlopsPerToken f;
-  f.model = 6 * (s.blocks_matmul + s.head_matmul) + 3 * attention_forward;
-  f.hardware = f.model;
-  if (recompute == Recompute::kFull) f.hardware += 2 * s.blocks_matmul + attention_forward;
-  if (recompute == Recompute::kSelective) f.hardware += attention_forward;
-  return f;
-}
-
 Estimate estimate(const model::ModelConfig& c, const Accelerator& a, const Layout& l,
                   const Workload& w) {
   PlannedModel planned(c);
@@ -175,7 +156,6 @@ Estimate estimate(const model::ModelConfig& c, const Accelerator& a, const Layou
 
 Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, const Workload& w) {
   const model::ModelConfig& c = planned.config();
-  const ParameterSplit& s = planned.split();
   Estimate e;
   e.layout = l;
   e.invalid = check_layout(c, l, w);
@@ -207,7 +187,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // Compute: every chip runs its share of the step's FLOPs at the matmul efficiency of its
   // shapes; a pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches)
   // of that).
-  e.flops = flops_per_token(c, s, w.seq_len, l.recompute);
+  e.flops = model::flops_per_token(c, planned.weights(), w.seq_len, l.recompute);
   const double step_tokens = double(w.global_batch * w.seq_len);
   const MatmulEfficiency me = matmul_efficiency_of(a);
   const double width = std::min(double(c.d_model), double(c.ffn()) / double(l.tp));

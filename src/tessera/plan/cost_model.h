@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tessera/dist/rank_memory.h"
+#include "tessera/model/flops.h"
 #include "tessera/model/model_config.h"
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
@@ -23,13 +24,6 @@ struct Workload {
   // Of parameters, gradients and activations; master weights and moments stay f32.
   model::Precision precision = model::Precision::kBf16;
 };
-
-// The matmul weights a token passes through, from the model's parts (model::model_spec).
-struct ParameterSplit {
-  double blocks_matmul = 0;  // of the blocks, routed experts weighted by their token share
-  double head_matmul = 0;    // the output projection
-};
-ParameterSplit split_parameters(const model::ModelConfig& config);
 
 // The parameters one chip of a tensor- and expert-parallel layout holds, before pipeline stages
 // and ZeRO divide them: the engine's local layout of tp rank 0 and ep rank 0, with its alignment
@@ -47,27 +41,16 @@ class PlannedModel {
   explicit PlannedModel(const model::ModelConfig& config);
 
   const model::ModelConfig& config() const { return config_; }
-  const ParameterSplit& split() const { return split_; }
+  const model::MatmulWeights& weights() const { return weights_; }
   ChipParameters parameters(int64_t tp, int64_t ep);
   dist::MemoryModel& memory() { return memory_; }
 
  private:
   model::ModelConfig config_;
-  ParameterSplit split_;
+  model::MatmulWeights weights_;
   std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
   dist::MemoryModel memory_;
 };
-
-// FLOPs per trained token. The model count is 6 x (matmul parameters a token passes through) +
-// 12 x layers x sequence x attention width, counting the full attention matrix as Megatron and
-// PaLM do; the hardware count adds what recomputation runs again.
-struct FlopsPerToken {
-  double model = 0, hardware = 0;
-};
-FlopsPerToken flops_per_token(const model::ModelConfig& config, int64_t seq_len,
-                              model::Recompute recompute);
-FlopsPerToken flops_per_token(const model::ModelConfig& config, const ParameterSplit& split,
-                              int64_t seq_len, model::Recompute recompute);
 
 // The memory of the layout's fullest chip: the pipeline rank whose stages and micro-batches in
 // flight hold the most.
@@ -96,7 +79,7 @@ struct Estimate {
   bool fits = false;
   StepTime time;
   double matmul_efficiency = 0;  // fraction of peak the matmuls reach at this layout's shapes
-  FlopsPerToken flops;
+  model::FlopsPerToken flops;
   double model_tflops_per_chip = 0, hardware_tflops_per_chip = 0, mfu = 0, hfu = 0;
   double tokens_per_s = 0, days = 0;
   // USD for the whole workload at each published price.
