@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tessera needs, only those missing. `--test` adds what the test
 # suite needs on top of the build (PyTorch for the reference check, node and the npm reference
-# tokenisers with their GPT-2 vocabulary files for the tokenizer tests, and the official OpenAI
-# client for the server's client test).
+# tokenisers with their GPT-2 vocabulary files for the tokenizer tests, the official OpenAI
+# client for the server's client test, and Chromium with playwright-core for the live page's
+# test).
 set -euo pipefail
 
 # oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
@@ -10,7 +11,7 @@ packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspd
           nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libisal-dev libboost1.81-dev
           libcpp-httplib-dev libyaml-cpp-dev libgtest-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3 python3-torch nodejs)
+  packages+=(python3 python3-torch nodejs chromium)
   packages+=(clang libclang-rt-14-dev)  # libFuzzer, ASan and UBSan for scripts/fuzz.sh
   # Debian ships npm as its own package; NodeSource's nodejs bundles it and conflicts with it.
   command -v npm >/dev/null || packages+=(npm)
@@ -29,7 +30,7 @@ fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [[ "${1:-}" == "--test" ]]; then
-  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client"; do
+  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client" "$root/tests/e2e/page"; do
     if [[ ! -d "$npm_dir/node_modules" ]]; then
       echo "installing npm packages into $npm_dir/node_modules"
       npm install --silent --no-audit --no-fund --prefix "$npm_dir" >/dev/null

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tessera::testing {
@@ -85,6 +89,48 @@ inline std::string small_corpus() {
     text += "In the beginning the word was " + std::to_string(i % 7) + ", and it was good.\n";
   }
   return text;
+}
+
+// A shell command started in the background, its output in a file.
+class Background {
+ public:
+  Background(const std::string& command, const std::string& log) {
+    const std::string line = command + " > " + log + " 2>&1";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Background() {
+    if (pid_ > 0 && !done_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // The exit status, or -1 when it did not end within `limit`.
+  int wait(std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!done_) return -1;
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  }
+  bool running() {
+    if (!done_ && waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;
+    return !done_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool done_ = false;
+  int status_ = 0;
+};
+
+inline std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 // The training losses of metrics.jsonl, in step order.

@@ -23,48 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kRootAllowed[] = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
 
-// A shell command started in the background, its output in a file.
-class Background {
- public:
-  Background(const std::string& command, const std::string& log) {
-    const std::string line = command + " > " + log + " 2>&1";
-    pid_ = fork();
-    if (pid_ == 0) {
-      execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~Background() {
-    if (pid_ > 0 && !done_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The exit status, or -1 when it did not end within `limit`.
-  int wait(std::chrono::seconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (running() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!done_) return -1;
-    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
-  }
-  bool running() {
-    if (!done_ && waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;
-    return !done_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool done_ = false;
-  int status_ = 0;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;

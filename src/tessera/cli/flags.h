@@ -48,5 +48,6 @@ int tokenizer_command(int argc, char** argv);
 int convert_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int supervise_command(int argc, char** argv);
+int report_command(int argc, char** argv);
 
 }  // namespace tessera::cli

@@ -23,7 +23,8 @@ constexpr const char* kUsage =
     "  tokenizer  train a BPE vocabulary; encode or decode text\n"
     "  convert    export to or import from Hugging Face safetensors\n"
     "  plan       choose the parallel layout, accelerator and budget of a training run\n"
-    "  supervise  run a job and restart it from its last checkpoint when it fails\n\n"
+    "  supervise  run a job and restart it from its last checkpoint when it fails\n"
+    "  report     write a training run's charts into one HTML file\n\n"
     "Run 'tessera <command> --help' for the flags of one command.\n";
 
 }  // namespace
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
     if (command == "convert") return tessera::cli::convert_command(argc - 2, argv + 2);
     if (command == "plan") return tessera::cli::plan_command(argc - 2, argv + 2);
     if (command == "supervise") return tessera::cli::supervise_command(argc - 2, argv + 2);
+    if (command == "report") return tessera::cli::report_command(argc - 2, argv + 2);
     std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const tessera::train::DivergedError& e) {

@@ -29,6 +29,9 @@ int train_command(int argc, char** argv) {
         "build every rank's layout, schedule and memory for the config's mesh and print them; "
         "trains nothing, allocates no model and needs no launcher"},
        {"world", "N", "with --dry-run: the job's ranks (default: the mesh's dp x tp x pp)"},
+       {"metrics-port", "N",
+        "serve /metrics (Prometheus), /health and a live page of the run on 127.0.0.1:N "
+        "(sets obs.metrics_port; 0 picks a free port)"},
        {"help", "", "show this help"}},
       argc, argv);
   if (flags.has("help")) {
@@ -64,6 +67,7 @@ int train_command(int argc, char** argv) {
   if (auto path = flags.get("config")) config.load_file(*path);
   if (auto data = flags.get("data")) config.set_override("data.path=" + *data);
   if (auto tokenizer = flags.get("tokenizer")) config.set_override("data.tokenizer=" + *tokenizer);
+  if (auto port = flags.get("metrics-port")) config.set_override("obs.metrics_port=" + *port);
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
   if (flags.has("dry-run")) {
     check(dist::world().size() == 1,

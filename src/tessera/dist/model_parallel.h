@@ -13,12 +13,11 @@
 
 namespace tessera::dist {
 
-// A model's collectives over one communicator, which must outlive it. It keeps the wall time its
-// calls took, which is communication the model could not hide: they all block.
+// A model's collectives over one communicator, which must outlive it.
 class CommunicatorCollectives final : public model::Collectives {
  public:
   explicit CommunicatorCollectives(Communicator& communicator);
-  double seconds() const { return seconds_; }
+  double seconds() const override { return seconds_; }
 
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/core/trace.h"
 #include "tessera/dist/launch.h"
 #include "tessera/kernels/low_precision.h"
 
@@ -176,6 +177,8 @@ int32_t MpiCommunicator::acquire(const Operation& what, size_t element_bytes,
   ++slot.generation;
   slot.what = what;
   slot.round_to = nullptr;
+  const trace::Recorder& tracer = trace::Recorder::instance();
+  slot.trace_start_us = tracer.on() ? tracer.now_us() : -1;
   int64_t elements = what.count;  // that this rank sends or reduces
   if (what.op == Op::kAllGather) elements = counts[rank_];
   if (what.op == Op::kAllToAll) elements = what.count * size_;
@@ -352,6 +355,11 @@ void MpiCommunicator::poll(Slot& slot) {
 
 void MpiCommunicator::finish(Slot& slot) {
   FlightRecorder::instance().end(slot.what.flight);
+  if (slot.trace_start_us >= 0) {
+    // The communicator's name stands as the span's category: it outlives the trace.
+    trace::Recorder::instance().add(op_name(slot.what.op).data(), name_.c_str(), slot.what.peer,
+                                    slot.trace_start_us);
+  }
   if (slot.round_to != nullptr) {
     const float* result =
         slot.what.op == Op::kReduceScatter ? slot.wide_out.data() : slot.wide_in.data();

@@ -62,6 +62,7 @@ class MpiCommunicator final : public Communicator {
     int64_t round_count = 0;
     std::vector<int> counts;
     std::vector<int> displs;
+    int64_t trace_start_us = -1;  // when a traced operation started (core/trace.h)
   };
 
   Request do_start(Op op, const void* send, void* recv, int64_t count,

@@ -48,6 +48,8 @@ bool all_finite(const float* x, int64_t n);
 // and benchmarks pin one path to compare them.
 enum class LowPrecisionGemmPath { kAuto, kPortable, kOneDnn };
 void set_low_precision_gemm_path(LowPrecisionGemmPath path);
+// Whether gemm_low multiplies p with oneDNN's matmul on this machine (else it widens to f32).
+bool low_precision_gemm_uses_onednn(LowPrecision p);
 // The implementation gemm_low uses for p on this machine, for the run's log, e.g.
 // "oneDNN matmul (brg:avx512_core_bf16)" or "portable (f32 conversion + sgemm)".
 std::string low_precision_gemm_path(LowPrecision p);

@@ -15,6 +15,9 @@ class Collectives {
   virtual ~Collectives() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Wall seconds its calls have taken so far: communication the model could not hide, since every
+  // call blocks.
+  virtual double seconds() const = 0;
   // Sums n elements over the group, in place.
   virtual void all_reduce(float* data, int64_t n) = 0;
   virtual void all_reduce(double* data, int64_t n) = 0;
@@ -33,6 +36,7 @@ class SingleRank final : public Collectives {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  double seconds() const override { return 0; }
   void all_reduce(float*, int64_t) override {}
   void all_reduce(double*, int64_t) override {}
   void all_gather(const float* send, float* recv, int64_t n) override;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "tessera/core/error.h"
+#include "tessera/core/trace.h"
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -303,14 +304,47 @@ void Transformer::for_each_block(Body&& body) {
   }
 }
 
+double Transformer::communication_seconds() const {
+  double seconds = parallel_.tp->seconds();
+  if (parallel_.ep != parallel_.tp) seconds += parallel_.ep->seconds();
+  if (parallel_.batch != parallel_.tp && parallel_.batch != parallel_.ep) {
+    seconds += parallel_.batch->seconds();
+  }
+  return seconds;
+}
+
+void Transformer::enter(Phase next) {
+  const auto now = std::chrono::steady_clock::now();
+  const double communication = communication_seconds();
+  if (phase_ != Phase::kIdle) {
+    const double seconds = std::chrono::duration<double>(now - phase_start_).count();
+    const double in_collectives = communication - phase_communication_start_;
+    if (phase_ == Phase::kForward) {
+      phases_.forward += seconds;
+      phases_.forward_communication += in_collectives;
+    } else {
+      phases_.backward += seconds;
+      phases_.backward_communication += in_collectives;
+    }
+  }
+  phase_ = next;
+  phase_start_ = now;
+  phase_communication_start_ = communication;
+}
+
 void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
+  enter(Phase::kForward);
   acquire(0);
   if (embedding_ != nullptr) {
     check_tokens(inputs, B * T);
+    const trace::Span span("embedding forward", "compute");
     embedding_->forward(*access_, inputs, acts_.slot_inputs[slot_], B, T);
   }
-  for_each_block([&](int64_t l) { return blocks_[l]->forward(*access_, input_of(l), B, T); });
+  for_each_block([&](int64_t l) {
+    const trace::Span span("block {} forward", "compute", layout_.first_block + l);
+    return blocks_[l]->forward(*access_, input_of(l), B, T);
+  });
   if (head_ != nullptr) head_->norm(*access_, stage_output(), tp_.rows(B * T));
 }
 
@@ -325,15 +359,17 @@ float* Transformer::stage_input(int64_t slot) {
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   select_slot(0);
   run_blocks(inputs, B, T);
-  if (head_ == nullptr) {
-    release(0);
-    return 0.0f;
+  float loss = 0.0f;
+  if (head_ != nullptr) {
+    head_->logits(*access_, B * T);
+    if (targets != nullptr) {
+      check_tokens(targets, B * T);
+      loss = head_->loss(targets, B * T, 0.0f);
+    }
   }
-  head_->logits(*access_, B * T);
   release(0);
-  if (targets == nullptr) return 0.0f;
-  check_tokens(targets, B * T);
-  return head_->loss(targets, B * T, 0.0f);
+  enter(Phase::kIdle);
+  return loss;
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
@@ -342,6 +378,7 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   run_blocks(tokens, 1, T);
   head_->logits_of_rows(*access_, T - 1, 1);
   release(0);
+  enter(Phase::kIdle);
   return acts_.logits;
 }
 
@@ -419,6 +456,7 @@ float Transformer::forward_backward(const int32_t* inputs, const int32_t* target
   const float loss = head_loss_and_backward(targets, B * T, loss_scale);
   backward_blocks(inputs, B, T, false);
   release(0);
+  enter(Phase::kIdle);
   return loss;
 }
 
@@ -436,6 +474,7 @@ float Transformer::stage_forward(int64_t slot, const int32_t* inputs, const int3
                 sizeof(float) * stage_floats(B, T));
   }
   release(0);
+  enter(Phase::kIdle);
   return loss;
 }
 
@@ -459,11 +498,16 @@ void Transformer::stage_backward_weight(int64_t slot) {
   const SlotState& state = slots_[slot];
   check(state.B > 0, "stage_backward_weight of slot {}, which holds no forward", slot);
   const Access& p = *access_;
+  enter(Phase::kBackward);
   acquire(0);
   for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
-    with_block_gradients(l, [&] { blocks_[l]->weight_backward(p, state.B * state.T); });
+    with_block_gradients(l, [&] {
+      const trace::Span span("block {} weight gradient", "compute", layout_.first_block + l);
+      blocks_[l]->weight_backward(p, state.B * state.T);
+    });
   }
   release(0);
+  enter(Phase::kIdle);
   slots_[slot] = {};
 }
 
@@ -476,18 +520,22 @@ void Transformer::backward_slot(int64_t slot, const int32_t* inputs, bool hold_w
     std::memcpy(acts_.d_res, acts_.slot_blocks[slot].back().res_out,
                 sizeof(float) * stage_floats(state.B, state.T));
   }
+  enter(Phase::kBackward);
   acquire(0);
   loss_scale_ = state.loss_scale;
   backward_blocks(inputs, state.B, state.T, hold_weights);
   release(0);
+  enter(Phase::kIdle);
 }
 
 // The loss over the head's logits, its gradient fused into them, and the head's backward: its
 // gradients accumulated and d(loss)/d(head input) in d_res.
 float Transformer::head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale) {
+  const trace::Span span("head, loss and head backward", "compute");
   head_->logits(*access_, N);
   check_tokens(targets, N);
   const float loss = head_->loss(targets, N, loss_scale / float(N));
+  enter(Phase::kBackward);
   loss_scale_ = loss_scale;
   unit_grads_[0] = store_->gradients(0);
   head_->backward(*access_, stage_output(), acts_.d_res, N);
@@ -521,6 +569,7 @@ void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, b
   const Access& p = *access_;
   for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
     with_block_gradients(l, [&] {
+      const trace::Span span("block {} backward", "compute", layout_.first_block + l);
       blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_,
                            hold_weights);
     });
@@ -528,6 +577,7 @@ void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, b
   if (embedding_ == nullptr) return;
   // Held since the head's backward when this stage has both ends.
   if (unit_grads_[0] == nullptr) unit_grads_[0] = store_->gradients(0);
+  const trace::Span span("embedding backward", "compute");
   embedding_->backward(p, acts_.d_res, inputs, B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -131,6 +132,14 @@ class Transformer {
   // tokens in all, and no position reaches model.max_seq.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
 
+  // Wall seconds this model has spent in forwards (up to the loss) and in backwards (from the
+  // loss's gradient on), and of them inside its collectives, since it was built: a step's
+  // breakdown takes their differences.
+  struct PhaseSeconds {
+    double forward = 0, backward = 0, forward_communication = 0, backward_communication = 0;
+  };
+  const PhaseSeconds& phase_seconds() const { return phases_; }
+
   // MoE: the auxiliary load-balancing loss of the last forward (summed over blocks), and the
   // tokens each expert of block l took.
   double aux_loss() const { return aux_loss_; }
@@ -164,6 +173,10 @@ class Transformer {
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
+  enum class Phase { kIdle, kForward, kBackward };
+  // Ends the phase under way, counting its time, and starts `next`.
+  void enter(Phase next);
+  double communication_seconds() const;
   void select_slot(int64_t slot);
   void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
   float head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale);
@@ -204,6 +217,10 @@ class Transformer {
     float loss_scale = 1;
   };
   std::vector<SlotState> slots_;
+  PhaseSeconds phases_;
+  Phase phase_ = Phase::kIdle;
+  std::chrono::steady_clock::time_point phase_start_;
+  double phase_communication_start_ = 0;
   int64_t slot_ = 0;                               // the slot the blocks and input_of point at
   std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
   int scratch_threads_ = 0;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <system_error>
+#include <tuple>
 
 #include "tessera/core/error.h"
 #include "tessera/dist/pipeline_stages.h"
@@ -51,6 +53,8 @@ std::vector<ConfigKey> run_config_schema() {
        "rollbacks before a diverging run ends with an error"},
       {"train.loss_spike_factor", T::kFloat, "0", false,
        "skip a step whose loss exceeds this multiple of its running mean; 0 disables"},
+      {"train.peak_flops", T::kFloat, "0", false,
+       "peak FLOP/s of one rank's device, which MFU divides by; 0 measures the CPU's at start-up"},
       {"data.path", T::kString, "", false,
        "training data: a prepared dataset folder, or a text file or folder of text files"},
       {"data.tokenizer", T::kString, "", false,
@@ -90,6 +94,16 @@ std::vector<ConfigKey> run_config_schema() {
       {"checkpoint.preempt_timeout_s", T::kFloat, "120", false,
        "after SIGTERM, seconds to reach a step boundary and commit a checkpoint before exiting "
        "without one"},
+      {"obs.metrics_port", T::kInt, "-1", false,
+       "serve /metrics (Prometheus), /health and the live page on this port (0 picks a free "
+       "one, -1 serves nothing); tessera train --metrics-port N sets it"},
+      {"obs.metrics_host", T::kString, "127.0.0.1", false,
+       "the address the metrics port listens on"},
+      {"obs.metrics_all_ranks", T::kBool, "false", false,
+       "every rank serves its own metrics, on obs.metrics_port + its rank (rank 0 alone when "
+       "false)"},
+      {"obs.trace_steps", T::kString, "", false,
+       "first:last: a Chrome/Perfetto trace of these steps, per rank, in <out>/trace/"},
       {"fault.nan_gradient_steps", T::kString, "", false,
        "testing: steps (\"5,9-11\") whose gradients are made NaN, once each"},
   };
@@ -115,6 +129,25 @@ std::vector<std::string> list_items(const Config& config, const char* key) {
     at = end + 1;
   }
   return items;
+}
+
+// obs.trace_steps: "first:last" (steps from 1, first <= last), or "" for none (0, -1).
+std::pair<int64_t, int64_t> trace_steps(const Config& config) {
+  const std::string& text = config.get_string("obs.trace_steps");
+  if (text.empty()) return {0, -1};
+  const size_t colon = text.find(':');
+  int64_t first = 0, last = 0;
+  const auto number = [&](std::string_view part, int64_t& out) {
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), out);
+    return ec == std::errc() && end == part.data() + part.size();
+  };
+  const std::string_view all = text;
+  check(colon != std::string::npos && number(all.substr(0, colon), first) &&
+            number(all.substr(colon + 1), last) && first >= 1 && first <= last,
+        "obs.trace_steps = '{}': give the first and last step to trace as first:last, steps from "
+        "1 and first <= last (e.g. 10:12)",
+        text);
+  return {first, last};
 }
 
 // "5,9-11" -> 5, 9, 10, 11.
@@ -245,6 +278,18 @@ RunConfig run_config_from(const Config& config) {
   run.guard.loss_spike_factor = config.get_float("train.loss_spike_factor");
   check(run.guard.loss_spike_factor == 0 || run.guard.loss_spike_factor > 1,
         "train.loss_spike_factor must be 0 (off) or > 1, got {}", run.guard.loss_spike_factor);
+  t.peak_flops = config.get_float("train.peak_flops");
+  check(std::isfinite(t.peak_flops) && t.peak_flops >= 0,
+        "train.peak_flops must be >= 0 FLOP/s (0 measures the CPU), got {}", t.peak_flops);
+
+  run.obs.metrics_port = config.get_int("obs.metrics_port");
+  check(run.obs.metrics_port >= -1 && run.obs.metrics_port <= 65535,
+        "obs.metrics_port must be a TCP port (0 picks a free one) or -1 for none, got {}",
+        run.obs.metrics_port);
+  run.obs.metrics_host = config.get_string("obs.metrics_host");
+  run.obs.metrics_all_ranks = config.get_bool("obs.metrics_all_ranks");
+  std::tie(run.obs.trace_first, run.obs.trace_last) = trace_steps(config);
+
   run.fault.nan_gradient_steps = step_list(config, "fault.nan_gradient_steps");
   return run;
 }

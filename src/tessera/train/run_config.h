@@ -36,6 +36,7 @@ struct TrainConfig {
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
   int64_t log_every = 10;
+  double peak_flops = 0;  // of one rank's device, for MFU; 0 measures the CPU's at start-up
 };
 
 struct DataConfig {
@@ -58,6 +59,15 @@ struct DistConfig {
   bool elastic = false;  // a world smaller or larger than the mesh changes mesh.dp
 };
 
+// Where a run's numbers go besides the log and metrics.jsonl.
+struct ObsConfig {
+  int64_t metrics_port = -1;  // serve /metrics, /health and the live page; -1: no; 0: any port
+  std::string metrics_host = "127.0.0.1";
+  bool metrics_all_ranks = false;            // every rank serves, on metrics_port + its rank
+  int64_t trace_first = 0, trace_last = -1;  // steps traced (obs.trace_steps = first:last)
+  bool tracing() const { return trace_last >= trace_first; }
+};
+
 // Faults made on purpose, to test what catches them.
 struct FaultConfig {
   std::vector<int64_t> nan_gradient_steps;  // steps whose gradients become NaN, once each
@@ -71,6 +81,7 @@ struct RunConfig {
   DataConfig data;
   CheckpointConfig checkpoint;
   GuardConfig guard;
+  ObsConfig obs;
   FaultConfig fault;
 };
 

@@ -14,6 +14,7 @@
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/threading.h"
+#include "tessera/core/trace.h"
 #include "tessera/data/loader.h"
 #include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/launch.h"
@@ -25,8 +26,12 @@
 #include "tessera/dist/zero_memory.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/kernels/peak_flops.h"
+#include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
-#include "tessera/obs/metrics_log.h"
+#include "tessera/obs/chrome_trace.h"
+#include "tessera/obs/live_page.h"
+#include "tessera/obs/metrics_server.h"
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/divergence_guard.h"
 #include "tessera/train/goodput.h"
@@ -34,6 +39,7 @@
 #include "tessera/train/lr_schedule.h"
 #include "tessera/train/preemption.h"
 #include "tessera/train/run_folder.h"
+#include "tessera/train/train_metrics.h"
 #include "tessera/train/train_state.h"
 #include "tessera/train/training_data.h"
 
@@ -112,9 +118,9 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
 
 // Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its pipeline
 // stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
-// ranks that hold the same experts.
-void log_memory(const TrainState& state, const dist::StageModels& models, const dist::Mesh& mesh,
-                const TrainConfig& tc) {
+// ranks that hold the same experts. Returns them, for the metrics.
+std::vector<RankMemoryBytes> log_memory(const TrainState& state, const dist::StageModels& models,
+                                        const dist::Mesh& mesh, const TrainConfig& tc) {
   constexpr int kFields = 7;
   dist::Communicator& world = mesh.world();
   const dist::MeshShape& shape = mesh.shape();
@@ -135,8 +141,10 @@ void log_memory(const TrainState& state, const dist::StageModels& models, const 
   std::copy(mine, mine + kFields, all.begin() + kFields * world.rank());
   world.all_reduce(all.data(), int64_t(all.size()));
   const double mib = 1024.0 * 1024.0;
+  std::vector<RankMemoryBytes> memory(size_t(world.size()));
   for (int r = 0; r < world.size(); ++r) {
     const double* v = all.data() + kFields * r;
+    memory[r].bytes = {v[0], v[1], v[2], v[3]};
     const double formula =
         dist::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
         dist::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total();
@@ -155,6 +163,36 @@ void log_memory(const TrainState& state, const dist::StageModels& models, const 
         model::precision_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
         (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
+  return memory;
+}
+
+// The peak FLOP/s that MFU divides by, over all ranks: train.peak_flops per rank when given,
+// else each rank's CPU measured now.
+std::pair<double, std::string> job_peak_flops(const TrainConfig& tc, dist::Communicator& world) {
+  if (tc.peak_flops > 0) {
+    return {tc.peak_flops * world.size(),
+            fmt::format("train.peak_flops = {:.4g} FLOP/s per rank", tc.peak_flops)};
+  }
+  std::optional<kernels::LowPrecision> low;
+  if (tc.precision != model::Precision::kF32) low = model::low_precision_of(tc.precision);
+  const kernels::PeakFlops mine = kernels::measure_peak_flops(low);
+  double total = mine.flops_per_second;
+  world.all_reduce(&total, 1);
+  return {total, fmt::format("measured at start-up on each rank: {}, {:.1f} GFLOP/s on rank 0",
+                             mine.how, mine.flops_per_second / 1e9)};
+}
+
+// The seconds each phase of the step has taken on this rank's models so far.
+model::Transformer::PhaseSeconds phase_seconds(const dist::StageModels& models) {
+  model::Transformer::PhaseSeconds sum;
+  for (const model::Transformer* m : models.stages) {
+    const model::Transformer::PhaseSeconds& p = m->phase_seconds();
+    sum.forward += p.forward;
+    sum.backward += p.backward;
+    sum.forward_communication += p.forward_communication;
+    sum.backward_communication += p.backward_communication;
+  }
+  return sum;
 }
 
 void log_parallelism(const RunConfig& rc, const TrainState& state, const dist::ModelGroups& groups,
@@ -213,6 +251,9 @@ class Run {
  private:
   struct StepResult {
     double loss = 0, aux_loss = 0, grad_norm = 0, data_wait = 0, comm_wait = 0;
+    // Compute seconds of the forwards and backwards, and what they waited for: the model's
+    // collectives and, in a pipeline, messages between stages.
+    double forward = 0, backward = 0, model_comm = 0, pipeline_wait = 0, optimizer = 0;
     double loss_scale = 1;
     std::vector<std::vector<int64_t>> expert_tokens;  // MoE: [layer][expert] of the last forward
     int64_t dropped = 0;
@@ -235,10 +276,14 @@ class Run {
   nlohmann::json checkpoint_metadata() const;
   void save(int64_t step);
   std::pair<double, double> evaluate(int64_t step);
-  void record(int64_t done, double lr, const StepResult& r, double seconds, double stall,
-              double model_comm);
-  std::string step_line(int64_t done, double lr, const StepResult& r, double seconds,
-                        double model_comm) const;
+  // Records a step in the metrics (every rank) and returns the MFU it derived.
+  TrainMetrics::Derived record(int64_t done, double lr, const StepResult& r, double seconds,
+                               double stall_in_step, double stall_since_last);
+  std::string step_line(int64_t done, double lr, const StepResult& r,
+                        const TrainMetrics::Derived& d) const;
+  std::string breakdown_line(const TrainMetrics::Derived& d) const;
+  void start_metrics(const std::vector<RankMemoryBytes>& memory);
+  void trace_step(int64_t step, bool done);
   void open_loader(int64_t samples_consumed);
 
   const Config config_;
@@ -265,7 +310,9 @@ class Run {
   DynamicLossScaler scaler_;
   std::optional<data::Loader> loader_;
   std::optional<Evaluator> evaluator_;
-  std::optional<obs::JsonlWriter> metrics_;
+  std::optional<TrainMetrics> metrics_;
+  std::optional<obs::MetricsServer> metrics_server_;
+  std::vector<double> rank_figures_;  // every rank's step seconds and resident bytes, gathered
   std::optional<Goodput> goodput_;
   nlohmann::json tokenizer_;
   std::set<int64_t> nan_gradient_steps_;  // still to inject
@@ -305,6 +352,9 @@ Config sized_for_world(const Config& config) {
 // writes the resolved config into it; returns the lock (null on the other ranks).
 std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& out_dir,
                                            const Config& config) {
+  // Every rank finds a mesh that does not fit the job here, before rank 0 alone starts writing,
+  // so that each says why before the launcher stops it.
+  dist::check_mesh(rc.mesh, dist::world().size());
   check(rc.mesh.pp == 1 || rc.train.zero <= 1,
         "mesh.pp = {} with train.zero = {}: a pipeline combines with ZeRO-0 or ZeRO-1 only. ZeRO-2 "
         "would reduce-scatter the gradients after every micro-batch's backward on every stage, "
@@ -380,7 +430,7 @@ TrainSummary Run::train() {
   log_model(rc_, *models_.stages.front());
   log_parallelism(rc_, state_, groups_, dp_);
   log_pipeline(rc_, table_, state_);
-  log_memory(state_, models_, mesh_, tc_);
+  const std::vector<RankMemoryBytes> memory = log_memory(state_, models_, mesh_, tc_);
   if (checkpointer_.async()) {
     spdlog::info("checkpoints: written in the background, every {} steps, {} kept",
                  rc_.checkpoint.every, rc_.checkpoint.keep_last);
@@ -389,7 +439,7 @@ TrainSummary Run::train() {
 
   const int64_t start_step = resume();
   evaluator_.emplace(dataset_.val, tc_, dp_);
-  if (lead_) metrics_.emplace(out_dir_ / "metrics.jsonl");
+  start_metrics(memory);
   Preemption preemption(rc_.checkpoint.preempt_timeout_s, world_.rank(), world_.size());
 
   TrainSummary summary;
@@ -400,9 +450,9 @@ TrainSummary Run::train() {
   // A save's stall falls between two steps: each step's record counts what came since the last.
   double stall_counted = checkpointer_.stall_seconds();
   while (step < tc_.steps) {
+    trace_step(step + 1, false);
     const auto t0 = Clock::now();
     const double stall_at_start = checkpointer_.stall_seconds();
-    const double model_comm_before = groups_.communication_seconds();
     const double lr = learning_rate(step, tc_);
     const StepResult r = run_step(step, lr);
     int64_t done = step + 1;
@@ -417,14 +467,14 @@ TrainSummary Run::train() {
     stall_counted = checkpointer_.stall_seconds();
     goodput_->add_step(seconds - stall_in_step);
     goodput_->add_stall(stall);
-    const double model_comm = groups_.communication_seconds() - model_comm_before;
-    record(done, lr, r, seconds, stall, model_comm);
+    const TrainMetrics::Derived derived = record(done, lr, r, seconds, stall_in_step, stall);
     if (done % tc_.log_every == 0 || done == tc_.steps) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(done - start_step) * double(tc_.steps - done);
-      spdlog::info("{} | ETA {}", step_line(done, lr, r, seconds, model_comm),
-                   format_duration(eta));
+      spdlog::info("{} | ETA {}", step_line(done, lr, r, derived), format_duration(eta));
+      spdlog::info("{}", breakdown_line(derived));
     }
+    trace_step(done, true);
     step = done;
     if (preemption.stop_requested(world_)) {
       save(done);
@@ -460,10 +510,8 @@ TrainSummary Run::train() {
       "evaluation {:.1f} s, steps trained again {:.1f} s, start-up and restarts {:.1f} s",
       100 * g.goodput(), format_duration(g.wall_s), g.attempts, g.step_s, g.stall_s, g.eval_s,
       g.recomputed_s, g.lost_s());
-  if (lead_) {
-    goodput_->write();
-    metrics_->write({{"step", tc_.steps}, {"goodput", g.to_json()}});
-  }
+  if (lead_) goodput_->write();
+  metrics_->event({{"step", tc_.steps}, {"goodput", g.to_json()}});
   return summary;
 }
 
@@ -533,6 +581,13 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
   r.loss = losses[0] / double(tc_.grad_accum * dp_.size());
   r.aux_loss = losses[1] / double(tc_.grad_accum * dp_.size());
 
+  // The optimizer's part: judging the gradients, their norm and the update.
+  const trace::Span span("optimizer", "step");
+  const auto optimizer_start = Clock::now();
+  const auto judged = [&] {
+    r.optimizer = std::chrono::duration<double>(Clock::now() - optimizer_start).count();
+    return r;
+  };
   StepHealth health{.loss = r.loss};
   if (f16) {
     const bool at_floor = scaler_.at_floor();
@@ -542,44 +597,65 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
   }
   health.grad_norm = r.f16_skipped ? 0 : state_.gradient_norm() / r.loss_scale;
   r.grad_norm = health.grad_norm;
-  if (r.f16_skipped) return r;
+  if (r.f16_skipped) return judged();
   r.verdict = guard_.judge(health);
   if (r.verdict != DivergenceGuard::Verdict::kApply) {
     spdlog::warn("step {} skipped: {} ({} of train.max_bad_steps = {} in a row)", step + 1,
                  guard_.reason(), guard_.bad_in_a_row(), rc_.guard.max_bad_steps);
-    return r;
+    return judged();
   }
   const double clip =
       tc_.grad_clip > 0 && r.grad_norm > tc_.grad_clip ? tc_.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   state_.update(lr, float(clip / r.loss_scale));
-  return r;
+  return judged();
 }
 
 std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale) {
+  const model::Transformer::PhaseSeconds before = phase_seconds(models_);
+  // The forwards' and backwards' compute, and the collectives inside them.
+  const auto count_phases = [&] {
+    const model::Transformer::PhaseSeconds after = phase_seconds(models_);
+    r.model_comm = after.forward_communication - before.forward_communication +
+                   after.backward_communication - before.backward_communication;
+    r.forward = after.forward - before.forward -
+                (after.forward_communication - before.forward_communication);
+    r.backward = after.backward - before.backward -
+                 (after.backward_communication - before.backward_communication);
+  };
+  const auto next_batch = [&]() -> const data::Batch& {
+    const trace::Span span("data wait", "step");
+    const data::Batch& batch = loader_->next();
+    r.data_wait += loader_->last_wait_seconds();
+    return batch;
+  };
   if (!pipeline_) {
     model::Transformer& model = *models_.stages.front();
     double losses[2] = {0, 0};
     for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-      const data::Batch& batch = loader_->next();
-      r.data_wait += loader_->last_wait_seconds();
+      const data::Batch& batch = next_batch();
       state_.begin_micro_step(micro + 1 == tc_.grad_accum);
       losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
                                           loss_scale);
       losses[1] += model.aux_loss();
     }
+    count_phases();
     return {losses[0], losses[1]};
   }
   const int64_t n = local_batch_ * tc_.seq_len;
   for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-    const data::Batch& batch = loader_->next();
-    r.data_wait += loader_->last_wait_seconds();
+    const data::Batch& batch = next_batch();
     int32_t* at = micro_tokens_.data() + 2 * n * micro;
     std::copy_n(batch.inputs, n, at);
     std::copy_n(batch.targets, n, at + n);
   }
   state_.begin_micro_step(false);
+  const auto start = Clock::now();
   double losses[2] = {pipeline_->run(micro_batches_, local_batch_, tc_.seq_len, loss_scale),
                       pipeline_->aux_loss()};
+  const double pipeline_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  count_phases();
+  // What the schedule spent outside its stages' forwards and backwards: waiting for messages.
+  r.pipeline_wait = std::max(0.0, pipeline_seconds - r.forward - r.backward - r.model_comm);
   mesh_.pp().all_reduce(losses, 2);
   return {losses[0], losses[1]};
 }
@@ -636,9 +712,7 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
       "came since",
       step, has_state ? last->string() : "the initial state", rc_.guard.max_bad_steps, done, reason,
       guard_.rollbacks(), rc_.guard.max_rollbacks, samples);
-  if (metrics_) {
-    metrics_->write({{"step", done}, {"rolled_back_to", step}, {"reason", reason}});
-  }
+  metrics_->event({{"step", done}, {"rolled_back_to", step}, {"reason", reason}});
   return step;
 }
 
@@ -654,7 +728,10 @@ nlohmann::json Run::checkpoint_metadata() const {
           {"goodput", goodput_->account().to_json()}};
 }
 
-void Run::save(int64_t step) { checkpointer_.save(step, state_, checkpoint_metadata()); }
+void Run::save(int64_t step) {
+  const trace::Span span("checkpoint", "step");
+  checkpointer_.save(step, state_, checkpoint_metadata());
+}
 
 // Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
 std::pair<double, double> Run::evaluate(int64_t step) {
@@ -667,51 +744,139 @@ std::pair<double, double> Run::evaluate(int64_t step) {
       });
   const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
   spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
-  if (metrics_) {
-    metrics_->write({{"step", step}, {"val_loss", val}, {"val_bits_per_byte", bits_per_byte}});
-  }
+  metrics_->held_out(step, val, bits_per_byte);
   goodput_->add_eval(std::chrono::duration<double>(Clock::now() - t0).count());
   return {val, bits_per_byte};
 }
 
-void Run::record(int64_t done, double lr, const StepResult& r, double seconds, double stall,
-                 double model_comm) {
-  const int64_t tokens_per_step = tc_.batch_size * tc_.seq_len * tc_.grad_accum;
-  nlohmann::json record = {{"step", done},
-                           {"loss", r.loss},
-                           {"lr", lr},
-                           {"grad_norm", r.grad_norm},
-                           {"tokens_per_s", double(tokens_per_step) / seconds},
-                           {"step_s", seconds},
-                           {"data_wait_s", r.data_wait},
-                           {"checkpoint_stall_s", stall}};
-  if (dp_.size() > 1) record["comm_wait_s"] = r.comm_wait;
-  if (rc_.mesh.tp > 1 || rc_.mesh.ep > 1) record["model_comm_s"] = model_comm;
-  if (tc_.precision == model::Precision::kF16) {
-    record["loss_scale"] = r.loss_scale;
-    record["skipped"] = r.f16_skipped || r.verdict != DivergenceGuard::Verdict::kApply;
-  } else if (r.verdict != DivergenceGuard::Verdict::kApply) {
-    record["skipped"] = true;
-  }
-  if (r.verdict != DivergenceGuard::Verdict::kApply) record["skip_reason"] = guard_.reason();
-  if (rc_.model.is_moe()) {
-    record["aux_loss"] = r.aux_loss;
-    record["expert_tokens"] = r.expert_tokens;
-    record["dropped_assignments"] = r.dropped;
-  }
-  if (metrics_) metrics_->write(record);
+// Every rank keeps the metrics (it may serve them); rank 0 also writes metrics.jsonl.
+void Run::start_metrics(const std::vector<RankMemoryBytes>& memory) {
+  const model::ModelConfig& m = rc_.model;
+  const auto [peak, peak_source] = job_peak_flops(tc_, world_);
+  const model::FlopsPerToken flops = model::flops_per_token(m, tc_.seq_len, tc_.recompute);
+  RunDescription run{.name = out_dir_.filename().string(),
+                     .model = fmt::format("{}, {} layers, d_model {}, {:.2f}M parameters",
+                                          model::architecture_name(m.arch), m.n_layer, m.d_model,
+                                          double(model::count_parameters(m).total) / 1e6),
+                     .precision = std::string(model::precision_name(tc_.precision)),
+                     .ranks = world_.size(),
+                     .peak_flops = peak,
+                     .peak = peak_source,
+                     .flops_per_token = flops.model,
+                     .hardware_flops_per_token = flops.hardware,
+                     .memory = memory};
+  spdlog::info(
+      "MFU: {:.3g} model FLOPs per token ({:.3g} run, recomputation included) over a "
+      "peak of {:.1f} GFLOP/s for the job, {}",
+      flops.model, flops.hardware, peak / 1e9, peak_source);
+  metrics_.emplace(run, lead_ ? std::optional(out_dir_ / "metrics.jsonl") : std::nullopt);
+  rank_figures_.assign(size_t(2 * world_.size()), 0.0);
+  const ObsConfig& o = rc_.obs;
+  if (o.metrics_port < 0 || !(lead_ || o.metrics_all_ranks)) return;
+  const int port =
+      int(o.metrics_port) + (o.metrics_all_ranks && o.metrics_port > 0 ? world_.rank() : 0);
+  TrainMetrics& metrics = *metrics_;
+  metrics_server_.emplace(
+      o.metrics_host, port,
+      [&metrics](std::string_view path) -> std::optional<obs::HttpContent> {
+        if (path == "/")
+          return obs::HttpContent{"text/html; charset=utf-8", std::string(obs::live_page())};
+        if (path == "/metrics") {
+          return obs::HttpContent{"text/plain; version=0.0.4; charset=utf-8", metrics.prometheus()};
+        }
+        if (path == "/history.json")
+          return obs::HttpContent{"application/json", metrics.history_json()};
+        if (path == "/health") return obs::HttpContent{"text/plain", "ok\n"};
+        return std::nullopt;
+      },
+      "--metrics-port / obs.metrics_port");
+  spdlog::log(lead_ ? spdlog::level::info : spdlog::level::warn,
+              "{}metrics: http://{}:{}/ (live page), /metrics (Prometheus), /health",
+              world_.size() > 1 ? fmt::format("rank {}: ", world_.rank()) : std::string(),
+              o.metrics_host, metrics_server_->port());
 }
 
-std::string Run::step_line(int64_t done, double lr, const StepResult& r, double seconds,
-                           double model_comm) const {
-  const int64_t tokens_per_step = tc_.batch_size * tc_.seq_len * tc_.grad_accum;
+// Starts the trace before the first step of obs.trace_steps and writes it after the last.
+void Run::trace_step(int64_t step, bool done) {
+  const ObsConfig& o = rc_.obs;
+  if (!o.tracing()) return;
+  trace::Recorder& recorder = trace::Recorder::instance();
+  if (!done && step == o.trace_first) {
+    // Room for every span of the traced steps: each block's forward and backward (and weight
+    // gradient) per micro-batch with a few collectives each, and the step's own spans.
+    const int64_t per_step = 8 * (rc_.model.n_layer + 4) * tc_.grad_accum + 256;
+    recorder.start(
+        size_t(std::min<int64_t>(per_step * (o.trace_last - o.trace_first + 1), int64_t(1) << 22)));
+  }
+  if (done && step == o.trace_last && recorder.on()) {
+    int64_t dropped = 0;
+    const std::vector<trace::Event> events = recorder.stop(dropped);
+    const fs::path path = out_dir_ / "trace" / fmt::format("rank-{}.json.gz", world_.rank());
+    obs::write_chrome_trace(path, events, world_.rank(), dropped);
+    if (lead_) {
+      spdlog::info("trace of steps {} to {}: {} (one per rank; open in ui.perfetto.dev)",
+                   o.trace_first, o.trace_last, (out_dir_ / "trace").string());
+    }
+  }
+}
+
+TrainMetrics::Derived Run::record(int64_t done, double lr, const StepResult& r, double seconds,
+                                  double stall_in_step, double stall_since_last) {
+  StepFigures f{.step = done,
+                .loss = r.loss,
+                .lr = lr,
+                .grad_norm = r.grad_norm,
+                .tokens = tc_.batch_size * tc_.seq_len * tc_.grad_accum,
+                .step_seconds = seconds};
+  StepBreakdown& b = f.breakdown;
+  b.data_wait() = r.data_wait;
+  b.forward() = r.forward;
+  b.backward() = r.backward;
+  b.optimizer() = r.optimizer;
+  b.communication() = r.comm_wait + r.model_comm + r.pipeline_wait;
+  b.checkpoint() = stall_in_step;
+  b.other() = std::max(0.0, seconds - b.total());
+  f.skipped = r.f16_skipped || r.verdict != DivergenceGuard::Verdict::kApply;
+
+  // Every rank's step time and resident memory, for the slowest rank and the memory per rank.
+  std::fill(rank_figures_.begin(), rank_figures_.end(), 0.0);
+  rank_figures_[2 * world_.rank()] = seconds;
+  rank_figures_[2 * world_.rank() + 1] = resident_bytes();
+  if (world_.size() > 1) world_.all_reduce(rank_figures_.data(), int64_t(rank_figures_.size()));
+  f.rank_step_seconds.resize(size_t(world_.size()));
+  f.rank_resident_bytes.resize(size_t(world_.size()));
+  for (int i = 0; i < world_.size(); ++i) {
+    f.rank_step_seconds[i] = rank_figures_[2 * i];
+    f.rank_resident_bytes[i] = rank_figures_[2 * i + 1];
+    if (f.rank_step_seconds[i] > f.rank_step_seconds[f.slowest_rank]) f.slowest_rank = i;
+  }
+
+  // The stall since the previous step includes a save made after it, which no step's time holds.
+  nlohmann::json extra = {{"data_wait_s", r.data_wait}, {"checkpoint_stall_s", stall_since_last}};
+  if (dp_.size() > 1) extra["comm_wait_s"] = r.comm_wait;
+  if (rc_.mesh.tp > 1 || rc_.mesh.ep > 1) extra["model_comm_s"] = r.model_comm;
+  if (tc_.precision == model::Precision::kF16) {
+    extra["loss_scale"] = r.loss_scale;
+    extra["skipped"] = f.skipped;
+  }
+  if (r.verdict != DivergenceGuard::Verdict::kApply) extra["skip_reason"] = guard_.reason();
+  if (rc_.model.is_moe()) {
+    extra["aux_loss"] = r.aux_loss;
+    extra["expert_tokens"] = r.expert_tokens;
+    extra["dropped_assignments"] = r.dropped;
+  }
+  return metrics_->step(f, extra);
+}
+
+std::string Run::step_line(int64_t done, double lr, const StepResult& r,
+                           const TrainMetrics::Derived& d) const {
   std::string line = fmt::format(
-      "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | data wait "
-      "{:.1f} ms",
-      done, tc_.steps, r.loss, lr, r.grad_norm, double(tokens_per_step) / seconds,
+      "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+      "data wait {:.1f} ms",
+      done, tc_.steps, r.loss, lr, r.grad_norm, d.tokens_per_second, 100 * d.mfu,
       1e3 * r.data_wait);
   if (rc_.mesh.tp > 1 || rc_.mesh.ep > 1)
-    line += fmt::format(" | tp/ep comm {:.1f} ms", 1e3 * model_comm);
+    line += fmt::format(" | tp/ep comm {:.1f} ms", 1e3 * r.model_comm);
   if (tc_.precision == model::Precision::kF16) {
     line += fmt::format(" | loss scale {:g}{}", r.loss_scale,
                         r.f16_skipped ? " (overflow, skipped)" : "");
@@ -720,6 +885,25 @@ std::string Run::step_line(int64_t done, double lr, const StepResult& r, double 
     line += fmt::format(" | skipped: {}", guard_.reason());
   if (rc_.model.is_moe()) {
     line += fmt::format(" | aux {:.4f} | dropped {}", r.aux_loss, r.dropped);
+  }
+  return line;
+}
+
+// Where the last step went on this rank, and which rank was slowest.
+std::string Run::breakdown_line(const TrainMetrics::Derived& d) const {
+  const StepFigures& last = metrics_->last_step();
+  std::string parts;
+  for (size_t i = 0; i < StepBreakdown::kParts.size(); ++i) {
+    parts += fmt::format("{}{} {:.1f}", i == 0 ? "" : ", ", StepBreakdown::kParts[i],
+                         1e3 * last.breakdown.seconds[i]);
+  }
+  std::string line =
+      fmt::format("step {:>6} took {:.1f} ms{}: {} ms", last.step, 1e3 * last.step_seconds,
+                  world_.size() > 1 ? fmt::format(" on rank {}", world_.rank()) : "", parts);
+  if (world_.size() > 1) {
+    line +=
+        fmt::format(" | slowest rank {} ({:.1f} ms, {:+.1f}% over the median)", last.slowest_rank,
+                    1e3 * last.rank_step_seconds[last.slowest_rank], 100 * d.slowest_margin);
   }
   return line;
 }

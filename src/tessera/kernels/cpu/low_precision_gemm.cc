@@ -71,7 +71,9 @@ Backend& backend() {
   return instance;
 }
 
-bool use_onednn(LowPrecision p) {
+}  // namespace
+
+bool low_precision_gemm_uses_onednn(LowPrecision p) {
   const LowPrecisionGemmPath choice = path_choice.load(std::memory_order_relaxed);
   if (choice == LowPrecisionGemmPath::kPortable) return false;
   // oneDNN 2.6 has no f16 CPU matmul (not even with AVX512_FP16): primitive creation says so
@@ -85,6 +87,8 @@ bool use_onednn(LowPrecision p) {
   // of sgemm there, while sgemm on widened operands runs at full f32 speed.
   return __builtin_cpu_supports("amx-bf16") || __builtin_cpu_is("amd");
 }
+
+namespace {
 
 std::optional<dnnl::matmul::primitive_desc> describe(const Key& k, const dnnl::engine& engine) {
   using dims = dnnl::memory::dims;
@@ -178,7 +182,7 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
   Backend& be = backend();
   std::lock_guard lock(be.mutex);
   Matmul* m = nullptr;
-  if (use_onednn(p)) {
+  if (low_precision_gemm_uses_onednn(p)) {
     const uint32_t alpha_bits = std::bit_cast<uint32_t>(alpha);
     const uint32_t beta_bits = std::bit_cast<uint32_t>(beta);
     const Key key{p, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha_bits, beta_bits};
@@ -198,7 +202,7 @@ void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 }
 
 std::string low_precision_gemm_path(LowPrecision p) {
-  if (!use_onednn(p)) return std::string(kPortablePath);
+  if (!low_precision_gemm_uses_onednn(p)) return std::string(kPortablePath);
   // A dense linear layer's forward stands for all the model's shapes. (Padded leading dimensions
   // can get oneDNN's gemm:jit kernels instead of brgemm.)
   const Key key{p, false, true, 256, 256, 256, 256, 256, 256, std::bit_cast<uint32_t>(1.0f), 0};
