@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/build.sh tessera_cli
 
 corpus=data/kjv.txt
 if [[ ! -s "$corpus" ]]; then

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "tessera/core/error.h"
@@ -22,7 +23,7 @@ std::vector<ConfigKey> test_schema() {
       {"train.steps", ConfigType::kInt, "600", false, "steps"},
       {"train.learning_rate", ConfigType::kFloat, "1e-3", false, "peak lr"},
       {"train.fused", ConfigType::kBool, "false", false, "fuse kernels"},
-      {"data.path", ConfigType::kString, "", false, "corpus"},
+      {"data.path", ConfigType::kPath, "", false, "corpus"},
   };
 }
 
@@ -185,6 +186,35 @@ TEST(Config, RequiredKeysAreOnlyRequiredOfFiles) {
   expect_error([&] { config.load_string("[train]\nsteps = 5\n", "config.toml"); },
                {"config.toml: missing required key 'model.n_layer'"});
   EXPECT_EQ(config.get_int("train.steps"), 600);  // a failed load changes nothing
+}
+
+// A saved config names the same file from any folder: a path that exists is kept absolute,
+// whether it came from a file, a --set or JSON; anything else is kept as given.
+TEST(Config, PathsThatExistAreKeptAbsolute) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / "tessera-config-paths";
+  std::filesystem::create_directories(folder / "corpus");
+  struct InFolder {
+    std::filesystem::path before = std::filesystem::current_path();
+    explicit InFolder(const std::filesystem::path& folder) { std::filesystem::current_path(folder); }
+    ~InFolder() { std::filesystem::current_path(before); }
+  };
+  auto in_folder = std::make_unique<InFolder>(folder);
+  Config config(test_schema());
+  config.set_override("data.path=corpus/../corpus");
+  const std::string absolute = (folder / "corpus").string();
+  EXPECT_EQ(config.get_string("data.path"), absolute);
+  config.load_string("[model]\nn_layer = 1\n[data]\npath = \"corpus\"\n", "c.toml");
+  EXPECT_EQ(config.get_string("data.path"), absolute);
+  config.set_override("data.path=byte");
+  EXPECT_EQ(config.get_string("data.path"), "byte");
+  config.load_json({{"model", {{"n_layer", 1}}}, {"data", {{"path", "corpus"}}}});
+  EXPECT_EQ(config.get_string("data.path"), absolute);
+  in_folder.reset();
+  std::filesystem::remove_all(folder);
+  Config elsewhere(test_schema());
+  elsewhere.load_string(config.to_toml(), "saved.toml");
+  EXPECT_EQ(elsewhere.get_string("data.path"), absolute);
 }
 
 TEST(Config, TomlRoundTripPreservesEveryValue) {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "tessera/ckpt/data_image.h"
+#include "tessera/ckpt/hf_convert.h"
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 
@@ -525,6 +526,12 @@ std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir) {
     fail("{}: checkpoint is incomplete (no COMMIT marker)", dir.string());
   }
   std::optional<fs::path> latest = find_latest(dir);
+  if (!latest && fs::exists(dir / kHfConfigFile, ec) &&
+      (fs::exists(dir / kHfWeightsFile, ec) || fs::exists(dir / kHfIndexFile, ec))) {
+    fail("{}: a Hugging Face model folder, not a Tessera run: import it once with 'tessera "
+         "convert import --hf {} --out RUN' and give RUN instead",
+         dir.string(), dir.string());
+  }
   if (!latest) fail("{}: no committed checkpoint found", dir.string());
   return *latest;
 }

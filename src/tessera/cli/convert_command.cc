@@ -43,8 +43,7 @@ int export_checkpoint(int argc, char** argv) {
   Flags flags("convert export",
               {{"checkpoint", "DIR", "a run folder or one checkpoint step folder (required)"},
                {"out", "DIR", "the Hugging Face model folder to write (required)"},
-               {"dtype", "f32|bf16", "dtype of the stored weights (default f32)"},
-               {"help", "", "show this help"}},
+               {"dtype", "f32|bf16", "dtype of the stored weights (default f32)"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
@@ -109,8 +108,7 @@ int import_model(int argc, char** argv) {
       "convert import",
       {{"hf", "DIR", "a Hugging Face model folder: config.json, model.safetensors (required)"},
        {"out", "DIR", "the run folder to create (required)"},
-       {"tokenizer", "byte|DIR", "the tokenizer for generate (default byte)"},
-       {"help", "", "show this help"}},
+       {"tokenizer", "byte|DIR", "the tokenizer for generate (default byte)"}},
       argc, argv);
   if (flags.has("help")) {
     std::fputs(flags

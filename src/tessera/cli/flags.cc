@@ -1,6 +1,7 @@
 #include "tessera/cli/flags.h"
 
 #include <charconv>
+#include <string_view>
 
 #include "tessera/core/error.h"
 
@@ -11,8 +12,9 @@ Flags::Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** 
     : command_(std::move(command)),
       specs_(std::move(specs)),
       operands_name_(std::move(operands_name)) {
+  specs_.push_back({"help", "", "show this help (also -h)"});
   for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
+    std::string arg = argv[i] == std::string_view("-h") ? "--help" : argv[i];
     if (!operands_name_.empty() && arg.rfind("--", 0) != 0) {
       operands_.push_back(arg);
       continue;

@@ -18,6 +18,7 @@ struct FlagSpec {
 // Parsed flags of one subcommand. Unknown flags, missing values and repeats of a
 // non-repeatable flag are errors that name the flag and the command. A command that takes
 // operands (arguments that are not flags) names them in `operands_name`, e.g. "FILE...".
+// Every command takes --help (or -h), which Flags adds to its specs.
 class Flags {
  public:
   Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv,
@@ -49,5 +50,7 @@ int convert_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int supervise_command(int argc, char** argv);
 int report_command(int argc, char** argv);
+// Prints the version, the CPU features the build uses beside this CPU's, and the backends.
+int version_command();
 
 }  // namespace tessera::cli

@@ -23,8 +23,7 @@ int generate_command(int argc, char** argv) {
                 "ones); 1 is off (default 1)"},
                {"seed", "S", "sampling seed (default 0)"},
                {"precision", "P", "f32 or bf16 matmuls (default f32)"},
-               {"quantize", "Q", "none or int8: int8 weight-only matmuls (default none)"},
-               {"help", "", "show this help"}},
+               {"quantize", "Q", "none or int8: int8 weight-only matmuls (default none)"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(

@@ -17,7 +17,8 @@ constexpr const char* kUsage =
     "usage: tessera <command> [flags]\n\n"
     "commands:\n"
     "  prepare    tokenise text into a dataset of token shards\n"
-    "  train      train a GPT-2 model on a text corpus or a prepared dataset\n"
+    "  train      train a GPT-2 or Llama model, dense or mixture-of-experts, on text or a\n"
+    "             prepared dataset\n"
     "  generate   continue a prompt with a trained checkpoint\n"
     "  serve      answer requests over an OpenAI-compatible HTTP API\n"
     "  tokenizer  train a BPE vocabulary; encode or decode text\n"
@@ -25,7 +26,8 @@ constexpr const char* kUsage =
     "  plan       choose the parallel layout, accelerator and budget of a training run\n"
     "  supervise  run a job and restart it from its last checkpoint when it fails\n"
     "  report     write a training run's charts into one HTML file\n\n"
-    "Run 'tessera <command> --help' for the flags of one command.\n";
+    "Run 'tessera <command> --help' for the flags of one command, 'tessera --version' for\n"
+    "the build and the CPU features it uses.\n";
 
 }  // namespace
 
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   try {
+    if (command == "--version") return tessera::cli::version_command();
     if (command == "prepare") return tessera::cli::prepare_command(argc - 2, argv + 2);
     if (command == "train") return tessera::cli::train_command(argc - 2, argv + 2);
     if (command == "generate") return tessera::cli::generate_command(argc - 2, argv + 2);

@@ -216,8 +216,7 @@ int plan_command(int argc, char** argv) {
        {"top", "K", "layouts to show (default 10)"},
        {"catalog", "FILE", "extra accelerators or prices (TOML), merged over the built-in", true},
        {"json", "", "print JSON instead of a table"},
-       {"calibrate", "", "measure this machine and predict Tessera's own step for the config"},
-       {"help", "", "show this help"}},
+       {"calibrate", "", "measure this machine and predict Tessera's own step for the config"}},
       argc, argv);
   if (flags.has("help")) {
     std::fputs(flags

@@ -13,8 +13,7 @@ int prepare_command(int argc, char** argv) {
                {"out", "DIR", "dataset folder to create; must be missing or empty (required)"},
                {"val-fraction", "F", "fraction of the text held out, in (0, 1) (default 0.1)"},
                {"shard-tokens", "N", "most tokens per shard file (default 67108864)"},
-               {"threads", "N", "tokenising threads; 0 uses all cores (default 0)"},
-               {"help", "", "show this help"}},
+               {"threads", "N", "tokenising threads; 0 uses all cores (default 0)"}},
               argc, argv, "FILE...");
   if (flags.has("help")) {
     std::fputs(flags

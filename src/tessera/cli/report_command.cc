@@ -11,8 +11,7 @@ namespace tessera::cli {
 
 int report_command(int argc, char** argv) {
   Flags flags("report",
-              {{"html", "FILE", "write the run's page, its records inside, to FILE (required)"},
-               {"help", "", "show this help"}},
+              {{"html", "FILE", "write the run's page, its records inside, to FILE (required)"}},
               argc, argv, "RUN_DIR");
   if (flags.has("help")) {
     std::fputs(flags

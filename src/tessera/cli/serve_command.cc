@@ -97,8 +97,7 @@ int serve_command(int argc, char** argv) {
         "(default 30)"},
        {"protect-metrics", "", "require the API key on /metrics too (default: /metrics is open)"},
        {"threads", "N", "compute threads (default: every core but one, left to the HTTP thread)"},
-       {"http-threads", "N", "threads running the HTTP event loop (default 1)"},
-       {"help", "", "show this help"}},
+       {"http-threads", "N", "threads running the HTTP event loop (default 1)"}},
       argc, argv);
   if (flags.has("help")) {
     std::fputs(flags

@@ -14,8 +14,7 @@ int supervise_command(int argc, char** argv) {
   Flags flags("supervise",
               {{"max-restarts", "N", "restart a failed job up to N times (default 3)"},
                {"backoff-s", "SECONDS", "wait before the first restart, doubled after each (1)"},
-               {"log", "FILE", "append one JSON line per attempt to FILE"},
-               {"help", "", "show this help"}},
+               {"log", "FILE", "append one JSON line per attempt to FILE"}},
               separator, argv);
   if (flags.has("help")) {
     std::fputs(flags

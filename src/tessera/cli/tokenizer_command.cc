@@ -33,8 +33,7 @@ std::string read_stdin() {
 int train(int argc, char** argv) {
   Flags flags("tokenizer train",
               {{"vocab-size", "N", "ids in the vocabulary, <|endoftext|> included (required)"},
-               {"out", "DIR", "directory to write tokenizer.json and ranks.tiktoken (required)"},
-               {"help", "", "show this help"}},
+               {"out", "DIR", "directory to write tokenizer.json and ranks.tiktoken (required)"}},
               argc, argv, "FILE...");
   if (flags.has("help")) {
     std::fputs(flags
@@ -74,8 +73,7 @@ int train(int argc, char** argv) {
 int encode(int argc, char** argv) {
   Flags flags("tokenizer encode",
               {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"},
-               {"json", "", "print a JSON array instead of space-separated ids"},
-               {"help", "", "show this help"}},
+               {"json", "", "print a JSON array instead of space-separated ids"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
@@ -141,8 +139,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 int decode(int argc, char** argv) {
   Flags flags("tokenizer decode",
-              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"},
-               {"help", "", "show this help"}},
+              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(flags

@@ -31,13 +31,13 @@ int train_command(int argc, char** argv) {
        {"world", "N", "with --dry-run: the job's ranks (default: the mesh's dp x tp x pp)"},
        {"metrics-port", "N",
         "serve /metrics (Prometheus), /health and a live page of the run on 127.0.0.1:N "
-        "(sets obs.metrics_port; 0 picks a free port)"},
-       {"help", "", "show this help"}},
+        "(sets obs.metrics_port; 0 picks a free port)"}},
       argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
-                   .help("Train a GPT-2 model on a text corpus; resumes from the newest\n"
-                         "checkpoint when the output directory already holds one.")
+                   .help("Train a GPT-2 or Llama model (model.arch), dense or mixture-of-experts\n"
+                         "(model.n_experts), on a text corpus or a prepared dataset; resumes from\n"
+                         "the newest checkpoint when the output directory already holds one.")
                    .c_str(),
                stdout);
     return 0;

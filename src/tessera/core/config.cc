@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -23,11 +24,19 @@ const char* type_noun(ConfigType type) {
     case ConfigType::kFloat:
       return "a number";
     case ConfigType::kString:
+    case ConfigType::kPath:
       return "a string";
     case ConfigType::kBool:
       return "a boolean";
   }
   return "?";
+}
+
+std::string path_value(std::string value) {
+  std::error_code ec;
+  if (value.empty() || !std::filesystem::exists(value, ec)) return value;
+  const std::filesystem::path absolute = std::filesystem::absolute(value, ec);
+  return ec ? value : absolute.lexically_normal().string();
 }
 
 std::string_view trim(std::string_view s) {
@@ -252,6 +261,10 @@ class ConfigLoad {
         if (v.kind != Kind::kString) wrong_type();
         staged_.emplace_back(it->second, v.s);
         break;
+      case ConfigType::kPath:
+        if (v.kind != Kind::kString) wrong_type();
+        staged_.emplace_back(it->second, path_value(v.s));
+        break;
       case ConfigType::kBool:
         if (v.kind != Kind::kBool) wrong_type();
         staged_.emplace_back(it->second, v.b);
@@ -308,6 +321,7 @@ Config::Config(std::vector<ConfigKey> schema) : schema_(std::move(schema)) {
         break;
       }
       case ConfigType::kString:
+      case ConfigType::kPath:
         values_.emplace_back(text);
         break;
       case ConfigType::kBool: {
@@ -395,6 +409,9 @@ void Config::set_override(std::string_view assignment) {
     case ConfigType::kString:
       values_[it->second] = std::string(raw);
       break;
+    case ConfigType::kPath:
+      values_[it->second] = path_value(std::string(raw));
+      break;
     case ConfigType::kBool: {
       bool v = false;
       ok = parse_bool(text, &v);
@@ -413,7 +430,9 @@ size_t Config::index_of(std::string_view key) const {
 
 const Config::Value& Config::value_of(std::string_view key, ConfigType type) const {
   const size_t i = index_of(key);
-  check(schema_[i].type == type, "config key '{}' is read as {} but is {}", key, type_noun(type),
+  const ConfigType stored = schema_[i].type == ConfigType::kPath ? ConfigType::kString
+                                                                  : schema_[i].type;
+  check(stored == type, "config key '{}' is read as {} but is {}", key, type_noun(type),
         type_noun(schema_[i].type));
   return values_[i];
 }

@@ -12,7 +12,10 @@
 
 namespace tessera {
 
-enum class ConfigType { kInt, kFloat, kString, kBool };
+// kPath is a string naming a file or folder. A value that names one that exists, relative to the
+// working directory, is kept absolute, so that a saved config names the same file from any
+// folder; any other value (a name such as "byte", a path still to be created) is kept as given.
+enum class ConfigType { kInt, kFloat, kString, kPath, kBool };
 
 struct ConfigKey {
   std::string name;  // "section.key"
@@ -35,6 +38,7 @@ class Config {
   int64_t get_int(std::string_view key) const;
   // An int value is accepted for a float key.
   double get_float(std::string_view key) const;
+  // A kString or kPath value.
   const std::string& get_string(std::string_view key) const;
   bool get_bool(std::string_view key) const;
 

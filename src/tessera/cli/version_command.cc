@@ -1,0 +1,98 @@
+#include <dnnl.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tessera/cli/flags.h"
+#include "tessera/kernels/low_precision.h"
+
+namespace tessera::cli {
+namespace {
+
+struct CpuFeature {
+  const char* name;
+  bool compiled_in;  // the compiler may emit its instructions anywhere in this binary
+  bool on_this_cpu;
+};
+
+// __builtin_cpu_supports takes only a string literal, hence a macro per feature.
+#define TESSERA_FEATURE(name, macro) \
+  CpuFeature { name, macro, bool(__builtin_cpu_supports(name)) }
+
+std::vector<CpuFeature> cpu_features() {
+  return {
+#ifdef __AVX2__
+      TESSERA_FEATURE("avx2", true),
+#else
+      TESSERA_FEATURE("avx2", false),
+#endif
+#ifdef __FMA__
+      TESSERA_FEATURE("fma", true),
+#else
+      TESSERA_FEATURE("fma", false),
+#endif
+#ifdef __AVX512F__
+      TESSERA_FEATURE("avx512f", true),
+#else
+      TESSERA_FEATURE("avx512f", false),
+#endif
+#ifdef __AVX512BW__
+      TESSERA_FEATURE("avx512bw", true),
+#else
+      TESSERA_FEATURE("avx512bw", false),
+#endif
+#ifdef __AVX512VNNI__
+      TESSERA_FEATURE("avx512vnni", true),
+#else
+      TESSERA_FEATURE("avx512vnni", false),
+#endif
+#ifdef __AVX512BF16__
+      TESSERA_FEATURE("avx512bf16", true),
+#else
+      TESSERA_FEATURE("avx512bf16", false),
+#endif
+#ifdef __AMX_BF16__
+      TESSERA_FEATURE("amx-bf16", true),
+#else
+      TESSERA_FEATURE("amx-bf16", false),
+#endif
+  };
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "an unnamed CPU";
+}
+
+}  // namespace
+
+int version_command() {
+  std::string compiled, present, missing;
+  for (const CpuFeature& f : cpu_features()) {
+    if (f.compiled_in) compiled += fmt::format(" {}", f.name);
+    if (f.on_this_cpu) present += fmt::format(" {}", f.name);
+    if (f.compiled_in && !f.on_this_cpu) missing += fmt::format(" {}", f.name);
+  }
+  const dnnl_version_t* dnnl = dnnl_version();
+  std::printf("tessera %s (%s build, g++ %d.%d.%d)\n", TESSERA_VERSION, TESSERA_BUILD_TYPE,
+              __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+  std::printf("compiled for:%s\n", compiled.empty() ? " baseline x86-64" : compiled.c_str());
+  std::printf("this CPU:     %s:%s\n", cpu_model().c_str(), present.c_str());
+  if (!missing.empty()) {
+    std::printf("warning: this CPU lacks%s, which this build uses: rebuild on this machine\n",
+                missing.c_str());
+  }
+  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s\n", dnnl->major, dnnl->minor,
+              dnnl->patch,
+              kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str());
+  std::printf("CUDA:         not compiled in (this build runs on the CPU only)\n");
+  return 0;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,95 @@
+// What a new user tries first: help on every command, the version, a Hugging Face folder given
+// where a run is expected, and a run's saved config run again from another folder.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/e2e/cli_runner.h"
+
+namespace tessera::testing {
+namespace {
+
+const std::vector<std::string> kCommands = {
+    "prepare",        "train",          "generate",         "serve",          "plan",
+    "supervise",      "report",         "tokenizer train",  "tokenizer encode", "tokenizer decode",
+    "convert export", "convert import"};
+
+TEST(CliUsability, EveryCommandAnswersDashHAndHelp) {
+  for (const std::string& command : kCommands) {
+    for (const std::string flag : {"-h", "--help"}) {
+      const CliResult r = run_cli(command + " " + flag);
+      EXPECT_EQ(r.exit_code, 0) << command << " " << flag << ": " << r.output;
+      EXPECT_EQ(r.output.rfind("usage: tessera " + command, 0), 0u) << r.output;
+      EXPECT_NE(r.output.find("--help"), std::string::npos) << r.output;
+    }
+  }
+  for (const std::string group : {"", "tokenizer ", "convert "}) {
+    const CliResult r = run_cli(group + "-h");
+    EXPECT_EQ(r.exit_code, 0) << group << r.output;
+    EXPECT_EQ(r.output.rfind("usage: tessera", 0), 0u) << r.output;
+  }
+}
+
+TEST(CliUsability, HelpNamesEveryArchitecture) {
+  for (const std::string args : {"--help", "train --help"}) {
+    const CliResult r = run_cli(args);
+    for (const std::string name : {"GPT-2", "Llama", "mixture-of-experts"}) {
+      EXPECT_NE(r.output.find(name), std::string::npos) << args << " lacks " << name << r.output;
+    }
+  }
+}
+
+TEST(CliUsability, VersionNamesTheBuildTheCpuAndTheBackends) {
+  const CliResult r = run_cli("--version");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("tessera ", 0), 0u) << r.output;
+  for (const std::string line : {"compiled for:", "this CPU:", "matmuls:", "CUDA:"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << " missing: " << r.output;
+  }
+#ifdef __AVX512F__
+  EXPECT_NE(r.output.substr(0, r.output.find("this CPU:")).find("avx512f"), std::string::npos)
+      << r.output;
+#endif
+}
+
+TEST(CliUsability, AHuggingFaceFolderGivenForARunSaysHowToImportIt) {
+  const TempDir dir("tessera-hf-hint");
+  write_file(dir / "corpus.txt", small_corpus());
+  ASSERT_EQ(run_cli("train --data " + (dir / "corpus.txt") + " --out " + (dir / "run") +
+                    kSmallModel + " --set train.steps=1")
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf")).exit_code,
+      0);
+  for (const std::string use : {"generate --prompt a --checkpoint ", "serve --checkpoint "}) {
+    const CliResult r = run_cli(use + (dir / "hf"));
+    expect_one_line_error(r, "a Hugging Face model folder");
+    EXPECT_NE(r.output.find("tessera convert import --hf " + (dir / "hf")), std::string::npos)
+        << r.output;
+  }
+}
+
+// A saved config.toml names its data by absolute path, so it runs again from any folder.
+TEST(CliUsability, ASavedConfigRunsAgainFromAnotherFolder) {
+  const TempDir dir("tessera-saved-config");
+  std::filesystem::create_directories(dir.path() / "project" / "text");
+  std::filesystem::create_directories(dir.path() / "elsewhere");
+  write_file(dir / "project/text/corpus.txt", small_corpus());
+  const CliResult first = run_command("cd " + (dir / "project") + " && " + TESSERA_BINARY +
+                                      " train --data text/corpus.txt --out runs/a" + kSmallModel +
+                                      " --set train.steps=1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string saved = read_all(dir / "project/runs/a/config.toml");
+  EXPECT_NE(saved.find("path = \"" + (dir / "project/text/corpus.txt") + "\""), std::string::npos)
+      << saved;
+  const CliResult again =
+      run_command("cd " + (dir / "elsewhere") + " && " + TESSERA_BINARY +
+                  " train --config ../project/runs/a/config.toml --out runs/b");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(training_losses(dir / "elsewhere/runs/b"), training_losses(dir / "project/runs/a"));
+}
+
+}  // namespace
+}  // namespace tessera::testing
