@@ -1,5 +1,5 @@
-// Vocabulary files are outside input: any bytes given to the encoder.json + vocab.bpe, .tiktoken
-// or tokenizer.json readers must parse or fail with a tessera::Error, and a vocabulary that
+// Vocabulary files are outside input: any bytes given to the encoder.json + vocab.bpe, .tiktoken,
+// Tessera's tokenizer.json or Hugging Face's tokenizer.json readers must parse or fail with a tessera::Error, and a vocabulary that
 // parses must build a tokenizer (or fail the same way) whose decode undoes its encode.
 // The first byte picks the reader; for GPT-2's two files a NUL byte separates them.
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/bpe_tokenizer.h"
 #include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/hf_tokenizer_file.h"
 #include "tessera/data/tessera_tokenizer_files.h"
 #include "tessera/data/tiktoken_ranks.h"
 
@@ -29,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
       case 0: {
         const size_t split = std::min(input.find('\0'), input.size());
         const std::string_view bpe = split < input.size() ? input.substr(split + 1) : "";
@@ -40,8 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 1:
         check_round_trip(parse_tiktoken_ranks(input, "fuzz.tiktoken"), input);
         break;
-      default:
+      case 2:
         parse_tessera_config(input, "tokenizer.json");
+        break;
+      default:
+        check_round_trip(parse_hf_tokenizer(input, "tokenizer.json"), input);
         break;
     }
   } catch (const tessera::Error&) {

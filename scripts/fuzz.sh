@@ -16,7 +16,7 @@ mkdir -p "$out"
 # after it already asks for more input), while AddressSanitizer still checks every access.
 targets=(
   "shard_reader_fuzz|60|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
-  "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
+  "vocab_reader_fuzz|60|src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/hf_tokenizer_file.cc src/tessera/data/llama3_pretokenizer.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc|-lfmt"
   "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc src/tessera/dist/pipeline_schedule.cc src/tessera/dist/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
@@ -41,6 +41,27 @@ def shard(tokens, vocab):
 for name, tokens, vocab in [("u16", [0, 1, 2, 255, 7], 256), ("u32", [70000, 3], 70001),
                             ("empty", [], 4096)]:
     open(f"{sys.argv[1]}/{name}.bin", "wb").write(shard(tokens, vocab))
+PY
+      ;;
+    vocab_reader_fuzz)
+      # The first byte picks the reader: 3 is Hugging Face's tokenizer.json.
+      python3 - "$dir" <<'PY'
+import json, sys
+printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+code = {b: chr(b) for b in printable}
+code.update({b: chr(256 + i) for i, b in enumerate(b for b in range(256) if b not in code)})
+vocab = {code[b]: b for b in range(256)}
+vocab.update({"ab": 256, "abc": 257})
+llama3 = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "behavior": "Isolated", "invert": False, "pattern": {"Regex":
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}
+gpt2 = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+for name, split in [("llama3", llama3), ("gpt2", gpt2)]:
+    tokenizer = {"added_tokens": [{"id": 258, "content": "<|end_of_text|>", "special": True}],
+                 "pre_tokenizer": split,
+                 "model": {"type": "BPE", "vocab": vocab, "merges": ["a b", ["ab", "c"]]}}
+    open(f"{sys.argv[1]}/hf-{name}.json", "wb").write(b"\x03" + json.dumps(tokenizer).encode())
 PY
       ;;
     toml_config_fuzz) cp configs/*.toml "$dir"/ ;;

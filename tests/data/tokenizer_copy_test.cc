@@ -80,8 +80,25 @@ TEST_F(TokenizerCopy, AFileTheDigestsDoNotListIsRefused) {
   write_text_file(copy_ / "notes.txt", "added later\n");
   expect_error([&] { TokenizerFileReader(copy_).read(copy_ / "notes.txt"); },
                {(copy_ / "notes.txt").string(), "not listed in", kTokenizerDigestsFile});
-  expect_error([&] { copy_tokenizer(copy_, dir_ / "again"); },
-               {(copy_ / "notes.txt").string(), "not listed in"});
+  // A copy takes only the files the tokenizer is read from.
+  copy_tokenizer(copy_, dir_ / "again");
+  EXPECT_FALSE(fs::exists(dir_ / "again" / "notes.txt"));
+  EXPECT_NO_THROW(load_tokenizer((dir_ / "again").string()));
+}
+
+// Files that would make the folder read as another format are read through the digests too.
+TEST_F(TokenizerCopy, AFileThatChangesTheFormatIsRefused) {
+  copy_tokenizer(source_, copy_);
+  fs::remove(copy_ / kTesseraRanksFile);
+  expect_error([&] { load_tokenizer(copy_.string()); },
+               {(copy_ / kTesseraRanksFile).string(), "missing"});
+}
+
+TEST_F(TokenizerCopy, AModelFolderGivesOnlyItsTokenizerFiles) {
+  write_text_file(source_ / "model.safetensors", "weights\n");
+  copy_tokenizer(source_, copy_);
+  EXPECT_FALSE(fs::exists(copy_ / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(copy_ / kTesseraRanksFile));
 }
 
 TEST_F(TokenizerCopy, AListedFileThatIsGoneIsRefused) {

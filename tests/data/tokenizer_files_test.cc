@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tessera/core/error.h"
 #include "tessera/data/base64.h"
 #include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/hf_tokenizer_file.h"
+#include "tessera/data/llama3_pretokenizer.h"
 #include "tessera/data/tessera_tokenizer_files.h"
 #include "tessera/data/tiktoken_ranks.h"
 #include "tessera/data/tokenizer.h"
@@ -161,8 +165,8 @@ TEST(TesseraTokenizerConfig, BadConfigsNameTheFile) {
 TEST(LoadTokenizer, DirectoryProblemsNameTheDirectory) {
   testing::TempDir dir("tokenizer-dirs");
   EXPECT_ERROR(load_tokenizer(dir / "absent"), "absent", "no such tokenizer directory");
-  EXPECT_ERROR(load_tokenizer(dir.path().string()), "no tokenizer found",
-               "encoder.json + vocab.bpe, *.tiktoken, or tokenizer.json");
+  EXPECT_ERROR(load_tokenizer(dir.path().string()), "no tokenizer found", "tokenizer.json",
+               "vocab.json + merges.txt", "encoder.json + vocab.bpe", "*.tiktoken");
   testing::write_file(dir / "encoder.json", "{}");
   EXPECT_ERROR(load_tokenizer(dir.path().string()), "needs both encoder.json and vocab.bpe");
   fs::remove(dir / "encoder.json");
@@ -174,9 +178,81 @@ TEST(LoadTokenizer, DirectoryProblemsNameTheDirectory) {
   EXPECT_ERROR(load_tokenizer(dir.path().string()), "byte 0x00 has no token");
   testing::write_file(dir / "tokenizer.json", R"({"format": "tessera-bpe", "version": 1,
       "pattern": "gpt2", "special_tokens": {}})");
-  EXPECT_ERROR(load_tokenizer(dir.path().string()), "ranks.tiktoken", "cannot read");
+  EXPECT_ERROR(load_tokenizer(dir.path().string()), "tokenizer.json", "needs ranks.tiktoken");
   testing::write_file(dir / "plain", "");
   EXPECT_ERROR(load_tokenizer(dir / "plain"), "plain", "must be \"byte\" or a directory");
+}
+
+// A Hugging Face tokenizer.json over every byte and the merges a b, ab c; its pre_tokenizer and
+// any further top-level or model keys are given as JSON text.
+std::string hf_json(const std::string& pre_tokenizer, const std::string& extra = "",
+                    const std::string& model_extra = "") {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[map_gpt2_bytes(std::string(1, char(b)))] = b;
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab["<|endoftext|>"] = 258;
+  return R"({"added_tokens": [{"id": 258, "content": "<|endoftext|>", "special": true}],
+             "pre_tokenizer": )" +
+         pre_tokenizer + extra + R"(, "model": {"type": "BPE", "vocab": )" + vocab.dump() +
+         R"(, "merges": ["a b", ["ab", "c"]])" + model_extra + "}}";
+}
+
+const std::string kGpt2Split = R"({"type": "ByteLevel", "add_prefix_space": false,
+                                    "use_regex": true})";
+const std::string kLlama3Split =
+    R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": )" +
+    nlohmann::json(std::string(kLlama3Pattern)).dump() +
+    R"(}, "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+
+TEST(HfTokenizerFile, ReadsGpt2AndLlama3Styles) {
+  const BpeVocab gpt2 = parse_hf_tokenizer(hf_json(kGpt2Split), "t.json");
+  EXPECT_EQ(gpt2.pattern, SplitPattern::kGpt2);
+  EXPECT_EQ(gpt2.tokens.size(), 258u);
+  ASSERT_EQ(gpt2.merges.size(), 2u);
+  EXPECT_EQ(gpt2.merges[1].left, 256);
+  EXPECT_EQ(gpt2.merges[1].result, 257);
+  EXPECT_EQ(gpt2.special_tokens,
+            (std::vector<std::pair<std::string, int32_t>>{{"<|endoftext|>", 258}}));
+  EXPECT_EQ(parse_hf_tokenizer(hf_json(kLlama3Split), "t.json").pattern, SplitPattern::kLlama3);
+
+  testing::TempDir dir("hf-tokenizer");
+  testing::write_file(dir / "tokenizer.json", hf_json(kLlama3Split));
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir.path().string());
+  EXPECT_EQ(tokenizer->kind(), "hf-bpe");
+  EXPECT_EQ(tokenizer->end_of_text(), 258);
+  // Llama 3's split keeps "(abc" whole, where GPT-2's would cut "(" off.
+  EXPECT_EQ(tokenizer->encode("(abc 12345"),
+            (std::vector<int32_t>{'(', 257, ' ', '1', '2', '3', '4', '5'}));
+  EXPECT_EQ(tokenizer->decode(std::vector<int32_t>{257, 258}), "abc<|endoftext|>");
+}
+
+TEST(HfTokenizerFile, WhatItCannotReadIsRefusedByName) {
+  EXPECT_ERROR(parse_hf_tokenizer("nope", "t.json"), "t.json", "JSON");
+  EXPECT_ERROR(parse_hf_tokenizer("{}", "t.json"), "t.json", "not a Hugging Face");
+  EXPECT_ERROR(parse_hf_tokenizer(hf_json(kGpt2Split, R"(, "normalizer": {"type": "NFC"})"),
+                                  "t.json"),
+               "t.json", "normalizer", "NFC");
+  EXPECT_ERROR(parse_hf_tokenizer(hf_json(kGpt2Split, "", R"(, "byte_fallback": true)"), "t.json"),
+               "t.json", "model.byte_fallback");
+  EXPECT_ERROR(parse_hf_tokenizer(hf_json(kGpt2Split, "", R"(, "dropout": 0.1)"), "t.json"),
+               "t.json", "model.dropout");
+  EXPECT_ERROR(parse_hf_tokenizer(hf_json(R"({"type": "Metaspace"})"), "t.json"), "t.json",
+               "pre_tokenizer", "Metaspace");
+  std::string other_split = kLlama3Split;
+  other_split.replace(other_split.find("\\p{N}{1,3}"), 11, "\\p{N}+");
+  EXPECT_ERROR(parse_hf_tokenizer(hf_json(other_split), "t.json"), "t.json",
+               "does not implement");
+  std::string bad_merge = hf_json(kGpt2Split);
+  bad_merge.replace(bad_merge.find("[\"ab\", \"c\"]"), 11, "[\"ab\", \"zz\"]");
+  EXPECT_ERROR(parse_hf_tokenizer(bad_merge, "t.json"), "t.json: model.merges[1]", "\"zz\"");
+  std::string wordpiece = hf_json(kGpt2Split);
+  wordpiece.replace(wordpiece.find("\"BPE\""), 5, "\"WordPiece\"");
+  EXPECT_ERROR(parse_hf_tokenizer(wordpiece, "t.json"), "t.json", "model.type", "WordPiece");
+  std::string moved = hf_json(kGpt2Split);
+  moved.replace(moved.find("\"id\": 258"), 9, "\"id\": 300");
+  EXPECT_ERROR(parse_hf_tokenizer(moved, "t.json"), "t.json", "<|endoftext|>", "300");
 }
 
 TEST(LoadTokenizer, NonUtf8PathIsQuotedPrintably) {

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/llama3_pretokenizer.h"
 #include "tests/e2e/cli_runner.h"
 
 namespace tessera::testing {
@@ -93,6 +95,52 @@ TEST_F(TokenizerCli, BadInputsEndInOneLineErrors) {
   const CliResult unknown = run_cli("tokenizer frobnicate");
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("unknown subcommand 'frobnicate'"), std::string::npos);
+}
+
+// A Hugging Face tokenizer.json in Llama 3's style (every byte, the merges "a b" and "ab c", its
+// split and its special tokens) encodes from the command line and trains a model, whose run folder
+// keeps a checked copy of it.
+TEST(HfTokenizerCli, ALlama3StyleTokenizerJsonEncodesAndTrains) {
+  const TempDir dir("hf-tokenizer-cli");
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[data::map_gpt2_bytes(std::string(1, char(b)))] = b;
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  const nlohmann::json tokenizer = {
+      {"added_tokens",
+       {{{"id", 258}, {"content", "<|begin_of_text|>"}, {"special", true}},
+        {{"id", 259}, {"content", "<|end_of_text|>"}, {"special", true}}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", data::kLlama3Pattern}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c"}}}}};
+  std::filesystem::create_directories(dir.path() / "tok");
+  write_file(dir / "tok/tokenizer.json", tokenizer.dump());
+  write_file(dir / "text.txt", "(abc 1234");
+  const CliResult encoded =
+      run_cli("tokenizer encode --tokenizer " + (dir / "tok") + " < " + (dir / "text.txt"));
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  EXPECT_EQ(encoded.output, "40 257 32 49 50 51 52\n");
+
+  std::string corpus;
+  for (int i = 0; i < 300; ++i) corpus += "abc (abc) cab " + std::to_string(i) + "\n";
+  write_file(dir / "corpus.txt", corpus);
+  const CliResult trained =
+      run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") +
+              " --out " + (dir / "run") + kSmallModel + " --set train.steps=2 --set model.vocab_size=260");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "run/tokenizer/tokenizer.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "run/tokenizer/digests.json"));
+
+  write_file(dir / "tok/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  expect_one_line_error(
+      run_cli("tokenizer encode --tokenizer " + (dir / "tok") + " < " + (dir / "text.txt")),
+      "tokenizer.json: model.type = \"Unigram\" is not supported");
 }
 
 }  // namespace

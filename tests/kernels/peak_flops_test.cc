@@ -35,10 +35,14 @@ TEST(PeakFlops, NoMatmulBeatsTheF32Peak) {
               peak.flops_per_second / 1e9, peak.how.c_str(), sgemm / 1e9,
               100 * sgemm / peak.flops_per_second);
   EXPECT_GT(peak.flops_per_second, 0);
-  // A shared machine's moments vary; a peak a fifth below a real matmul would be no peak.
-  EXPECT_GT(peak.flops_per_second, 0.8 * sgemm);
   EXPECT_NE(peak.how.find("f32"), std::string::npos) << peak.how;
   EXPECT_NE(peak.how.find("threads"), std::string::npos) << peak.how;
+#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an unoptimised or instrumented build's multiply-add loop is no peak (oneDNN's "
+                  "sgemm, built apart, is optimised still)";
+#endif
+  // A shared machine's moments vary; a peak a fifth below a real matmul would be no peak.
+  EXPECT_GT(peak.flops_per_second, 0.8 * sgemm);
 }
 
 TEST(PeakFlops, LowPrecisionSaysWhichEngineItMeasured) {

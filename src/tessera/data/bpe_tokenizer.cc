@@ -7,6 +7,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/gpt2_pretokenizer.h"
+#include "tessera/data/llama3_pretokenizer.h"
 #include "tessera/core/utf8.h"
 
 namespace tessera::data {
@@ -39,7 +40,10 @@ uint64_t pair_key(int32_t left, int32_t right) {
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(BpeVocab vocab, std::string kind, const std::string& source)
-    : kind_(std::move(kind)), tokens_(std::move(vocab.tokens)), cache_owner_(next_cache_owner++) {
+    : kind_(std::move(kind)),
+      pattern_(vocab.pattern),
+      tokens_(std::move(vocab.tokens)),
+      cache_owner_(next_cache_owner++) {
   const size_t mergeable = tokens_.size();
   size_t size = mergeable;
   for (const auto& [text, id] : vocab.special_tokens) size = std::max(size, size_t(id) + 1);
@@ -61,7 +65,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, std::string kind, const std::string& 
   for (auto& [text, id] : vocab.special_tokens) {
     check(id >= 0 && !is_valid_id_[id], "{}: special token {} has id {}, which is taken", source,
           text, id);
-    if (text == kEndOfText) end_of_text_ = id;
+    if (text == kEndOfText || text == kLlama3EndOfText) end_of_text_ = id;
     tokens_[id] = std::move(text);
     is_valid_id_[id] = true;
   }
@@ -84,7 +88,10 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     encode_serial(text, ids);
     return ids;
   }
-  const std::vector<size_t> cuts = gpt2_cut_points(text, size_t(threads) * kPartsPerThread);
+  const size_t most = size_t(threads) * kPartsPerThread;
+  const std::vector<size_t> cuts = pattern_ == SplitPattern::kGpt2
+                                       ? gpt2_cut_points(text, most)
+                                       : llama3_cut_points(text, most);
   std::vector<std::vector<int32_t>> parts(cuts.size() - 1);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -102,7 +109,12 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 void BpeTokenizer::encode_serial(std::string_view text, std::vector<int32_t>& out) const {
-  for_each_gpt2_piece(text, [&](std::string_view piece) { encode_piece(piece, out); });
+  const auto piece_end = pattern_ == SplitPattern::kGpt2 ? gpt2_piece_end : llama3_piece_end;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = piece_end(text, pos);
+    encode_piece(text.substr(pos, end - pos), out);
+    pos = end;
+  }
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {

@@ -12,7 +12,7 @@
 
 namespace tessera::data {
 
-// Byte-level BPE with GPT-2's pre-tokenisation, encoding exactly as tiktoken does: each piece
+// Byte-level BPE with GPT-2's or Llama 3's pre-tokenisation, encoding exactly as tiktoken does: each piece
 // that is a token as a whole is that token; otherwise its bytes merge pairwise, lowest rank
 // first and leftmost among equal ranks. Special tokens are never recognised in text (text that
 // spells "<|endoftext|>" encodes as ordinary characters); callers insert end_of_text()
@@ -45,6 +45,7 @@ class BpeTokenizer final : public Tokenizer {
   void merge_bytes(std::string_view piece, std::vector<int32_t>& out) const;
 
   std::string kind_;
+  SplitPattern pattern_;
   std::vector<std::string> tokens_;  // id -> bytes, special tokens' text included
   std::vector<bool> is_valid_id_;
   TokenIndex mergeable_ids_;

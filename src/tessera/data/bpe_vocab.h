@@ -16,14 +16,21 @@ struct BpeMerge {
   int32_t rank;
 };
 
+// How text is cut into pieces before merges run inside each: GPT-2's pattern
+// (gpt2_pretokenizer.h) or Llama 3's (llama3_pretokenizer.h).
+enum class SplitPattern { kGpt2, kLlama3 };
+
 // A byte-level BPE vocabulary as its files describe it, in one shape for every format.
 struct BpeVocab {
+  SplitPattern pattern = SplitPattern::kGpt2;
   std::vector<std::string> tokens;  // id -> bytes; an empty string marks an unused id
   std::vector<BpeMerge> merges;
   std::vector<std::pair<std::string, int32_t>> special_tokens;  // text -> id, never merged into
 };
 
 inline constexpr char kEndOfText[] = "<|endoftext|>";
+// Llama 3's name for the same document separator.
+inline constexpr char kLlama3EndOfText[] = "<|end_of_text|>";
 // Far above any real vocabulary, low enough that a corrupt file cannot demand gigabytes.
 inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
 

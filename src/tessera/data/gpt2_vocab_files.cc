@@ -1,6 +1,7 @@
 #include "tessera/data/gpt2_vocab_files.h"
 
 #include <array>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
@@ -39,6 +40,75 @@ std::optional<std::string> unmap_bytes(std::string_view text) {
 
 }  // namespace
 
+std::string map_gpt2_bytes(std::string_view bytes) {
+  static const std::array<char32_t, 256> kCodePointOfByte = [] {
+    std::array<char32_t, 256> code_point{};
+    for (size_t c = 0; c < kByteOfCodePoint.size(); ++c) {
+      if (kByteOfCodePoint[c] >= 0) code_point[size_t(kByteOfCodePoint[c])] = char32_t(c);
+    }
+    return code_point;
+  }();
+  std::string out;
+  for (const unsigned char b : bytes) {
+    const char32_t c = kCodePointOfByte[b];
+    if (c < 0x80) {
+      out += char(c);
+    } else {
+      out += char(0xC0 | c >> 6);
+      out += char(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+Gpt2VocabBuilder::Gpt2VocabBuilder(const nlohmann::json& encoder, const std::string& source,
+                                   const std::set<std::string>& special)
+    : source_(source) {
+  check(encoder.is_object(), "{}: expected a JSON object of token -> id, got {}", source,
+        encoder.type_name());
+  for (const auto& [key, value] : encoder.items()) {
+    if (!(value.is_number_integer() && value.get<int64_t>() >= 0 &&
+          value.get<int64_t>() <= kMaxTokenId)) {
+      fail("{}: token \"{}\" has id {}, expected an integer in [0, {}]", source, printable(key),
+           printable(
+               value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 40)),
+           kMaxTokenId);
+    }
+    const int32_t id = value.get<int32_t>();
+    if (special.count(key)) {
+      vocab_.special_tokens.emplace_back(key, id);
+      continue;
+    }
+    std::optional<std::string> bytes = unmap_bytes(key);
+    if (!bytes || bytes->empty()) {
+      fail("{}: token \"{}\" is not written in GPT-2's byte-to-unicode alphabet", source,
+           printable(key));
+    }
+    if (size_t(id) >= vocab_.tokens.size()) vocab_.tokens.resize(size_t(id) + 1);
+    check(vocab_.tokens[id].empty(), "{}: id {} is given to two tokens", source, id);
+    ids_.emplace(*bytes, id);
+    vocab_.tokens[id] = std::move(*bytes);
+  }
+}
+
+std::optional<int32_t> Gpt2VocabBuilder::id_of(std::string_view mapped) const {
+  std::optional<std::string> bytes = unmap_bytes(mapped);
+  if (!bytes) return std::nullopt;
+  auto it = ids_.find(*bytes);
+  return it == ids_.end() ? std::nullopt : std::optional<int32_t>(it->second);
+}
+
+void Gpt2VocabBuilder::add_merge(std::string_view left, std::string_view right,
+                                 const std::string& where) {
+  const std::string merged = std::string(left) + std::string(right);
+  std::optional<int32_t> left_id = id_of(left), right_id = id_of(right), result = id_of(merged);
+  for (auto [id, token] : {std::pair{left_id, left}, std::pair{right_id, right}}) {
+    if (!id) fail("{}: token \"{}\" is not in {}", where, printable(token), source_);
+  }
+  if (!result) fail("{}: the merged token \"{}\" is not in {}", where, printable(merged), source_);
+  vocab_.merges.push_back({*left_id, *right_id, *result, int32_t(vocab_.merges.size())});
+}
+
 BpeVocab parse_gpt2_vocab(std::string_view encoder_json, const std::string& encoder_source,
                           std::string_view vocab_bpe, const std::string& bpe_source) {
   nlohmann::json encoder;
@@ -47,41 +117,7 @@ BpeVocab parse_gpt2_vocab(std::string_view encoder_json, const std::string& enco
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     fail("{}: not valid JSON ({})", encoder_source, printable(e.what()));
   }
-  check(encoder.is_object(), "{}: expected a JSON object of token -> id, got {}", encoder_source,
-        encoder.type_name());
-  BpeVocab vocab;
-  std::unordered_map<std::string, int32_t> ids;  // bytes -> id
-  for (const auto& [key, value] : encoder.items()) {
-    if (!(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-          value.get<int64_t>() <= kMaxTokenId)) {
-      fail("{}: token \"{}\" has id {}, expected an integer in [0, {}]", encoder_source,
-           printable(key),
-           printable(
-               value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 40)),
-           kMaxTokenId);
-    }
-    const int32_t id = value.get<int32_t>();
-    if (key == kEndOfText) {
-      vocab.special_tokens.emplace_back(key, id);
-      continue;
-    }
-    std::optional<std::string> bytes = unmap_bytes(key);
-    if (!bytes || bytes->empty()) {
-      fail("{}: token \"{}\" is not written in GPT-2's byte-to-unicode alphabet", encoder_source,
-           printable(key));
-    }
-    if (size_t(id) >= vocab.tokens.size()) vocab.tokens.resize(size_t(id) + 1);
-    check(vocab.tokens[id].empty(), "{}: id {} is given to two tokens", encoder_source, id);
-    ids.emplace(*bytes, id);
-    vocab.tokens[id] = std::move(*bytes);
-  }
-
-  const auto id_of = [&](std::string_view mapped) -> std::optional<int32_t> {
-    std::optional<std::string> bytes = unmap_bytes(mapped);
-    if (!bytes) return std::nullopt;
-    auto it = ids.find(*bytes);
-    return it == ids.end() ? std::nullopt : std::optional<int32_t>(it->second);
-  };
+  Gpt2VocabBuilder builder(encoder, encoder_source, {kEndOfText});
   size_t line_number = 0;
   for (size_t pos = 0; pos < vocab_bpe.size();) {
     size_t end = vocab_bpe.find('\n', pos);
@@ -96,22 +132,10 @@ BpeVocab parse_gpt2_vocab(std::string_view encoder_json, const std::string& enco
       fail("{}:{}: expected two tokens separated by one space, got \"{}\"", bpe_source, line_number,
            printable(line.substr(0, 80)));
     }
-    const std::string_view left = line.substr(0, space), right = line.substr(space + 1);
-    const std::string merged = std::string(left) + std::string(right);
-    std::optional<int32_t> left_id = id_of(left), right_id = id_of(right), result = id_of(merged);
-    for (auto [id, token] : {std::pair{left_id, left}, std::pair{right_id, right}}) {
-      if (!id) {
-        fail("{}:{}: token \"{}\" is not in {}", bpe_source, line_number, printable(token),
-             encoder_source);
-      }
-    }
-    if (!result) {
-      fail("{}:{}: the merged token \"{}\" is not in {}", bpe_source, line_number,
-           printable(merged), encoder_source);
-    }
-    vocab.merges.push_back({*left_id, *right_id, *result, int32_t(vocab.merges.size())});
+    builder.add_merge(line.substr(0, space), line.substr(space + 1),
+                      fmt::format("{}:{}", bpe_source, line_number));
   }
-  return vocab;
+  return builder.take();
 }
 
 }  // namespace tessera::data

@@ -7,6 +7,7 @@
 #include "tessera/data/bpe_tokenizer.h"
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/hf_tokenizer_file.h"
 #include "tessera/data/tessera_tokenizer_files.h"
 #include "tessera/data/tiktoken_ranks.h"
 #include "tessera/data/tokenizer_copy.h"
@@ -21,35 +22,34 @@ bool is_file(const fs::path& path) {
   return fs::is_regular_file(path, ec);
 }
 
-}  // namespace
+enum class Format { kTessera, kHfTokenizerJson, kGpt2Files, kTiktoken };
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
-  if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
-  const fs::path dir(name_or_dir);
-  const std::string shown = printable(name_or_dir);
+// The format a tokenizer folder holds and the files it is read from, in the order of the table
+// in docs/tokenizer.md.
+struct FolderFormat {
+  Format format;
+  std::vector<fs::path> files;
+};
+
+FolderFormat folder_format(const fs::path& dir) {
+  const std::string shown = printable(dir.string());
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   check(fs::exists(status), "{}: no such tokenizer directory (give \"byte\" or a directory)",
         shown);
   check(fs::is_directory(status), "{}: a tokenizer must be \"byte\" or a directory", shown);
-  const TokenizerFileReader files(dir);
-  auto read_ranks = [&](const fs::path& path) {
-    return parse_tiktoken_ranks(files.read(path), printable(path.string()));
-  };
-
-  if (is_file(dir / kTesseraConfigFile)) {
-    const fs::path config = dir / kTesseraConfigFile;
-    BpeVocab vocab = read_ranks(dir / kTesseraRanksFile);
-    vocab.special_tokens = parse_tessera_config(files.read(config), printable(config.string()));
-    return std::make_unique<BpeTokenizer>(std::move(vocab), "tessera-bpe", shown);
+  if (is_file(dir / kTesseraConfigFile) && is_file(dir / kTesseraRanksFile)) {
+    return {Format::kTessera, {dir / kTesseraConfigFile, dir / kTesseraRanksFile}};
   }
-  const fs::path encoder = dir / "encoder.json", merges = dir / "vocab.bpe";
-  if (is_file(encoder) || is_file(merges)) {
+  if (is_file(dir / kHfTokenizerFile)) return {Format::kHfTokenizerJson, {dir / kHfTokenizerFile}};
+  // GPT-2's original files, and the same two under the names Hugging Face gives them.
+  for (const auto& [vocab_name, merges_name] :
+       {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}}) {
+    const fs::path encoder = dir / vocab_name, merges = dir / merges_name;
+    if (!is_file(encoder) && !is_file(merges)) continue;
     check(is_file(encoder) && is_file(merges), "{}: GPT-2 format needs both {} and {}", shown,
-          encoder.filename().string(), merges.filename().string());
-    BpeVocab vocab = parse_gpt2_vocab(files.read(encoder), printable(encoder.string()),
-                                      files.read(merges), printable(merges.string()));
-    return std::make_unique<BpeTokenizer>(std::move(vocab), "gpt2-bpe", shown);
+          vocab_name, merges_name);
+    return {Format::kGpt2Files, {encoder, merges}};
   }
   std::vector<fs::path> rank_files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -61,12 +61,44 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
   check(rank_files.size() <= 1, "{}: {} .tiktoken files; keep exactly one", shown,
         rank_files.size());
   check(!rank_files.empty(),
-        "{}: no tokenizer found (expected encoder.json + vocab.bpe, *.tiktoken, or {})", shown,
-        kTesseraConfigFile);
-  // A bare rank file carries no special tokens; GPT-2's <|endoftext|> follows the last rank.
-  BpeVocab vocab = read_ranks(rank_files[0]);
-  vocab.special_tokens = {{kEndOfText, int32_t(vocab.tokens.size())}};
-  return std::make_unique<BpeTokenizer>(std::move(vocab), "gpt2-bpe", shown);
+        "{}: no tokenizer found (expected Hugging Face's tokenizer.json or vocab.json + "
+        "merges.txt, GPT-2's encoder.json + vocab.bpe, a *.tiktoken file, or Tessera's {} + {})",
+        shown, kTesseraConfigFile, kTesseraRanksFile);
+  return {Format::kTiktoken, rank_files};
+}
+
+}  // namespace
+
+std::vector<fs::path> tokenizer_files(const fs::path& dir) { return folder_format(dir).files; }
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
+  if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
+  const fs::path dir(name_or_dir);
+  const std::string shown = printable(name_or_dir);
+  const FolderFormat found = folder_format(dir);
+  const TokenizerFileReader reader(dir);
+  const auto read = [&](size_t i) { return reader.read(found.files[i]); };
+  const auto source = [&](size_t i) { return printable(found.files[i].string()); };
+  switch (found.format) {
+    case Format::kTessera: {
+      BpeVocab vocab = parse_tiktoken_ranks(read(1), source(1));
+      vocab.special_tokens = parse_tessera_config(read(0), source(0));
+      return std::make_unique<BpeTokenizer>(std::move(vocab), "tessera-bpe", shown);
+    }
+    case Format::kHfTokenizerJson:
+      return std::make_unique<BpeTokenizer>(parse_hf_tokenizer(read(0), source(0)), "hf-bpe",
+                                            shown);
+    case Format::kGpt2Files:
+      return std::make_unique<BpeTokenizer>(parse_gpt2_vocab(read(0), source(0), read(1), source(1)),
+                                            "gpt2-bpe", shown);
+    case Format::kTiktoken: {
+      // A bare rank file carries no special tokens; GPT-2's <|endoftext|> follows the last rank.
+      BpeVocab vocab = parse_tiktoken_ranks(read(0), source(0));
+      vocab.special_tokens = {{kEndOfText, int32_t(vocab.tokens.size())}};
+      return std::make_unique<BpeTokenizer>(std::move(vocab), "gpt2-bpe", shown);
+    }
+  }
+  fail("{}: unknown tokenizer format", shown);
 }
 
 }  // namespace tessera::data

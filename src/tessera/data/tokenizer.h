@@ -19,14 +19,21 @@ class Tokenizer {
   // Throws an Error naming the first id outside [0, vocab_size()).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  // The document separator (<|endoftext|>), where the vocabulary has one.
+  // The document separator (<|endoftext|>; Llama 3's <|end_of_text|>), where the vocabulary
+  // has one.
   virtual std::optional<int32_t> end_of_text() const = 0;
-  // "byte", "gpt2-bpe", "tessera-bpe": recorded in datasets and checkpoints.
+  // "byte", "gpt2-bpe", "hf-bpe", "tessera-bpe": recorded in datasets and checkpoints.
   virtual std::string kind() const = 0;
 };
 
 // "byte" gives the byte-level tokenizer; otherwise a tokenizer directory in any supported
-// format (GPT-2 encoder.json + vocab.bpe, a .tiktoken rank file, or Tessera's own).
+// format: Tessera's own (tokenizer.json + ranks.tiktoken), Hugging Face's tokenizer.json (GPT-2
+// or Llama 3 style) or vocab.json + merges.txt, GPT-2's encoder.json + vocab.bpe, or one
+// .tiktoken rank file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
+
+// The files of the tokenizer directory `dir` that load_tokenizer reads: what a copy of the
+// tokenizer needs (a Hugging Face model folder also holds the weights, which it leaves out).
+std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& dir);
 
 }  // namespace tessera::data

@@ -7,6 +7,7 @@
 #include "tessera/core/json_reader.h"
 #include "tessera/core/utf8.h"
 #include "tessera/data/text_corpus.h"
+#include "tessera/data/tokenizer.h"
 
 namespace tessera::data {
 namespace {
@@ -87,18 +88,14 @@ std::string TokenizerFileReader::read(const fs::path& file) const {
 void copy_tokenizer(const fs::path& from, const fs::path& to) {
   const TokenizerFileReader source(from);
   std::map<std::string, std::string> files;
-  std::error_code ec;
-  for (fs::directory_iterator it(from, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name != kTokenizerDigestsFile && is_file(it->path())) {
-      files[name] = source.read(it->path());
-    }
+  for (const fs::path& file : tokenizer_files(from)) {
+    files[file.filename().string()] = source.read(file);
   }
-  check(!ec, "{}: cannot list the tokenizer folder ({})", printable(from.string()), ec.message());
   Digests digests;
   for (const auto& [name, text] : files) digests[name] = crc_of(text);
   if (holds_copy(to, digests)) return;
 
+  std::error_code ec;
   fs::remove_all(to, ec);
   check(!ec, "{}: cannot remove the old tokenizer copy ({})", printable(to.string()), ec.message());
   fs::create_directories(to, ec);

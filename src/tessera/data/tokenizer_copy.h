@@ -14,10 +14,10 @@ namespace tessera::data {
 
 inline constexpr char kTokenizerDigestsFile[] = "digests.json";
 
-// Copies the files of the tokenizer folder `from` into `to`, with to/digests.json, unless `to`
-// already holds exactly that copy (another rank of the job, or an earlier start of the run,
-// made it). Each file of `from` is read through a TokenizerFileReader, so copying a copy checks
-// it.
+// Copies the files of the tokenizer folder `from` that its format reads (tokenizer_files) into
+// `to`, with to/digests.json, unless `to` already holds exactly that copy (another rank of the
+// job, or an earlier start of the run, made it). Each file of `from` is read through a
+// TokenizerFileReader, so copying a copy checks it.
 void copy_tokenizer(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // Reads the files of one tokenizer folder, checking each against the folder's digests.json when
