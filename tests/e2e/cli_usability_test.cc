@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <httplib.h>
+
 #include "tests/e2e/cli_runner.h"
+#include "tests/e2e/server_process.h"
 
 namespace tessera::testing {
 namespace {
@@ -53,22 +56,46 @@ TEST(CliUsability, VersionNamesTheBuildTheCpuAndTheBackends) {
 #endif
 }
 
-TEST(CliUsability, AHuggingFaceFolderGivenForARunSaysHowToImportIt) {
-  const TempDir dir("tessera-hf-hint");
+// generate and serve read a Hugging Face folder in place; a command that needs a run says how to
+// import one.
+TEST(CliUsability, AHuggingFaceFolderServesInPlace) {
+  const TempDir dir("tessera-hf-in-place");
   write_file(dir / "corpus.txt", small_corpus());
   ASSERT_EQ(run_cli("train --data " + (dir / "corpus.txt") + " --out " + (dir / "run") +
-                    kSmallModel + " --set train.steps=1")
+                    kSmallModel + " --set train.steps=3")
                 .exit_code,
             0);
   ASSERT_EQ(
       run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf")).exit_code,
       0);
-  for (const std::string use : {"generate --prompt a --checkpoint ", "serve --checkpoint "}) {
-    const CliResult r = run_cli(use + (dir / "hf"));
-    expect_one_line_error(r, "a Hugging Face model folder");
-    EXPECT_NE(r.output.find("tessera convert import --hf " + (dir / "hf")), std::string::npos)
-        << r.output;
+  const std::string greedy = " --prompt 'In the' --max-tokens 24 --temperature 0";
+  const CliResult from_run = run_cli("generate --checkpoint " + (dir / "run") + greedy);
+  const CliResult from_hf = run_cli("generate --checkpoint " + (dir / "hf") + greedy);
+  ASSERT_EQ(from_run.exit_code, 0) << from_run.output;
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.output;
+  // The prompt and the continuation, then a line break.
+  const std::string text = from_run.output.substr(from_run.output.find("In the"));
+  EXPECT_EQ(from_hf.output.substr(from_hf.output.find("In the")), text);
+  EXPECT_NE(from_hf.output.find("no tokenizer: reading text as bytes"), std::string::npos)
+      << from_hf.output;
+  {
+    ServerProcess server("--checkpoint " + (dir / "hf"));
+    httplib::Client client("127.0.0.1", server.port());
+    const auto reply = client.Post(
+        "/v1/completions",
+        R"({"model": "hf", "prompt": "In the", "max_tokens": 24, "temperature": 0})",
+        "application/json");
+    ASSERT_TRUE(reply) << server.output();
+    ASSERT_EQ(reply->status, 200) << reply->body;
+    EXPECT_EQ("In the" + nlohmann::json::parse(reply->body)["choices"][0]["text"].get<std::string>(),
+              text.substr(0, text.size() - 1));
   }
+
+  const CliResult r = run_cli("convert export --checkpoint " + (dir / "hf") + " --out " +
+                              (dir / "again"));
+  expect_one_line_error(r, "a Hugging Face model folder");
+  EXPECT_NE(r.output.find("tessera convert import --hf " + (dir / "hf")), std::string::npos)
+      << r.output;
 }
 
 // A saved config.toml names its data by absolute path, so it runs again from any folder.

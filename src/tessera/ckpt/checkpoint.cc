@@ -526,8 +526,7 @@ std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir) {
     fail("{}: checkpoint is incomplete (no COMMIT marker)", dir.string());
   }
   std::optional<fs::path> latest = find_latest(dir);
-  if (!latest && fs::exists(dir / kHfConfigFile, ec) &&
-      (fs::exists(dir / kHfWeightsFile, ec) || fs::exists(dir / kHfIndexFile, ec))) {
+  if (!latest && is_hf_model_folder(dir)) {
     fail("{}: a Hugging Face model folder, not a Tessera run: import it once with 'tessera "
          "convert import --hf {} --out RUN' and give RUN instead",
          dir.string(), dir.string());

@@ -147,6 +147,13 @@ std::string export_hf(const model::ModelConfig& config, std::span<const float> p
   return hf.architecture;
 }
 
+bool is_hf_model_folder(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / kHfConfigFile, ec) &&
+         (fs::is_regular_file(dir / kHfWeightsFile, ec) ||
+          fs::is_regular_file(dir / kHfIndexFile, ec));
+}
+
 HfImport import_hf(const fs::path& dir) {
   const fs::path config_path = dir / kHfConfigFile;
   HfImport result;

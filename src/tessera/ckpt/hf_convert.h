@@ -16,6 +16,9 @@ inline constexpr const char* kHfWeightsFile = "model.safetensors";
 inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kHfConfigFile = "config.json";
 
+// Whether `dir` holds a Hugging Face model: config.json and model.safetensors or its index.
+bool is_hf_model_folder(const std::filesystem::path& dir);
+
 // Writes <dir>/model.safetensors (f32 or bf16) and <dir>/config.json from `params`, the flat
 // buffer model_layout(config) describes. Creates `dir` if needed. Returns the Transformers
 // architecture written, e.g. "GPT2LMHeadModel".

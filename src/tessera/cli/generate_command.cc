@@ -9,7 +9,9 @@ namespace tessera::cli {
 
 int generate_command(int argc, char** argv) {
   Flags flags("generate",
-              {{"checkpoint", "DIR", "a run directory or one checkpoint step directory (required)"},
+              {{"checkpoint", "DIR",
+                "a run directory, one checkpoint step directory or a Hugging Face model folder "
+                "(required)"},
                {"prompt", "TEXT", "text to continue (required)"},
                {"max-tokens", "N", "tokens to generate (default 256)"},
                {"temperature", "T", "sampling temperature; 0 is greedy (default 0.8)"},

@@ -62,7 +62,9 @@ std::string default_model_name(const std::string& checkpoint) {
 int serve_command(int argc, char** argv) {
   Flags flags(
       "serve",
-      {{"checkpoint", "DIR", "a run directory or one checkpoint step directory (required)"},
+      {{"checkpoint", "DIR",
+                "a run directory, one checkpoint step directory or a Hugging Face model folder "
+                "(required)"},
        {"host", "ADDR", "address to listen on (default 127.0.0.1)"},
        {"port", "N", "port to listen on; 0 picks a free one (default 8000)"},
        {"api-key", "KEY",

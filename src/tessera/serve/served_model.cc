@@ -1,8 +1,11 @@
 #include "tessera/serve/served_model.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/hf_convert.h"
 #include "tessera/ckpt/state_reader.h"
 
 namespace tessera::serve {
@@ -45,27 +48,68 @@ std::string serving_format_name(const ServingFormat& format) {
   return std::string(model::precision_name(format.precision));
 }
 
-ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_tokens,
-                              const ServingFormat& format) {
-  ServedModel served;
-  served.step_dir = ckpt::checkpoint_step_dir(checkpoint);
-  const fs::path& step_dir = served.step_dir;
-  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
+namespace {
+
+// The inference model of `mc`, its chunks of one step sharing buffers of max_batch x max_seq.
+std::unique_ptr<model::Transformer> inference_model(const model::ModelConfig& mc,
+                                                    int64_t max_step_tokens,
+                                                    const ServingFormat& format) {
   model::ModelOptions options;
   options.precision = format.precision;
   options.weights = format.weights;
-  // Chunks of one step share the model's buffers of max_batch x max_seq tokens.
   const int64_t max_batch = std::max<int64_t>(1, (max_step_tokens + mc.max_seq - 1) / mc.max_seq);
-  served.model = std::make_unique<model::Transformer>(mc, max_batch, mc.max_seq,
-                                                      /*training=*/false, options);
+  return std::make_unique<model::Transformer>(mc, max_batch, mc.max_seq, /*training=*/false,
+                                              options);
+}
+
+// A Hugging Face model folder read in place: its weights, and its tokenizer when it has one
+// (a folder Tessera exported from a byte-level run has none, and reads bytes).
+ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
+                           const ServingFormat& format) {
+  ckpt::HfImport imported = ckpt::import_hf(dir);
+  ServedModel served;
+  served.step_dir = dir;
+  served.model = inference_model(imported.config, max_step_tokens, format);
+  const model::ParameterLayout imported_layout = model::model_layout(imported.config).params;
   const std::span<float> params = served.model->params();
-  ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
-                         int64_t(params.size()), params.data());
-  served.tokenizer = checkpoint_tokenizer(step_dir, manifest.metadata);
-  check(served.tokenizer->vocab_size() <= mc.vocab_size,
+  for (const model::ParamInfo& p : served.model->layout().entries()) {
+    const model::ParamInfo& from = imported_layout.find(p.name);
+    check(from.shape == p.shape, "{}: {} has the shape {} but the served model needs {}",
+          dir.string(), p.name, from.shape.str(), p.shape.str());
+    std::copy_n(imported.params.data() + from.offset, p.shape.numel(), params.data() + p.offset);
+  }
+  bool has_tokenizer = true;
+  try {
+    data::tokenizer_files(dir);
+  } catch (const Error&) {
+    has_tokenizer = false;
+  }
+  if (!has_tokenizer) spdlog::info("{} holds no tokenizer: reading text as bytes", dir.string());
+  served.tokenizer = data::load_tokenizer(has_tokenizer ? dir.string() : "byte");
+  return served;
+}
+
+}  // namespace
+
+ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_tokens,
+                              const ServingFormat& format) {
+  ServedModel served;
+  if (ckpt::is_hf_model_folder(checkpoint)) {
+    served = load_hf_folder(checkpoint, max_step_tokens, format);
+  } else {
+    served.step_dir = ckpt::checkpoint_step_dir(checkpoint);
+    const fs::path& step_dir = served.step_dir;
+    const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
+    const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
+    served.model = inference_model(mc, max_step_tokens, format);
+    const std::span<float> params = served.model->params();
+    ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
+                           int64_t(params.size()), params.data());
+    served.tokenizer = checkpoint_tokenizer(step_dir, manifest.metadata);
+  }
+  check(served.tokenizer->vocab_size() <= served.config().vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
-        step_dir.string(), served.tokenizer->vocab_size(), mc.vocab_size);
+        served.step_dir.string(), served.tokenizer->vocab_size(), served.config().vocab_size);
   return served;
 }
 

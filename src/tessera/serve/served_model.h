@@ -30,7 +30,8 @@ struct ServedModel {
   const model::ModelConfig& config() const { return model->config(); }
 };
 
-// checkpoint: a run directory, its checkpoints/ folder or one step directory.
+// checkpoint: a run directory, its checkpoints/ folder, one step directory, or a Hugging Face
+// model folder (GPT-2, Llama, Mixtral; with its tokenizer when it holds one).
 ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format = {});
 
