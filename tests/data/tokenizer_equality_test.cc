@@ -17,6 +17,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/data/bpe_vocab.h"
 #include "tessera/data/gpt2_vocab_files.h"
+#include "tessera/data/hf_tokenizer_file.h"
 #include "tessera/data/llama3_pretokenizer.h"
 #include "tessera/data/split_chars.h"
 #include "tessera/data/tiktoken_ranks.h"
@@ -121,11 +122,16 @@ class Gpt2Equality : public ::testing::Test {
       fs::copy_file(encoder / "encoder.json", dir_.path() / "hf-legacy" / "vocab.json");
       fs::copy_file(encoder / "vocab.bpe", dir_.path() / "hf-legacy" / "merges.txt");
       hf_legacy_files_ = load_tokenizer((dir_.path() / "hf-legacy").string());
+      // The tokenizer.json an export writes of it.
+      fs::create_directories(dir_.path() / "exported");
+      write_hf_tokenizer_files(read_bpe_vocab(encoder.string()), 1024, dir_.path() / "exported");
+      exported_ = load_tokenizer((dir_.path() / "exported").string());
     }
   }
 
   static std::vector<const Tokenizer*> tokenizers() {
-    return {gpt2_files_.get(), tiktoken_file_.get(), hf_file_.get(), hf_legacy_files_.get()};
+    return {gpt2_files_.get(), tiktoken_file_.get(), hf_file_.get(), hf_legacy_files_.get(),
+            exported_.get()};
   }
 
   static void expect_equal(const std::vector<std::string>& inputs,
@@ -143,7 +149,7 @@ class Gpt2Equality : public ::testing::Test {
   }
 
   static inline std::unique_ptr<Tokenizer> gpt2_files_, tiktoken_file_, hf_file_,
-      hf_legacy_files_;
+      hf_legacy_files_, exported_;
   static inline testing::TempDir dir_{"gpt2-formats"};
 };
 
@@ -151,7 +157,8 @@ TEST_F(Gpt2Equality, EveryFormatIsGpt2WithEndOfText) {
   for (const Tokenizer* tokenizer : tokenizers()) {
     EXPECT_EQ(tokenizer->vocab_size(), 50257);
     EXPECT_EQ(tokenizer->end_of_text(), 50256);
-    EXPECT_EQ(tokenizer->kind(), tokenizer == hf_file_.get() ? "hf-bpe" : "gpt2-bpe");
+    const bool hf = tokenizer == hf_file_.get() || tokenizer == exported_.get();
+    EXPECT_EQ(tokenizer->kind(), hf ? "hf-bpe" : "gpt2-bpe");
     EXPECT_EQ(tokenizer->decode(Ids{50256}), "<|endoftext|>");
   }
 }

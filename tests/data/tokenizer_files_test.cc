@@ -21,6 +21,7 @@ namespace tessera::data {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace std::string_literals;
 
 template <typename Fn>
 std::string error_of(Fn&& fn) {
@@ -253,6 +254,32 @@ TEST(HfTokenizerFile, WhatItCannotReadIsRefusedByName) {
   std::string moved = hf_json(kGpt2Split);
   moved.replace(moved.find("\"id\": 258"), 9, "\"id\": 300");
   EXPECT_ERROR(parse_hf_tokenizer(moved, "t.json"), "t.json", "<|endoftext|>", "300");
+}
+
+// A vocabulary written as tokenizer.json reads back the same, in either split; bytes too.
+TEST(HfTokenizerFile, WrittenVocabulariesReadBackTheSame) {
+  for (const std::string& split : {kGpt2Split, kLlama3Split}) {
+    const BpeVocab vocab = parse_hf_tokenizer(hf_json(split), "t.json");
+    const BpeVocab again = parse_hf_tokenizer(format_hf_tokenizer(vocab), "again.json");
+    EXPECT_EQ(again.tokens, vocab.tokens);
+    EXPECT_EQ(again.special_tokens, vocab.special_tokens);
+    EXPECT_EQ(again.pattern, vocab.pattern);
+    ASSERT_EQ(again.merges.size(), vocab.merges.size());
+    for (size_t i = 0; i < vocab.merges.size(); ++i) {
+      EXPECT_EQ(again.merges[i].result, vocab.merges[i].result);
+      EXPECT_EQ(again.merges[i].rank, vocab.merges[i].rank);
+    }
+  }
+  testing::TempDir dir("hf-bytes");
+  write_hf_tokenizer_files(read_bpe_vocab("byte"), 64, dir.path());
+  const std::unique_ptr<Tokenizer> bytes = load_tokenizer(dir.path().string());
+  const std::string text = "caf\xc3\xa9 \xff\x00 it's 2024\n"s;
+  std::vector<int32_t> expected;
+  for (const unsigned char c : text) expected.push_back(c);
+  EXPECT_EQ(bytes->encode(text), expected);
+  EXPECT_EQ(bytes->end_of_text(), std::nullopt);
+  const nlohmann::json config = nlohmann::json::parse(testing::read_all(dir / "tokenizer_config.json"));
+  EXPECT_EQ(config["model_max_length"], 64);
 }
 
 TEST(LoadTokenizer, NonUtf8PathIsQuotedPrintably) {

@@ -76,8 +76,10 @@ TEST(CliUsability, AHuggingFaceFolderServesInPlace) {
   // The prompt and the continuation, then a line break.
   const std::string text = from_run.output.substr(from_run.output.find("In the"));
   EXPECT_EQ(from_hf.output.substr(from_hf.output.find("In the")), text);
-  EXPECT_NE(from_hf.output.find("no tokenizer: reading text as bytes"), std::string::npos)
-      << from_hf.output;
+  // The export carries the byte-level tokenizer as a tokenizer.json.
+  EXPECT_EQ(from_hf.output.find("no tokenizer"), std::string::npos) << from_hf.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "hf" / "tokenizer.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "hf" / "generation_config.json"));
   {
     ServerProcess server("--checkpoint " + (dir / "hf"));
     httplib::Client client("127.0.0.1", server.port());
@@ -96,6 +98,41 @@ TEST(CliUsability, AHuggingFaceFolderServesInPlace) {
   expect_one_line_error(r, "a Hugging Face model folder");
   EXPECT_NE(r.output.find("tessera convert import --hf " + (dir / "hf")), std::string::npos)
       << r.output;
+}
+
+// A run trained with its own BPE vocabulary exports it as tokenizer.json: the folder encodes as
+// the run does, and continues a prompt as the run does.
+TEST(CliUsability, AnExportCarriesItsBpeTokenizer) {
+  const TempDir dir("tessera-export-tokenizer");
+  write_file(dir / "corpus.txt", small_corpus());
+  ASSERT_EQ(run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok") + " " +
+                    (dir / "corpus.txt"))
+                .exit_code,
+            0);
+  ASSERT_EQ(run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") +
+                    " --out " + (dir / "run") + kSmallModel +
+                    " --set train.steps=3 --set model.vocab_size=300")
+                .exit_code,
+            0);
+  const CliResult exported =
+      run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const std::string ids_of = " < " + (dir / "corpus.txt");
+  const CliResult run_ids = run_cli("tokenizer encode --tokenizer " + (dir / "run/tokenizer") + ids_of);
+  const CliResult hf_ids = run_cli("tokenizer encode --tokenizer " + (dir / "hf") + ids_of);
+  ASSERT_EQ(run_ids.exit_code, 0) << run_ids.output;
+  EXPECT_EQ(hf_ids.output, run_ids.output);
+  const nlohmann::json generation =
+      nlohmann::json::parse(read_all(dir / "hf/generation_config.json"));
+  const CliResult eos = run_command("echo " + generation["eos_token_id"].dump() + " | " +
+                                    TESSERA_BINARY + " tokenizer decode --tokenizer " + (dir / "hf"));
+  EXPECT_EQ(eos.output, "<|endoftext|>");
+  const std::string greedy = " --prompt 'In the' --max-tokens 16 --temperature 0";
+  const CliResult from_run = run_cli("generate --checkpoint " + (dir / "run") + greedy);
+  const CliResult from_hf = run_cli("generate --checkpoint " + (dir / "hf") + greedy);
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.output;
+  EXPECT_EQ(from_hf.output.substr(from_hf.output.find("In the")),
+            from_run.output.substr(from_run.output.find("In the")));
 }
 
 // A saved config.toml names its data by absolute path, so it runs again from any folder.

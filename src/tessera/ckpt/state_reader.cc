@@ -278,6 +278,19 @@ model::ModelConfig checkpoint_model_config(const fs::path& step_dir, const Manif
   return model::model_config_from(config);
 }
 
+std::string checkpoint_tokenizer(const fs::path& step_dir, const nlohmann::json& metadata) {
+  const nlohmann::json t =
+      metadata.is_object() ? metadata.value("tokenizer", nlohmann::json("byte")) : "byte";
+  if (t.is_string()) return t.get<std::string>();
+  check(t.is_object() && t.contains("dir") && t["dir"].is_string(),
+        "{}: manifest.json names its tokenizer as {}, not \"byte\" or {{\"kind\", \"dir\"}}",
+        step_dir.string(), t.dump());
+  const fs::path beside_run = step_dir.parent_path().parent_path() / "tokenizer";
+  std::error_code ec;
+  if (fs::is_directory(beside_run, ec)) return beside_run.string();
+  return t["dir"].get<std::string>();
+}
+
 void read_state_range(const fs::path& step_dir, const model::ModelConfig& config,
                       const model::ParameterLayout& target, StatePart part, int64_t begin,
                       int64_t end, float* out) {

@@ -52,6 +52,12 @@ std::filesystem::path checkpoint_step_dir(const std::filesystem::path& checkpoin
 model::ModelConfig checkpoint_model_config(const std::filesystem::path& step_dir,
                                            const Manifest& manifest);
 
+// The tokenizer a committed step was trained with, as load_tokenizer takes it: "byte", or its
+// copy in the run folder (found next to the checkpoints first, so a moved run folder still
+// works, then where the run wrote it).
+std::string checkpoint_tokenizer(const std::filesystem::path& step_dir,
+                                 const nlohmann::json& metadata);
+
 // Fills out[0, end - begin) with the elements [begin, end) of `target`'s flat layout (a layout of
 // `config` for any sharding) from a committed step in any of the formats above. Every tensor read
 // is checksummed; an element the checkpoint does not hold is an error naming its parameter.

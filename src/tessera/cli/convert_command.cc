@@ -11,6 +11,7 @@
 #include "tessera/ckpt/hf_convert.h"
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
+#include "tessera/data/hf_tokenizer_file.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer_copy.h"
 #include "tessera/model/model_layout.h"
@@ -49,7 +50,8 @@ int export_checkpoint(int argc, char** argv) {
     std::fputs(flags
                    .help("Write a checkpoint's parameters as model.safetensors and config.json\n"
                          "for Hugging Face Transformers (GPT2LMHeadModel, LlamaForCausalLM or\n"
-                         "MixtralForCausalLM).")
+                         "MixtralForCausalLM), with its tokenizer as tokenizer.json,\n"
+                         "tokenizer_config.json and generation_config.json.")
                    .c_str(),
                stdout);
     return 0;
@@ -68,9 +70,12 @@ int export_checkpoint(int argc, char** argv) {
   ckpt::read_state_range(step_dir, mc, layout.params, ckpt::StatePart::kParams, 0,
                          layout.params.total(), params.data());
   const std::string architecture = ckpt::export_hf(mc, params, *out, dtype);
-  std::printf("exported %s (%s, %.2fM parameters, %s) to %s\n", step_dir.string().c_str(),
-              architecture.c_str(), double(model::count_parameters(mc).total) / 1e6,
-              std::string(dtype_name(dtype)).c_str(), out->c_str());
+  const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
+  data::write_hf_tokenizer_files(data::read_bpe_vocab(tokenizer), mc.max_seq, *out);
+  std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n",
+              step_dir.string().c_str(), architecture.c_str(),
+              double(model::count_parameters(mc).total) / 1e6,
+              std::string(dtype_name(dtype)).c_str(), tokenizer.c_str(), out->c_str());
   return 0;
 }
 

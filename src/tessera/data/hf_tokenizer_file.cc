@@ -10,6 +10,7 @@
 #include "tessera/data/gpt2_pretokenizer.h"
 #include "tessera/data/gpt2_vocab_files.h"
 #include "tessera/data/llama3_pretokenizer.h"
+#include "tessera/data/text_corpus.h"
 
 namespace tessera::data {
 namespace {
@@ -140,6 +141,77 @@ BpeVocab parse_hf_tokenizer(std::string_view text, const std::string& source) {
   vocab.special_tokens = std::move(added);
   vocab.pattern = split_pattern(root, source);
   return vocab;
+}
+
+std::string format_hf_tokenizer(const BpeVocab& vocab) {
+  json tokens = json::object(), merges = json::array(), added = json::array();
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) {
+    if (!vocab.tokens[id].empty()) tokens[map_gpt2_bytes(vocab.tokens[id])] = id;
+  }
+  for (const BpeMerge& m : vocab.merges) {
+    merges.push_back({map_gpt2_bytes(vocab.tokens[m.left]), map_gpt2_bytes(vocab.tokens[m.right])});
+  }
+  for (const auto& [content, id] : vocab.special_tokens) {
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", vocab.pattern == SplitPattern::kGpt2}};
+  const json pre_tokenizer =
+      vocab.pattern == SplitPattern::kGpt2
+          ? byte_level
+          : json{{"type", "Sequence"},
+                 {"pretokenizers",
+                  {{{"type", "Split"},
+                    {"pattern", {{"Regex", kLlama3Pattern}}},
+                    {"behavior", "Isolated"},
+                    {"invert", false}},
+                   byte_level}}};
+  // ignore_merges: a piece that is a token as a whole is that token, as this encoder does it.
+  const json tokenizer = {{"version", "1.0"},
+                          {"truncation", nullptr},
+                          {"padding", nullptr},
+                          {"added_tokens", added},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", pre_tokenizer},
+                          {"post_processor", byte_level},
+                          {"decoder", byte_level},
+                          {"model",
+                           {{"type", "BPE"},
+                            {"dropout", nullptr},
+                            {"unk_token", nullptr},
+                            {"continuing_subword_prefix", nullptr},
+                            {"end_of_word_suffix", nullptr},
+                            {"fuse_unk", false},
+                            {"byte_fallback", false},
+                            {"ignore_merges", true},
+                            {"vocab", tokens},
+                            {"merges", merges}}}};
+  return tokenizer.dump(1) + "\n";
+}
+
+void write_hf_tokenizer_files(const BpeVocab& vocab, int64_t max_seq,
+                              const std::filesystem::path& dir) {
+  json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                           {"model_max_length", max_seq},
+                           {"clean_up_tokenization_spaces", false}};
+  json generation_config = {{"_from_model_config", true}};
+  for (const auto& [content, id] : vocab.special_tokens) {
+    if (content == kEndOfText || content == kLlama3EndOfText) {
+      tokenizer_config["eos_token"] = content;
+      generation_config["eos_token_id"] = id;
+      if (!generation_config.contains("bos_token_id")) generation_config["bos_token_id"] = id;
+    }
+    if (content == "<|begin_of_text|>") {
+      tokenizer_config["bos_token"] = content;
+      generation_config["bos_token_id"] = id;
+    }
+  }
+  write_text_file(dir / kHfTokenizerFile, format_hf_tokenizer(vocab));
+  write_text_file(dir / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+  write_text_file(dir / "generation_config.json", generation_config.dump(2) + "\n");
 }
 
 }  // namespace tessera::data

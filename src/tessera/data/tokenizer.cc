@@ -71,10 +71,13 @@ FolderFormat folder_format(const fs::path& dir) {
 
 std::vector<fs::path> tokenizer_files(const fs::path& dir) { return folder_format(dir).files; }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
-  if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
+BpeVocab read_bpe_vocab(const std::string& name_or_dir) {
+  if (name_or_dir == "byte") {
+    BpeVocab bytes;
+    for (int b = 0; b < 256; ++b) bytes.tokens.emplace_back(1, char(b));
+    return bytes;
+  }
   const fs::path dir(name_or_dir);
-  const std::string shown = printable(name_or_dir);
   const FolderFormat found = folder_format(dir);
   const TokenizerFileReader reader(dir);
   const auto read = [&](size_t i) { return reader.read(found.files[i]); };
@@ -83,22 +86,30 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
     case Format::kTessera: {
       BpeVocab vocab = parse_tiktoken_ranks(read(1), source(1));
       vocab.special_tokens = parse_tessera_config(read(0), source(0));
-      return std::make_unique<BpeTokenizer>(std::move(vocab), "tessera-bpe", shown);
+      return vocab;
     }
     case Format::kHfTokenizerJson:
-      return std::make_unique<BpeTokenizer>(parse_hf_tokenizer(read(0), source(0)), "hf-bpe",
-                                            shown);
+      return parse_hf_tokenizer(read(0), source(0));
     case Format::kGpt2Files:
-      return std::make_unique<BpeTokenizer>(parse_gpt2_vocab(read(0), source(0), read(1), source(1)),
-                                            "gpt2-bpe", shown);
+      return parse_gpt2_vocab(read(0), source(0), read(1), source(1));
     case Format::kTiktoken: {
       // A bare rank file carries no special tokens; GPT-2's <|endoftext|> follows the last rank.
       BpeVocab vocab = parse_tiktoken_ranks(read(0), source(0));
       vocab.special_tokens = {{kEndOfText, int32_t(vocab.tokens.size())}};
-      return std::make_unique<BpeTokenizer>(std::move(vocab), "gpt2-bpe", shown);
+      return vocab;
     }
   }
-  fail("{}: unknown tokenizer format", shown);
+  fail("{}: unknown tokenizer format", printable(name_or_dir));
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
+  if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
+  const Format format = folder_format(name_or_dir).format;
+  const char* kind = format == Format::kTessera           ? "tessera-bpe"
+                     : format == Format::kHfTokenizerJson ? "hf-bpe"
+                                                          : "gpt2-bpe";
+  return std::make_unique<BpeTokenizer>(read_bpe_vocab(name_or_dir), kind,
+                                        printable(name_or_dir));
 }
 
 }  // namespace tessera::data

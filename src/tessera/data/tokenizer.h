@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/data/bpe_vocab.h"
+
 namespace tessera::data {
 
 // What the data pipeline and the sampler need from any tokenizer.
@@ -31,6 +33,10 @@ class Tokenizer {
 // or Llama 3 style) or vocab.json + merges.txt, GPT-2's encoder.json + vocab.bpe, or one
 // .tiktoken rank file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
+
+// The vocabulary of a byte-level BPE tokenizer directory in any of those formats; "byte" gives
+// the 256 single bytes with no merges, which encodes as the byte tokenizer does.
+BpeVocab read_bpe_vocab(const std::string& name_or_dir);
 
 // The files of the tokenizer directory `dir` that load_tokenizer reads: what a copy of the
 // tokenizer needs (a Hugging Face model folder also holds the weights, which it leaves out).

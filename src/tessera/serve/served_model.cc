@@ -12,25 +12,6 @@ namespace tessera::serve {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The tokenizer the run trained with: "byte", or its copy in the run folder (found next to the
-// checkpoints first, so a moved run folder still works, then where the run wrote it).
-std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const fs::path& step_dir,
-                                                      const nlohmann::json& metadata) {
-  const nlohmann::json t = metadata.value("tokenizer", nlohmann::json("byte"));
-  if (t.is_string()) return data::load_tokenizer(t.get<std::string>());
-  check(t.is_object() && t.contains("dir") && t["dir"].is_string(),
-        "{}: manifest.json names its tokenizer as {}, not \"byte\" or {{\"kind\", \"dir\"}}",
-        step_dir.string(), t.dump());
-  const fs::path beside_run = step_dir.parent_path().parent_path() / "tokenizer";
-  std::error_code ec;
-  if (fs::is_directory(beside_run, ec)) return data::load_tokenizer(beside_run.string());
-  return data::load_tokenizer(t["dir"].get<std::string>());
-}
-
-}  // namespace
-
 ServingFormat serving_format(const std::string& precision, const std::string& quantize) {
   check(precision == "f32" || precision == "bf16", "--precision must be f32 or bf16, not '{}'",
         precision);
@@ -105,7 +86,7 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     const std::span<float> params = served.model->params();
     ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
                            int64_t(params.size()), params.data());
-    served.tokenizer = checkpoint_tokenizer(step_dir, manifest.metadata);
+    served.tokenizer = data::load_tokenizer(ckpt::checkpoint_tokenizer(step_dir, manifest.metadata));
   }
   check(served.tokenizer->vocab_size() <= served.config().vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
