@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "tessera/core/config.h"
+#include "tessera/core/cpu_model.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/dist/mesh.h"
@@ -39,15 +39,6 @@ double wall_seconds() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// The CPU's model name, printed beside the timings so that a figure names its machine.
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
 }
 
 // Seconds of each of `steps` training steps after one warm-up, run as the trainer runs them;
@@ -124,7 +115,7 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
   std::printf(
       "%s on %s, B%lld T%lld: fastest prediction %.1f ms (matmul %.1f, attention %.1f, "
       "memory %.1f, optimizer %.1f), fastest step %.1f ms; predicted / measured per pair:",
-      config_file.c_str(), cpu_model().c_str(), (long long)step.batch, (long long)step.seq,
+      config_file.c_str(), cpu_model_name().c_str(), (long long)step.batch, (long long)step.seq,
       1e3 * p.total_s, 1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s,
       1e3 * p.optimizer_s, 1e3 * fastest_step);
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -2,11 +2,11 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "tessera/cli/flags.h"
+#include "tessera/core/cpu_model.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::cli {
@@ -62,14 +62,6 @@ std::vector<CpuFeature> cpu_features() {
   };
 }
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "an unnamed CPU";
-}
-
 }  // namespace
 
 int version_command() {
@@ -83,7 +75,7 @@ int version_command() {
   std::printf("tessera %s (%s build, g++ %d.%d.%d)\n", TESSERA_VERSION, TESSERA_BUILD_TYPE,
               __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
   std::printf("compiled for:%s\n", compiled.empty() ? " baseline x86-64" : compiled.c_str());
-  std::printf("this CPU:     %s:%s\n", cpu_model().c_str(), present.c_str());
+  std::printf("this CPU:     %s:%s\n", cpu_model_name().c_str(), present.c_str());
   if (!missing.empty()) {
     std::printf("warning: this CPU lacks%s, which this build uses: rebuild on this machine\n",
                 missing.c_str());
