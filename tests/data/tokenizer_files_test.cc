@@ -282,6 +282,18 @@ TEST(HfTokenizerFile, WrittenVocabulariesReadBackTheSame) {
   EXPECT_EQ(config["model_max_length"], 64);
 }
 
+// A model folder without tokenizer files holds none; one with half of a format is an error,
+// never taken for a folder without one.
+TEST(LoadTokenizer, HoldsTokenizerTellsNoneFromIncomplete) {
+  testing::TempDir dir("tokenizer-holds");
+  testing::write_file(dir / "config.json", "{}");
+  EXPECT_FALSE(holds_tokenizer(dir.path()));
+  testing::write_file(dir / "vocab.json", "{}");
+  EXPECT_ERROR(holds_tokenizer(dir.path()), "needs both vocab.json and merges.txt");
+  testing::write_file(dir / "merges.txt", "");
+  EXPECT_TRUE(holds_tokenizer(dir.path()));
+}
+
 TEST(LoadTokenizer, NonUtf8PathIsQuotedPrintably) {
   testing::TempDir dir("tokenizer-bytes");
   const std::string odd = dir / "tok\xff\xfe";

@@ -1,6 +1,7 @@
 #include "tessera/data/tokenizer.h"
 
 #include <memory>
+#include <optional>
 
 #include "tessera/core/error.h"
 #include "tessera/core/utf8.h"
@@ -31,7 +32,9 @@ struct FolderFormat {
   std::vector<fs::path> files;
 };
 
-FolderFormat folder_format(const fs::path& dir) {
+// nullopt when the folder holds none of the formats' files; a format whose files are incomplete
+// or ambiguous is an error.
+std::optional<FolderFormat> find_folder_format(const fs::path& dir) {
   const std::string shown = printable(dir.string());
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
@@ -39,9 +42,11 @@ FolderFormat folder_format(const fs::path& dir) {
         shown);
   check(fs::is_directory(status), "{}: a tokenizer must be \"byte\" or a directory", shown);
   if (is_file(dir / kTesseraConfigFile) && is_file(dir / kTesseraRanksFile)) {
-    return {Format::kTessera, {dir / kTesseraConfigFile, dir / kTesseraRanksFile}};
+    return FolderFormat{Format::kTessera, {dir / kTesseraConfigFile, dir / kTesseraRanksFile}};
   }
-  if (is_file(dir / kHfTokenizerFile)) return {Format::kHfTokenizerJson, {dir / kHfTokenizerFile}};
+  if (is_file(dir / kHfTokenizerFile)) {
+    return FolderFormat{Format::kHfTokenizerJson, {dir / kHfTokenizerFile}};
+  }
   // GPT-2's original files, and the same two under the names Hugging Face gives them.
   for (const auto& [vocab_name, merges_name] :
        {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}}) {
@@ -49,7 +54,7 @@ FolderFormat folder_format(const fs::path& dir) {
     if (!is_file(encoder) && !is_file(merges)) continue;
     check(is_file(encoder) && is_file(merges), "{}: GPT-2 format needs both {} and {}", shown,
           vocab_name, merges_name);
-    return {Format::kGpt2Files, {encoder, merges}};
+    return FolderFormat{Format::kGpt2Files, {encoder, merges}};
   }
   std::vector<fs::path> rank_files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -60,25 +65,20 @@ FolderFormat folder_format(const fs::path& dir) {
   check(!ec, "{}: cannot list the directory ({})", shown, ec.message());
   check(rank_files.size() <= 1, "{}: {} .tiktoken files; keep exactly one", shown,
         rank_files.size());
-  check(!rank_files.empty(),
-        "{}: no tokenizer found (expected Hugging Face's tokenizer.json or vocab.json + "
-        "merges.txt, GPT-2's encoder.json + vocab.bpe, a *.tiktoken file, or Tessera's {} + {})",
-        shown, kTesseraConfigFile, kTesseraRanksFile);
-  return {Format::kTiktoken, rank_files};
+  if (rank_files.empty()) return std::nullopt;
+  return FolderFormat{Format::kTiktoken, rank_files};
 }
 
-}  // namespace
+FolderFormat folder_format(const fs::path& dir) {
+  std::optional<FolderFormat> found = find_folder_format(dir);
+  check(found.has_value(),
+        "{}: no tokenizer found (expected Hugging Face's tokenizer.json or vocab.json + "
+        "merges.txt, GPT-2's encoder.json + vocab.bpe, a *.tiktoken file, or Tessera's {} + {})",
+        printable(dir.string()), kTesseraConfigFile, kTesseraRanksFile);
+  return std::move(*found);
+}
 
-std::vector<fs::path> tokenizer_files(const fs::path& dir) { return folder_format(dir).files; }
-
-BpeVocab read_bpe_vocab(const std::string& name_or_dir) {
-  if (name_or_dir == "byte") {
-    BpeVocab bytes;
-    for (int b = 0; b < 256; ++b) bytes.tokens.emplace_back(1, char(b));
-    return bytes;
-  }
-  const fs::path dir(name_or_dir);
-  const FolderFormat found = folder_format(dir);
+BpeVocab read_folder_vocab(const fs::path& dir, const FolderFormat& found) {
   const TokenizerFileReader reader(dir);
   const auto read = [&](size_t i) { return reader.read(found.files[i]); };
   const auto source = [&](size_t i) { return printable(found.files[i].string()); };
@@ -99,16 +99,31 @@ BpeVocab read_bpe_vocab(const std::string& name_or_dir) {
       return vocab;
     }
   }
-  fail("{}: unknown tokenizer format", printable(name_or_dir));
+  fail("{}: unknown tokenizer format", printable(dir.string()));
+}
+
+}  // namespace
+
+std::vector<fs::path> tokenizer_files(const fs::path& dir) { return folder_format(dir).files; }
+
+bool holds_tokenizer(const fs::path& dir) { return find_folder_format(dir).has_value(); }
+
+BpeVocab read_bpe_vocab(const std::string& name_or_dir) {
+  if (name_or_dir == "byte") {
+    BpeVocab bytes;
+    for (int b = 0; b < 256; ++b) bytes.tokens.emplace_back(1, char(b));
+    return bytes;
+  }
+  return read_folder_vocab(name_or_dir, folder_format(name_or_dir));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
   if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
-  const Format format = folder_format(name_or_dir).format;
-  const char* kind = format == Format::kTessera           ? "tessera-bpe"
-                     : format == Format::kHfTokenizerJson ? "hf-bpe"
-                                                          : "gpt2-bpe";
-  return std::make_unique<BpeTokenizer>(read_bpe_vocab(name_or_dir), kind,
+  const FolderFormat found = folder_format(name_or_dir);
+  const char* kind = found.format == Format::kTessera           ? "tessera-bpe"
+                     : found.format == Format::kHfTokenizerJson ? "hf-bpe"
+                                                                : "gpt2-bpe";
+  return std::make_unique<BpeTokenizer>(read_folder_vocab(name_or_dir, found), kind,
                                         printable(name_or_dir));
 }
 

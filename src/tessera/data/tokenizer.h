@@ -38,6 +38,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
 // the 256 single bytes with no merges, which encodes as the byte tokenizer does.
 BpeVocab read_bpe_vocab(const std::string& name_or_dir);
 
+// Whether `dir` holds the files of any of those formats (it may still fail to load); a format
+// whose files are incomplete, such as vocab.json without merges.txt, is an error.
+bool holds_tokenizer(const std::filesystem::path& dir);
+
 // The files of the tokenizer directory `dir` that load_tokenizer reads: what a copy of the
 // tokenizer needs (a Hugging Face model folder also holds the weights, which it leaves out).
 std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& dir);

@@ -59,12 +59,7 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
           dir.string(), p.name, from.shape.str(), p.shape.str());
     std::copy_n(imported.params.data() + from.offset, p.shape.numel(), params.data() + p.offset);
   }
-  bool has_tokenizer = true;
-  try {
-    data::tokenizer_files(dir);
-  } catch (const Error&) {
-    has_tokenizer = false;
-  }
+  const bool has_tokenizer = data::holds_tokenizer(dir);
   if (!has_tokenizer) spdlog::info("{} holds no tokenizer: reading text as bytes", dir.string());
   served.tokenizer = data::load_tokenizer(has_tokenizer ? dir.string() : "byte");
   return served;
