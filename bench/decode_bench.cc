@@ -1,8 +1,9 @@
 // Batch-1 decoding as the server runs it: a model read from a run config (configs/gpt2-124m.toml
-// by default) with random weights, a short prompt prefilled through the paged KV cache, then
-// --steps single-token steps, each feeding back the greedy token. Every weight format runs in
-// the same process, alternating, --repeats times after a warm-up; each keeps its best and median
-// tokens/s of the decode steps (the prefill is not timed).
+// by default) with random weights, or a run's checkpoint (--checkpoint), a short prompt
+// prefilled through the paged KV cache, then --steps single-token steps, each feeding back the
+// greedy token. Every weight format runs in the same process, alternating, --repeats times after
+// a warm-up; each keeps its best and median tokens/s of the decode steps (that prefill is not
+// timed). With --prefill N each round also times one N-token prompt prefilled in one chunk.
 //
 // Decoding one token reads every matmul weight once, so memory bandwidth bounds it: the bench
 // also measures the copy bandwidth with the same threads (STREAM convention: bytes read plus
@@ -14,11 +15,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/state_reader.h"
 #include "tessera/core/config.h"
 #include "tessera/core/threading.h"
 #include "tessera/model/transformer.h"
@@ -87,6 +91,20 @@ struct Runner {
     cache->release(seq);
     return double(steps) / elapsed;
   }
+
+  // Prefills `prompt` in one chunk, as the server's first step of a request does; returns its
+  // tokens/s.
+  double prefill(const std::vector<int32_t>& prompt) {
+    const int64_t seq = cache->add_sequence();
+    const auto t0 = Clock::now();
+    cache->reserve(seq, int64_t(prompt.size()));
+    const model::DecodeChunk chunk = cache->chunk(seq, prompt);
+    model->decode(cache->view(), {&chunk, 1});
+    const double elapsed = seconds_since(t0);
+    cache->release(seq);
+    return double(prompt.size()) / elapsed;
+  }
+  std::vector<double> prefill_tokens_per_s;
 };
 
 double median(std::vector<double> v) {
@@ -98,12 +116,16 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path = "configs/gpt2-124m.toml", formats = "f32,bf16,int8";
-  int64_t prompt_tokens = 8, steps = 128, repeats = 5, copy_mib = 1024;
+  std::string config_path = "configs/gpt2-124m.toml", formats = "f32,bf16,int8", checkpoint;
+  int64_t prompt_tokens = 8, steps = 128, repeats = 5, copy_mib = 1024, prefill_tokens = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") {
       config_path = v;
+    } else if (k == "--checkpoint") {
+      checkpoint = v;
+    } else if (k == "--prefill") {
+      prefill_tokens = std::stoll(v);
     } else if (k == "--formats") {
       formats = v;
     } else if (k == "--prompt") {
@@ -118,20 +140,32 @@ int main(int argc, char** argv) {
       set_num_threads(std::stoi(v));
     } else {
       std::fprintf(stderr,
-                   "unknown flag %s (--config --formats --prompt --steps --repeats --copy-mib "
-                   "--threads)\n",
+                   "unknown flag %s (--config --checkpoint --formats --prompt --steps --prefill "
+                   "--repeats --copy-mib --threads)\n",
                    k.c_str());
       return 2;
     }
   }
   try {
-    Config config(train::run_config_schema());
-    config.load_file(config_path);
-    const model::ModelConfig mc = train::run_config_from(config).model;
-    const int64_t context = prompt_tokens + steps;
-    std::vector<int32_t> prompt(prompt_tokens);
-    for (int64_t i = 0; i < prompt_tokens; ++i)
-      prompt[i] = int32_t((1000 * i + 13) % mc.vocab_size);
+    // Checkpoint weights, when a run folder is given, replace random ones.
+    ckpt::CheckpointParams weights;
+    if (checkpoint.empty()) {
+      Config config(train::run_config_schema());
+      config.load_file(config_path);
+      weights.config = train::run_config_from(config).model;
+    } else {
+      const std::filesystem::path step = ckpt::checkpoint_step_dir(checkpoint);
+      weights = ckpt::read_checkpoint_params(step, ckpt::read_manifest(step));
+      config_path = checkpoint;
+    }
+    const model::ModelConfig& mc = weights.config;
+    const int64_t context = std::max(prompt_tokens + steps, prefill_tokens);
+    auto tokens = [&mc](int64_t n) {
+      std::vector<int32_t> t(n);
+      for (int64_t i = 0; i < n; ++i) t[i] = int32_t((1000 * i + 13) % mc.vocab_size);
+      return t;
+    };
+    const std::vector<int32_t> prompt = tokens(prompt_tokens), long_prompt = tokens(prefill_tokens);
 
     std::vector<Runner> runners;
     size_t comma = 0;
@@ -141,7 +175,11 @@ int main(int argc, char** argv) {
       r.format = format_named(formats.substr(begin, comma - begin));
       r.model = std::make_unique<model::Transformer>(mc, 1, context, /*training=*/false,
                                                      r.format.options);
-      r.model->init_weights(1337);
+      if (weights.params.empty()) {
+        r.model->init_weights(1337);
+      } else {
+        std::copy(weights.params.begin(), weights.params.end(), r.model->params().begin());
+      }
       r.cache = std::make_unique<serve::PagedKvCache>(mc, context);
       r.run(prompt, steps);  // warm-up: quantises or casts the weights, touches every page
       runners.push_back(std::move(r));
@@ -153,7 +191,10 @@ int main(int argc, char** argv) {
     double bandwidth = 0;
     for (int64_t rep = 0; rep < repeats; ++rep) {
       bandwidth = std::max(bandwidth, copy_bandwidth(from, to));
-      for (Runner& r : runners) r.tokens_per_s.push_back(r.run(prompt, steps));
+      for (Runner& r : runners) {
+        r.tokens_per_s.push_back(r.run(prompt, steps));
+        if (prefill_tokens > 0) r.prefill_tokens_per_s.push_back(r.prefill(long_prompt));
+      }
     }
 
     std::printf(
@@ -185,7 +226,15 @@ int main(int argc, char** argv) {
           {"bound_tokens_per_s", bound},
           {"fraction_of_bound", best / bound},
           {"resident_parameter_bytes", r.model->resident_parameter_bytes()}};
+      if (prefill_tokens > 0) {
+        const double prefill =
+            *std::max_element(r.prefill_tokens_per_s.begin(), r.prefill_tokens_per_s.end());
+        std::printf("%-6s prefill of %ld tokens: %.1f tok/s (best of %ld)\n", r.format.name.c_str(),
+                    long(prefill_tokens), prefill, long(repeats));
+        result["formats"][r.format.name]["prefill_tokens_per_s"] = prefill;
+      }
     }
+    result["prefill"] = prefill_tokens;
     std::printf("RESULT %s\n", result.dump().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -30,8 +30,11 @@ fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [[ "${1:-}" == "--test" ]]; then
-  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client" "$root/tests/e2e/page"; do
-    if [[ ! -d "$npm_dir/node_modules" ]]; then
+  # tests/llama_cpp's .npmrc leaves out node-llama-cpp's optional GPU builds (83 MB, not 732).
+  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client" "$root/tests/e2e/page" \
+    "$root/tests/serve/chat_templates" "$root/tests/llama_cpp"; do
+    # Again when package.json changed since the last install.
+    if [[ ! "$npm_dir/node_modules/.package-lock.json" -nt "$npm_dir/package.json" ]]; then
       echo "installing npm packages into $npm_dir/node_modules"
       npm install --silent --no-audit --no-fund --prefix "$npm_dir" >/dev/null
     fi

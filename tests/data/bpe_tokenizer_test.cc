@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,6 +48,26 @@ std::string corpus(size_t bytes, uint64_t seed) {
 BpeTokenizer trained(int64_t vocab_size = 600) {
   const std::string text = corpus(200000, 1);
   return BpeTokenizer(train_bpe({text}, vocab_size), "tessera-bpe", "test");
+}
+
+TEST(BpeTokenizer, SpecialTokensAreRecognisedOnlyWhenAllowed) {
+  BpeVocab vocab = train_bpe({corpus(50000, 1)}, 400);
+  const int32_t next = int32_t(vocab.tokens.size());
+  vocab.special_tokens = {{"<|endoftext|>", next}, {"<|end|>", next + 1}, {"<|end|>x", next + 2}};
+  const BpeTokenizer t(std::move(vocab), "tessera-bpe", "test");
+  const std::string text = "the end<|endoftext|><|end|>x and<|end|>";
+  const Ids plain = t.encode(text);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), next), 0);
+  EXPECT_EQ(t.decode(plain), text);
+  Ids expected = t.encode("the end");
+  expected.insert(expected.end(), {next, next + 2});  // the longest special token at a place
+  const Ids between = t.encode(" and");
+  expected.insert(expected.end(), between.begin(), between.end());
+  expected.push_back(next + 1);
+  EXPECT_EQ(t.encode_allowing_special(text), expected);
+  EXPECT_EQ(t.decode(expected), text);
+  EXPECT_EQ(t.encode_allowing_special("no markers"), t.encode("no markers"));
+  EXPECT_EQ(t.encode_allowing_special(""), Ids{});
 }
 
 TEST(BpeTrainer, LearnsTheRequestedVocabularyDeterministically) {

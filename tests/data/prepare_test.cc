@@ -29,6 +29,12 @@ class EotTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return 257; }
   std::optional<int32_t> end_of_text() const override { return 256; }
   std::string kind() const override { return "test-eot"; }
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const override {
+    return special_;
+  }
+
+ private:
+  std::vector<std::pair<std::string, int32_t>> special_ = {{"<|endoftext|>", 256}};
 };
 
 std::vector<int32_t> all_tokens(const TokenStream& s) {

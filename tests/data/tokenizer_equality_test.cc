@@ -44,12 +44,14 @@ std::string read_file(const fs::path& path) {
 }
 
 std::vector<Ids> reference_ids(const std::vector<std::string>& inputs,
-                               const std::string& encoding = "r50k_base") {
+                               const std::string& encoding = "r50k_base",
+                               bool allow_special = false) {
   testing::TempDir dir("tokenizer-reference");
   const std::string input_path = dir / "inputs.json";
   testing::write_file(input_path, nlohmann::json(inputs).dump());
-  const std::string command =
-      "node '" + (kNpmDir / "reference_encode.mjs").string() + "' '" + input_path + "' " + encoding;
+  const std::string command = "node '" + (kNpmDir / "reference_encode.mjs").string() + "' '" +
+                              input_path + "' " + encoding +
+                              (allow_special ? " allow-special" : "");
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), &pclose);
   std::string output;
   char buffer[1 << 16];
@@ -152,6 +154,22 @@ class Gpt2Equality : public ::testing::Test {
       hf_legacy_files_, exported_;
   static inline testing::TempDir dir_{"gpt2-formats"};
 };
+
+TEST_F(Gpt2Equality, SpecialTokensWhenAllowed) {
+  const std::vector<std::string> inputs = {
+      "<|endoftext|>",    "a<|endoftext|>b", "<|endoftext|><|endoftext|>",
+      " <|endoftext|> x", "<|endoftext",     "text<|endoftext|>\n\nmore text, <|endoftext|>",
+      "no special at all"};
+  const std::vector<Ids> expected = reference_ids(inputs, "r50k_base", /*allow_special=*/true);
+  ASSERT_EQ(expected.size(), inputs.size());
+  EXPECT_EQ(expected[1], (Ids{64, 50256, 65}));  // the reference recognised it
+  for (const Tokenizer* tokenizer : tokenizers()) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_EQ(tokenizer->encode_allowing_special(inputs[i]), expected[i])
+          << tokenizer->kind() << ", input \"" << inputs[i] << "\"";
+    }
+  }
+}
 
 TEST_F(Gpt2Equality, EveryFormatIsGpt2WithEndOfText) {
   for (const Tokenizer* tokenizer : tokenizers()) {

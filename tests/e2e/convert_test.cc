@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
 #include "tests/e2e/cli_runner.h"
+#include "tests/e2e/run_checkpoint.h"
 
 namespace tessera::testing {
 namespace {
@@ -26,24 +28,6 @@ namespace fs = std::filesystem;
 // "In the beginning" in the byte tokenizer.
 const std::vector<int32_t> kPrompt = {73,  110, 32,  116, 104, 101, 32,  98,
                                       101, 103, 105, 110, 110, 105, 110, 103};
-
-struct Checkpoint {
-  model::ModelConfig config;
-  std::vector<float> params;  // the flat buffer of model_layout(config)
-};
-
-Checkpoint load_checkpoint(const std::string& run) {
-  const fs::path step = ckpt::resolve(fs::path(run) / "checkpoints");
-  const ckpt::Manifest manifest = ckpt::read_manifest(step);
-  Config config(train::run_config_schema());
-  config.load_json(manifest.metadata.at("config"));
-  Checkpoint c;
-  c.config = train::run_config_from(config).model;
-  const model::ModelLayout layout = model::model_layout(c.config);
-  c.params.assign(size_t(layout.params.total()), 0.0f);
-  ckpt::load(step, model::named_views(layout.params, c.params.data()));
-  return c;
-}
 
 // Tessera's logits [T][V] for the prompt, from the run's newest checkpoint.
 std::vector<std::vector<float>> tessera_logits(const std::string& run) {
@@ -152,6 +136,16 @@ TEST_F(ConvertCli, MixtralMatchesTheReference) {
       "MixtralForCausalLM");
 }
 
+TEST_F(ConvertCli, GgufRefusesAMixtureOfExpertsByName) {
+  ASSERT_NO_FATAL_FAILURE(train("run",
+                                "--set model.arch=llama --set model.moe_experts=2"
+                                " --set model.moe_top_k=1"));
+  expect_one_line_error(run_cli("convert export --format gguf --checkpoint " + (dir / "run") +
+                                " --out " + (dir / "model.gguf")),
+                        "model.moe_experts");
+  EXPECT_FALSE(fs::exists(dir / "model.gguf"));
+}
+
 TEST_F(ConvertCli, ImportedWeightsFineTuneWithFreshOptimizerState) {
   ASSERT_NO_FATAL_FAILURE(train("run", ""));
   ASSERT_EQ(
@@ -203,6 +197,78 @@ TEST_F(ConvertCli, ImportCopiesATokenizerFolderForGenerate) {
   const CliResult b = run_cli("generate --checkpoint " + (dir / "back") + sample);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_EQ(a.output, b.output);
+}
+
+TEST_F(ConvertCli, TrainFineTunesAHuggingFaceFolderInPlaceAndResumes) {
+  const CliResult t = run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok300") + " " +
+                              (dir / "corpus.txt"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  ASSERT_NO_FATAL_FAILURE(train("run", "--tokenizer " + (dir / "tok300") +
+                                           " --set model.vocab_size=300 --set model.arch=llama"));
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf")).exit_code,
+      0);
+  const std::string fine_tune = "train --config " + (dir / "hf") + " --data " +
+                                (dir / "corpus.txt") + " --out " + (dir / "tuned") +
+                                " --set train.batch_size=4 --set train.eval_every=0";
+  const CliResult first = run_cli(fine_tune + " --set train.steps=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("to fine-tune"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("fine-tuning the imported weights"), std::string::npos)
+      << first.output;
+  // The folder's own tokenizer came with it: the run trains on its tokens, not on bytes.
+  EXPECT_TRUE(fs::exists(dir / "tuned/tokenizer/tokenizer.json"));
+  const Checkpoint imported = load_checkpoint(dir / "run");
+  EXPECT_EQ(imported.config.vocab_size, 300);
+
+  const CliResult again = run_cli(fine_tune + " --set train.steps=3");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("to fine-tune"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("resum"), std::string::npos) << again.output;
+  EXPECT_TRUE(fs::exists(dir / "tuned/checkpoints/step-000003/COMMIT"));
+}
+
+TEST_F(ConvertCli, PlanReadsAHuggingFaceFolder) {
+  ASSERT_NO_FATAL_FAILURE(train("run", "--set model.arch=llama --set model.n_kv_head=1"));
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "run") + " --out " + (dir / "hf")).exit_code,
+      0);
+  const std::string plan = " --hardware h100 --chips 8 --tokens 1e9 --json";
+  const CliResult from_folder = run_cli("plan --model " + (dir / "hf") + plan);
+  const CliResult from_config = run_cli("plan --model " + (dir / "run/config.toml") + plan);
+  ASSERT_EQ(from_folder.exit_code, 0) << from_folder.output;
+  ASSERT_EQ(from_config.exit_code, 0) << from_config.output;
+  EXPECT_EQ(nlohmann::json::parse(from_folder.output)["layouts"],
+            nlohmann::json::parse(from_config.output)["layouts"]);
+}
+
+TEST_F(ConvertCli, SpecialTokensAreRecognisedOnlyWhenAllowed) {
+  const CliResult t = run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok300") + " " +
+                              (dir / "corpus.txt"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto encode = [&](const std::string& text, const std::string& flags) {
+    const CliResult r =
+        run_command("printf '" + text + "' | " + std::string(TESSERA_BINARY) +
+                    " tokenizer encode --json --tokenizer " + (dir / "tok300") + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output).get<std::vector<int32_t>>();
+  };
+  const std::vector<int32_t> separator = encode("<|endoftext|>", " --allow-special");
+  ASSERT_EQ(separator.size(), 1u);
+  const std::vector<int32_t> plain_ids = encode("word<|endoftext|>", "");
+  const std::vector<int32_t> allowed_ids = encode("word<|endoftext|>", " --allow-special");
+  ASSERT_FALSE(allowed_ids.empty());
+  EXPECT_EQ(allowed_ids.back(), separator[0]);
+  EXPECT_EQ(std::count(plain_ids.begin(), plain_ids.end(), separator[0]), 0);
+  EXPECT_GT(plain_ids.size(), allowed_ids.size());
+
+  ASSERT_NO_FATAL_FAILURE(
+      train("run", "--tokenizer " + (dir / "tok300") + " --set model.vocab_size=300"));
+  const std::string generate = "generate --checkpoint " + (dir / "run") +
+                               " --prompt 'In the<|endoftext|>' --max-tokens 4 --temperature 0";
+  EXPECT_EQ(run_cli(generate).exit_code, 0);
+  const CliResult g = run_cli(generate + " --allow-special");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
 }
 
 class ConvertBadInput : public ConvertCli {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/data/bpe_tokenizer.h"
+
 namespace tessera::serve {
 namespace {
 
@@ -97,14 +99,64 @@ TEST(OpenAiApi, ReadsSamplingFieldsAndStops) {
 }
 
 TEST(OpenAiApi, ChatRendersTheDocumentedTemplateAndStopsAtTheNextTurn) {
-  const ApiRequest r = parse_request(Endpoint::kChatCompletions, R"({"model": "tiny", "messages": [
+  ApiRequest r = parse_request(Endpoint::kChatCompletions, R"({"model": "tiny", "messages": [
       {"role": "system", "content": "Be brief."},
       {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]},
       {"role": "assistant", "content": "Hello."},
       {"role": "user", "content": "Bye"}], "stop": ["END"]})",
-                                     kLimits);
-  EXPECT_EQ(r.prompt, "System: Be brief.\nUser: Hi!\nAssistant: Hello.\nUser: Bye\nAssistant:");
-  EXPECT_EQ(r.generation.stop, (std::vector<std::string>{"END", "\nUser:", "\nSystem:"}));
+                               kLimits);
+  auto tokenizer = data::load_tokenizer("byte");
+  EXPECT_EQ(tokenizer->decode(prompt_tokens(r, *tokenizer, nullptr)),
+            "System: Be brief.\nUser: Hi!\nAssistant: Hello.\nUser: Bye\nAssistant:");
+  const GenerationRequest g = to_generation(
+      parse_request(Endpoint::kChatCompletions,
+                    R"({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
+                        "stop": ["END"]})",
+                    kLimits),
+      *tokenizer, kLimits);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"END", "\nUser:", "\nSystem:"}));
+}
+
+TEST(OpenAiApi, ChatFollowsTheModelsTemplateWithItsSpecialTokens) {
+  data::BpeVocab vocab = data::read_bpe_vocab("byte");
+  vocab.special_tokens = {{"<|im_start|>", 256}, {"<|im_end|>", 257}};
+  const data::BpeTokenizer tokenizer(std::move(vocab), "hf-bpe", "test");
+  const ChatTemplate chatml(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      "", "<|im_end|>");
+  const std::string body = R"({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]})";
+  const GenerationRequest g = to_generation(
+      parse_request(Endpoint::kChatCompletions, body, kLimits), tokenizer, kLimits, &chatml);
+  std::vector<int32_t> expected = {256};
+  for (char c : std::string("user\nHi")) expected.push_back(uint8_t(c));
+  expected.insert(expected.end(), {257, '\n', 256});
+  for (char c : std::string("assistant\n")) expected.push_back(uint8_t(c));
+  EXPECT_EQ(g.prompt, expected);
+  EXPECT_TRUE(g.stop.empty());  // the template's turns end at its eos token, not at "User:"
+
+  // /tokenize: the same tokens, or without the generation prompt when asked.
+  ApiRequest tokenize = parse_request(
+      Endpoint::kTokenize,
+      R"({"model": "tiny", "add_generation_prompt": false, "messages": [{"role": "user", "content": "Hi"}]})",
+      kLimits);
+  const std::vector<int32_t> without = prompt_tokens(tokenize, tokenizer, &chatml);
+  EXPECT_EQ(without, std::vector<int32_t>(expected.begin(), expected.end() - 11));
+
+  // A template's raise_exception() is the client's 400, with its message.
+  const ChatTemplate strict(
+      "{% if messages[0].role != 'system' %}{{ raise_exception('a system message comes first') }}"
+      "{% endif %}",
+      "", "");
+  try {
+    to_generation(parse_request(Endpoint::kChatCompletions, body, kLimits), tokenizer, kLimits,
+                  &strict);
+    ADD_FAILURE() << "the template's exception was not raised";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("a system message comes first"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(OpenAiApi, FitsMaxTokensToTheContext) {

@@ -30,9 +30,13 @@ class PieceTokenizer final : public data::Tokenizer {
   int64_t vocab_size() const override { return int64_t(pieces_.size()); }
   std::optional<int32_t> end_of_text() const override { return std::nullopt; }
   std::string kind() const override { return "pieces"; }
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const override {
+    return no_special_;
+  }
 
  private:
   std::vector<std::string> pieces_;
+  std::vector<std::pair<std::string, int32_t>> no_special_;
 };
 
 bool valid_utf8(const std::string& text) {

@@ -1,11 +1,20 @@
 // Prints the token ids gpt-tokenizer gives each string of a JSON array, in GPT-2's encoding
 // (r50k_base, the default) or another it ships (cl100k_base: Llama 3's split pattern):
-//   node reference_encode.mjs INPUTS.json [ENCODING]   ->   [[ids of input 0], ...]
-// Special tokens are neither recognised nor refused, as in Tessera's encode().
+//   node reference_encode.mjs INPUTS.json [ENCODING [allow-special]]   ->   [[ids of input 0], ...]
+// Special tokens are neither recognised nor refused, as in Tessera's encode(). With
+// allow-special they are recognised, as in its encode_allowing_special(), and js-tiktoken
+// encodes: gpt-tokenizer 4.0.0 recognises a special token only at the start or end of the text.
 import fs from 'node:fs';
 
 const encoding = process.argv[3] ?? 'r50k_base';
-const { encode } = await import(`gpt-tokenizer/encoding/${encoding}`);
 const inputs = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-const options = { disallowedSpecial: new Set() };
-process.stdout.write(JSON.stringify(inputs.map((text) => encode(text, options))) + '\n');
+let encodeOne;
+if (process.argv[4] === 'allow-special') {
+  const { getEncoding } = await import('js-tiktoken');
+  const tiktoken = getEncoding(encoding);
+  encodeOne = (text) => tiktoken.encode(text, 'all');
+} else {
+  const { encode } = await import(`gpt-tokenizer/encoding/${encoding}`);
+  encodeOne = (text) => encode(text, { disallowedSpecial: new Set() });
+}
+process.stdout.write(JSON.stringify(inputs.map(encodeOne)) + '\n');

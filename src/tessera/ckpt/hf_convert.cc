@@ -154,10 +154,14 @@ bool is_hf_model_folder(const fs::path& dir) {
           fs::is_regular_file(dir / kHfIndexFile, ec));
 }
 
-HfImport import_hf(const fs::path& dir) {
+model::ModelConfig read_hf_model_config(const fs::path& dir) {
   const fs::path config_path = dir / kHfConfigFile;
+  return model_config_from_hf(read_json_file(config_path), config_path.string());
+}
+
+HfImport import_hf(const fs::path& dir) {
   HfImport result;
-  result.config = model_config_from_hf(read_json_file(config_path), config_path.string());
+  result.config = read_hf_model_config(dir);
   const model::ModelLayout layout = model::model_layout(result.config);
   const HfLayout hf = hf_layout(result.config);
   result.architecture = hf.architecture;

@@ -25,6 +25,9 @@ bool is_hf_model_folder(const std::filesystem::path& dir);
 std::string export_hf(const model::ModelConfig& config, std::span<const float> params,
                       const std::filesystem::path& dir, DType dtype);
 
+// The model <dir>/config.json describes (model_config_from_hf), without reading any weights.
+model::ModelConfig read_hf_model_config(const std::filesystem::path& dir);
+
 struct HfImport {
   model::ModelConfig config;
   std::string architecture;   // as hf_layout names it, e.g. "LlamaForCausalLM"

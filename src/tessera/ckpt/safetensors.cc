@@ -1,10 +1,8 @@
 #include "tessera/ckpt/safetensors.h"
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -163,23 +161,6 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, uint64_
         "{}: data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {}", where, e.begin,
         e.end, e.end - e.begin, shape.dump(), e.dtype, bytes);
   return e;
-}
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // infinity or NaN, payload kept
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  } else {
-    // Zero or subnormal: mantissa * 2^-24 is exact in f32.
-    const float magnitude = std::ldexp(float(mantissa), -24);
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(bits);
 }
 
 template <typename T, typename Convert>

@@ -278,6 +278,15 @@ model::ModelConfig checkpoint_model_config(const fs::path& step_dir, const Manif
   return model::model_config_from(config);
 }
 
+CheckpointParams read_checkpoint_params(const fs::path& step_dir, const Manifest& manifest) {
+  CheckpointParams c{checkpoint_model_config(step_dir, manifest), {}};
+  const model::ModelLayout layout = model::model_layout(c.config);
+  c.params.resize(size_t(layout.params.total()));
+  read_state_range(step_dir, c.config, layout.params, StatePart::kParams, 0, layout.params.total(),
+                   c.params.data());
+  return c;
+}
+
 std::string checkpoint_tokenizer(const fs::path& step_dir, const nlohmann::json& metadata) {
   const nlohmann::json t =
       metadata.is_object() ? metadata.value("tokenizer", nlohmann::json("byte")) : "byte";

@@ -52,6 +52,14 @@ std::filesystem::path checkpoint_step_dir(const std::filesystem::path& checkpoin
 model::ModelConfig checkpoint_model_config(const std::filesystem::path& step_dir,
                                            const Manifest& manifest);
 
+// A committed step's model and its whole parameters, in the flat layout of model_layout(config).
+struct CheckpointParams {
+  model::ModelConfig config;
+  std::vector<float> params;
+};
+CheckpointParams read_checkpoint_params(const std::filesystem::path& step_dir,
+                                        const Manifest& manifest);
+
 // The tokenizer a committed step was trained with, as load_tokenizer takes it: "byte", or its
 // copy in the run folder (found next to the checkpoints first, so a moved run folder still
 // works, then where the run wrote it).

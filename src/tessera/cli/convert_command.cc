@@ -1,22 +1,21 @@
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/gguf_export.h"
 #include "tessera/ckpt/hf_convert.h"
+#include "tessera/ckpt/hf_names.h"
+#include "tessera/ckpt/state_reader.h"
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
+#include "tessera/core/gguf_writer.h"
+#include "tessera/data/gguf_tokenizer.h"
 #include "tessera/data/hf_tokenizer_file.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/data/tokenizer_copy.h"
 #include "tessera/model/model_layout.h"
-#include "tessera/train/run_config.h"
-#include "tessera/ckpt/state_reader.h"
+#include "tessera/train/hf_run.h"
 
 namespace tessera::cli {
 namespace {
@@ -25,33 +24,33 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: tessera convert <export|import> [flags]\n\n"
-    "  export   write a checkpoint as a Hugging Face model folder (model.safetensors, "
-    "config.json)\n"
+    "  export   write a checkpoint as a Hugging Face model folder or a GGUF file\n"
     "  import   turn a Hugging Face model folder into a run folder for tessera generate\n\n"
     "Run 'tessera convert <subcommand> --help' for its flags.\n";
 
-constexpr const char* kCheckpointsDir = "checkpoints";
-constexpr const char* kTokenizerDir = "tokenizer";
-
-// As tessera generate reads it: a run folder, its checkpoints/ folder or one step folder.
-DType export_dtype(const std::string& name) {
+DType hf_dtype(const std::string& name) {
   if (name == "f32") return DType::f32;
   if (name == "bf16") return DType::bf16;
-  fail("tessera convert export: --dtype must be f32 or bf16, got '{}'", name);
+  fail("tessera convert export: --dtype must be f32 or bf16 for --format hf, got '{}'", name);
 }
 
 int export_checkpoint(int argc, char** argv) {
-  Flags flags("convert export",
-              {{"checkpoint", "DIR", "a run folder or one checkpoint step folder (required)"},
-               {"out", "DIR", "the Hugging Face model folder to write (required)"},
-               {"dtype", "f32|bf16", "dtype of the stored weights (default f32)"}},
-              argc, argv);
+  Flags flags(
+      "convert export",
+      {{"checkpoint", "DIR", "a run folder or one checkpoint step folder (required)"},
+       {"out", "PATH", "the Hugging Face model folder, or the .gguf file, to write (required)"},
+       {"format", "hf|gguf", "a Hugging Face folder or one GGUF file (default hf)"},
+       {"dtype", "D",
+        "stored weights: f32 or bf16 for hf, f32, f16 or q8_0 for gguf (default f32)"}},
+      argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
-                   .help("Write a checkpoint's parameters as model.safetensors and config.json\n"
-                         "for Hugging Face Transformers (GPT2LMHeadModel, LlamaForCausalLM or\n"
-                         "MixtralForCausalLM), with its tokenizer as tokenizer.json,\n"
-                         "tokenizer_config.json and generation_config.json.")
+                   .help("Write a checkpoint's parameters for other tools. --format hf writes\n"
+                         "model.safetensors and config.json for Hugging Face Transformers\n"
+                         "(GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM), with its\n"
+                         "tokenizer as tokenizer.json, tokenizer_config.json and\n"
+                         "generation_config.json. --format gguf writes one file for llama.cpp\n"
+                         "and ollama (GPT-2 and dense Llama), with the tokenizer in its metadata.")
                    .c_str(),
                stdout);
     return 0;
@@ -59,53 +58,39 @@ int export_checkpoint(int argc, char** argv) {
   const auto checkpoint = flags.get("checkpoint");
   const auto out = flags.get("out");
   check(checkpoint.has_value(), "tessera convert export: --checkpoint DIR is required");
-  check(out.has_value(), "tessera convert export: --out DIR is required");
-  const DType dtype = export_dtype(flags.get_or("dtype", "f32"));
+  check(out.has_value(), "tessera convert export: --out PATH is required");
+  const std::string format = flags.get_or("format", "hf");
+  check(format == "hf" || format == "gguf",
+        "tessera convert export: --format must be hf or gguf, got '{}'", format);
+  const std::string dtype = flags.get_or("dtype", "f32");
+  const ckpt::GgufWeights gguf_weights =
+      format == "gguf" ? ckpt::gguf_weights_from_name(dtype) : ckpt::GgufWeights::f32;
+  const DType safetensors_dtype = format == "hf" ? hf_dtype(dtype) : DType::f32;
 
   const fs::path step_dir = ckpt::checkpoint_step_dir(*checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
-  const model::ModelLayout layout = model::model_layout(mc);
-  std::vector<float> params(size_t(layout.params.total()));
-  ckpt::read_state_range(step_dir, mc, layout.params, ckpt::StatePart::kParams, 0,
-                         layout.params.total(), params.data());
-  const std::string architecture = ckpt::export_hf(mc, params, *out, dtype);
+  const auto [mc, params] = ckpt::read_checkpoint_params(step_dir, manifest);
   const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
-  data::write_hf_tokenizer_files(data::read_bpe_vocab(tokenizer), mc.max_seq, *out);
+  const data::BpeVocab vocab = data::read_bpe_vocab(tokenizer);
+  std::string architecture;
+  if (format == "hf") {
+    architecture = ckpt::export_hf(mc, params, *out, safetensors_dtype);
+    data::write_hf_tokenizer_files(vocab, mc.max_seq, *out);
+  } else {
+    check(!fs::is_directory(*out),
+          "tessera convert export: --out {} is a folder; --format gguf "
+          "writes one file, e.g. --out model.gguf",
+          *out);
+    GgufWriter gguf;
+    architecture = ckpt::add_gguf_model(mc, params, gguf_weights, gguf);
+    data::add_gguf_tokenizer(vocab, mc.vocab_size, gguf);
+    gguf.write(*out);
+  }
   std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n",
               step_dir.string().c_str(), architecture.c_str(),
-              double(model::count_parameters(mc).total) / 1e6,
-              std::string(dtype_name(dtype)).c_str(), tokenizer.c_str(), out->c_str());
+              double(model::count_parameters(mc).total) / 1e6, dtype.c_str(), tokenizer.c_str(),
+              out->c_str());
   return 0;
-}
-
-// The resolved run config of an imported model: its model.* keys, the other settings at their
-// defaults (train.seq_len shortened to fit the context), and the tokenizer for later training.
-Config run_config_for(const model::ModelConfig& m, const std::string& tokenizer) {
-  Config config(train::run_config_schema());
-  auto set = [&config](std::string_view key, const auto& value) {
-    config.set_override(fmt::format("{}={}", key, value));
-  };
-  set("model.arch", model::architecture_name(m.arch));
-  set("model.vocab_size", m.vocab_size);
-  set("model.n_layer", m.n_layer);
-  set("model.n_head", m.n_head);
-  set("model.d_model", m.d_model);
-  set("model.max_seq", m.max_seq);
-  set("model.n_kv_head", m.n_kv_head);
-  set("model.ffn_hidden", m.ffn_hidden);
-  set("model.rope_theta", m.rope_theta);
-  set("model.norm_eps", m.norm_eps);
-  set("model.tie_embeddings", m.tie_embeddings);
-  set("model.moe_experts", m.moe.n_experts);
-  set("model.moe_top_k", m.moe.top_k);
-  set("model.moe_shared_experts", m.moe.n_shared);
-  set("model.moe_capacity_factor", m.moe.capacity_factor);
-  set("model.moe_aux_loss_coef", m.moe.aux_loss_coef);
-  set("train.seq_len", std::min(config.get_int("train.seq_len"), m.max_seq));
-  if (tokenizer != "byte") set("data.tokenizer", tokenizer);
-  train::run_config_from(config);  // the same validation a run of this config gets
-  return config;
 }
 
 int import_model(int argc, char** argv) {
@@ -125,52 +110,14 @@ int import_model(int argc, char** argv) {
     return 0;
   }
   const auto hf = flags.get("hf");
-  const auto out_flag = flags.get("out");
+  const auto out = flags.get("out");
   check(hf.has_value(), "tessera convert import: --hf DIR is required");
-  check(out_flag.has_value(), "tessera convert import: --out DIR is required");
-  const fs::path out = fs::absolute(*out_flag);
-  if (const auto existing = ckpt::find_latest(out / kCheckpointsDir)) {
-    fail("{}: already holds checkpoint {}; import into a new --out folder", out.string(),
-         existing->string());
-  }
-
-  const std::string tokenizer_name = flags.get_or("tokenizer", "byte");
-  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(tokenizer_name);
-  ckpt::HfImport imported = ckpt::import_hf(*hf);
-  const model::ModelConfig& mc = imported.config;
-  check(tokenizer->vocab_size() <= mc.vocab_size,
-        "--tokenizer {}: {} tokens, but the model of {} has only {} (vocab_size)", tokenizer_name,
-        tokenizer->vocab_size(), *hf, mc.vocab_size);
-
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  check(!ec, "{}: cannot create the run folder: {}", out.string(), ec.message());
-  nlohmann::json tokenizer_meta = "byte";
-  if (tokenizer_name != "byte") {
-    const fs::path copy = out / kTokenizerDir;
-    data::copy_tokenizer(tokenizer_name, copy);
-    tokenizer_meta = {{"kind", tokenizer->kind()}, {"dir", copy.string()}};
-  }
-  const Config config =
-      run_config_for(mc, tokenizer_name == "byte" ? "byte" : (out / kTokenizerDir).string());
-  {
-    std::ofstream resolved(out / "config.toml");
-    resolved << config.to_toml();
-    check(resolved.good(), "{}: cannot write config.toml", out.string());
-  }
-  const nlohmann::json metadata = {
-      {"config", config.to_json()},
-      {"model", model::architecture_name(mc.arch)},
-      {"tokenizer", tokenizer_meta},
-      {"imported_from",
-       {{"dir", fs::absolute(*hf).string()}, {"architecture", imported.architecture}}}};
-  const model::ModelLayout layout = model::model_layout(mc);
-  const fs::path step = ckpt::save(out / kCheckpointsDir, 0,
-                                   model::named_views(layout.params, imported.params.data()),
-                                   metadata, /*keep_last=*/0);
+  check(out.has_value(), "tessera convert import: --out DIR is required");
+  const fs::path step = train::import_hf_run(*hf, *out, flags.get_or("tokenizer", "byte"));
+  const model::ModelConfig mc = ckpt::read_hf_model_config(*hf);
   std::printf("imported %s (%s, %.2fM parameters) into %s\n", hf->c_str(),
-              imported.architecture.c_str(), double(model::count_parameters(mc).total) / 1e6,
-              step.string().c_str());
+              ckpt::hf_layout(mc).architecture.c_str(),
+              double(model::count_parameters(mc).total) / 1e6, step.string().c_str());
   return 0;
 }
 

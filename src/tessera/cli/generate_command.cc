@@ -13,6 +13,8 @@ int generate_command(int argc, char** argv) {
                 "a run directory, one checkpoint step directory or a Hugging Face model folder "
                 "(required)"},
                {"prompt", "TEXT", "text to continue (required)"},
+               {"allow-special", "",
+                "special tokens spelled in the prompt (<|endoftext|>, ...) are those tokens"},
                {"max-tokens", "N", "tokens to generate (default 256)"},
                {"temperature", "T", "sampling temperature; 0 is greedy (default 0.8)"},
                {"top-k", "K", "sample among the K most likely tokens; 0 is off (default 0)"},
@@ -56,10 +58,11 @@ int generate_command(int argc, char** argv) {
       *checkpoint,
       serve::serving_format(flags.get_or("precision", "f32"), flags.get_or("quantize", "none")));
   std::fputs(prompt->c_str(), stdout);
-  generator.generate(*prompt, max_tokens, params, [](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
+  generator.generate(*prompt, flags.has("allow-special"), max_tokens, params,
+                     [](std::string_view text) {
+                       std::fwrite(text.data(), 1, text.size(), stdout);
+                       std::fflush(stdout);
+                     });
   std::fputs("\n", stdout);
   return 0;
 }

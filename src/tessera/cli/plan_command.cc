@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/ckpt/hf_convert.h"
 #include "tessera/cli/flags.h"
 #include "tessera/core/config.h"
 #include "tessera/core/error.h"
@@ -12,6 +13,7 @@
 #include "tessera/plan/cost_model.h"
 #include "tessera/plan/report.h"
 #include "tessera/plan/search.h"
+#include "tessera/train/hf_run.h"
 #include "tessera/train/run_config.h"
 
 namespace tessera::cli {
@@ -200,7 +202,9 @@ int run_calibrate(const PlanInputs& in, int64_t data_parallel) {
 int plan_command(int argc, char** argv) {
   Flags flags(
       "plan",
-      {{"model", "FILE", "model config (TOML; its [model] section is used) (required)"},
+      {{"model", "FILE|HF_DIR",
+        "model config (TOML; its [model] section is used), or a Hugging Face model folder's "
+        "config.json (required)"},
        {"set", "KEY=VALUE", "override a config key, e.g. --set model.n_layer=96", true},
        {"hardware", "NAME", "accelerator from the catalog, e.g. h100, tpu-v5p"},
        {"chips", "N", "number of chips"},
@@ -227,9 +231,13 @@ int plan_command(int argc, char** argv) {
     return 0;
   }
   const std::optional<std::string> model_file = flags.get("model");
-  check(model_file.has_value(), "tessera plan: --model FILE is required");
+  check(model_file.has_value(), "tessera plan: --model FILE|HF_DIR is required");
   Config config(train::run_config_schema());
-  config.load_file(*model_file);
+  if (ckpt::is_hf_model_folder(*model_file)) {
+    config = train::hf_run_config(ckpt::read_hf_model_config(*model_file), "byte");
+  } else {
+    config.load_file(*model_file);
+  }
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
   const train::RunConfig rc = train::run_config_from(config);
   PlanInputs in{rc.model, rc.train, 0, {}};

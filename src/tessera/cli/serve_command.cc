@@ -1,3 +1,4 @@
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -63,13 +64,16 @@ int serve_command(int argc, char** argv) {
   Flags flags(
       "serve",
       {{"checkpoint", "DIR",
-                "a run directory, one checkpoint step directory or a Hugging Face model folder "
-                "(required)"},
+        "a run directory, one checkpoint step directory or a Hugging Face model folder "
+        "(required)"},
        {"host", "ADDR", "address to listen on (default 127.0.0.1)"},
        {"port", "N", "port to listen on; 0 picks a free one (default 8000)"},
        {"api-key", "KEY",
         "require 'Authorization: Bearer KEY' on every route but /health (default: the "
         "TESSERA_API_KEY environment variable, else none)"},
+       {"chat-template", "FILE",
+        "a Jinja chat template for /v1/chat/completions, instead of the model's own "
+        "(tokenizer_config.json's chat_template)"},
        {"model-name", "NAME",
         "the model id clients ask for (default: the checkpoint's folder name)"},
        {"precision", "P", "f32 or bf16 matmuls (default f32)"},
@@ -137,8 +141,12 @@ int serve_command(int argc, char** argv) {
         prefix_cache);
   engine_options.prefix_caching = prefix_cache == "on";
 
-  serve::ServedModel served =
-      serve::load_served_model(*checkpoint, engine_options.max_step_tokens, format);
+  serve::ServedModel served = serve::load_served_model(*checkpoint, engine_options.max_step_tokens,
+                                                       format, flags.get_or("chat-template", ""));
+  spdlog::info("chat completions: {}",
+               served.chat_template
+                   ? "the model's chat template"
+                   : "the built-in 'User: ...' form (the model has no chat template)");
   const model::ModelConfig& mc = served.config();
   serve::RouteOptions routes;
   serve::ApiLimits& limits = routes.limits;

@@ -73,19 +73,25 @@ int train(int argc, char** argv) {
 int encode(int argc, char** argv) {
   Flags flags("tokenizer encode",
               {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"},
-               {"json", "", "print a JSON array instead of space-separated ids"}},
+               {"json", "", "print a JSON array instead of space-separated ids"},
+               {"allow-special", "",
+                "special tokens spelled in the text (<|endoftext|>, ...) are those tokens"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
                    .help("Print the token ids of the text on stdin, on one line. Special tokens\n"
-                         "are not recognised in the text.")
+                         "are recognised in the text only with --allow-special; without it\n"
+                         "\"<|endoftext|>\" is 13 ordinary characters.")
                    .c_str(),
                stdout);
     return 0;
   }
   check(flags.has("tokenizer"), "tessera tokenizer encode: --tokenizer DIR is required");
   const auto tokenizer = data::load_tokenizer(*flags.get("tokenizer"));
-  const std::vector<int32_t> ids = tokenizer->encode(read_stdin());
+  const std::string text = read_stdin();
+  const std::vector<int32_t> ids = flags.has("allow-special")
+                                       ? tokenizer->encode_allowing_special(text)
+                                       : tokenizer->encode(text);
   std::string line;
   if (flags.has("json")) {
     line = nlohmann::json(ids).dump();

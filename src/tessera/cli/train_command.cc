@@ -1,23 +1,47 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/hf_convert.h"
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/dist/launch.h"
 #include "tessera/train/dry_run.h"
+#include "tessera/train/hf_run.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/supervisor.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
+namespace {
+
+// A run that starts from a Hugging Face folder begins as its import into the run folder (rank 0
+// writes it, the others wait); a run folder that already has a checkpoint resumes instead.
+// Returns the run's config.toml.
+std::filesystem::path start_from_hf_folder(const std::filesystem::path& hf, const std::string& out,
+                                           const std::optional<std::string>& tokenizer) {
+  dist::Communicator& world = dist::world();
+  if (world.rank() == 0 && !ckpt::find_latest(std::filesystem::path(out) / "checkpoints")) {
+    const std::filesystem::path step =
+        train::import_hf_run(hf, out, tokenizer.value_or(train::hf_folder_tokenizer(hf)));
+    std::printf("imported %s into %s to fine-tune\n", hf.c_str(), step.c_str());
+  }
+  world.barrier();
+  return std::filesystem::path(out) / "config.toml";
+}
+
+}  // namespace
 
 int train_command(int argc, char** argv) {
   Flags flags(
       "train",
-      {{"config", "FILE", "TOML config (default: the built-in tiny model, configs/tiny.toml)"},
+      {{"config", "FILE|HF_DIR",
+        "TOML config (default: the built-in tiny model, configs/tiny.toml), or a Hugging Face "
+        "model folder to fine-tune"},
        {"data", "PATH", "a prepared dataset, or text: a file or a folder (sets data.path)"},
        {"tokenizer", "DIR", "\"byte\" or a tokenizer folder for text (sets data.tokenizer)"},
        {"out", "DIR", "output directory for config, metrics and checkpoints (default runs/train)"},
@@ -34,12 +58,15 @@ int train_command(int argc, char** argv) {
         "(sets obs.metrics_port; 0 picks a free port)"}},
       argc, argv);
   if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Train a GPT-2 or Llama model (model.arch), dense or mixture-of-experts\n"
-                         "(model.n_experts), on a text corpus or a prepared dataset; resumes from\n"
-                         "the newest checkpoint when the output directory already holds one.")
-                   .c_str(),
-               stdout);
+    std::fputs(
+        flags
+            .help("Train a GPT-2 or Llama model (model.arch), dense or mixture-of-experts\n"
+                  "(model.moe_experts), on a text corpus or a prepared dataset; resumes\n"
+                  "from the newest checkpoint when the output directory already holds one.\n"
+                  "--config HF_DIR fine-tunes a Hugging Face model folder: its config.json,\n"
+                  "weights and tokenizer become the run folder's config and step 0.")
+            .c_str(),
+        stdout);
     return 0;
   }
   const std::string out = flags.get_or("out", "runs/train");
@@ -64,7 +91,15 @@ int train_command(int argc, char** argv) {
                                       .log = std::filesystem::path(out) / "restarts.jsonl"});
   }
   Config config(train::run_config_schema());
-  if (auto path = flags.get("config")) config.load_file(*path);
+  if (auto path = flags.get("config")) {
+    if (ckpt::is_hf_model_folder(*path) && flags.has("dry-run")) {
+      config = train::hf_run_config(ckpt::read_hf_model_config(*path), "byte");
+    } else if (ckpt::is_hf_model_folder(*path)) {
+      config.load_file(start_from_hf_folder(*path, out, flags.get("tokenizer")));
+    } else {
+      config.load_file(*path);
+    }
+  }
   if (auto data = flags.get("data")) config.set_override("data.path=" + *data);
   if (auto tokenizer = flags.get("tokenizer")) config.set_override("data.tokenizer=" + *tokenizer);
   if (auto port = flags.get("metrics-port")) config.set_override("obs.metrics_port=" + *port);

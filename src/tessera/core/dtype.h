@@ -54,4 +54,8 @@ inline float bf16_to_f32(uint16_t x) {
   return f;
 }
 
+// IEEE half precision; conversion rounds to nearest even, overflows to infinity and keeps NaN.
+uint16_t f32_to_f16(float x);
+float f16_to_f32(uint16_t h);
+
 }  // namespace tessera

@@ -62,13 +62,15 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, std::string kind, const std::string& 
     byte_ids_[b] = mergeable_ids_.find(std::string_view(&byte, 1));
     check(byte_ids_[b] >= 0, "{}: byte 0x{:02x} has no token", source, b);
   }
-  for (auto& [text, id] : vocab.special_tokens) {
+  for (const auto& [text, id] : vocab.special_tokens) {
     check(id >= 0 && !is_valid_id_[id], "{}: special token {} has id {}, which is taken", source,
           text, id);
+    check(!text.empty(), "{}: special token {} is empty", source, id);
     if (text == kEndOfText || text == kLlama3EndOfText) end_of_text_ = id;
-    tokens_[id] = std::move(text);
+    tokens_[id] = text;
     is_valid_id_[id] = true;
   }
+  special_tokens_ = std::move(vocab.special_tokens);
   for (const BpeMerge& m : vocab.merges) {
     check(m.left >= 0 && size_t(m.left) < mergeable && m.right >= 0 &&
               size_t(m.right) < mergeable && m.result >= 0 && size_t(m.result) < mergeable,

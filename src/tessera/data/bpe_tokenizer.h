@@ -12,10 +12,10 @@
 
 namespace tessera::data {
 
-// Byte-level BPE with GPT-2's or Llama 3's pre-tokenisation, encoding exactly as tiktoken does: each piece
-// that is a token as a whole is that token; otherwise its bytes merge pairwise, lowest rank
-// first and leftmost among equal ranks. Special tokens are never recognised in text (text that
-// spells "<|endoftext|>" encodes as ordinary characters); callers insert end_of_text()
+// Byte-level BPE with GPT-2's or Llama 3's pre-tokenisation, encoding exactly as tiktoken does:
+// each piece that is a token as a whole is that token; otherwise its bytes merge pairwise, lowest
+// rank first and leftmost among equal ranks. encode() never recognises special tokens in text (text
+// that spells "<|endoftext|>" encodes as ordinary characters); callers insert end_of_text()
 // themselves, so a document cannot forge a separator.
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -30,6 +30,9 @@ class BpeTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override { return int64_t(tokens_.size()); }
   std::optional<int32_t> end_of_text() const override { return end_of_text_; }
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const override {
+    return special_tokens_;
+  }
   std::string kind() const override { return kind_; }
 
   static constexpr size_t kParallelMinBytes = 256 << 10;
@@ -52,6 +55,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<uint64_t, MergeTarget> merges_;  // (left << 32 | right) -> merge
   int32_t byte_ids_[256];
   std::optional<int32_t> end_of_text_;
+  std::vector<std::pair<std::string, int32_t>> special_tokens_;
   uint64_t cache_owner_;  // tells this tokenizer's entries apart in the per-thread piece cache
 };
 

@@ -5,6 +5,18 @@
 
 namespace tessera::data {
 
+DocumentTokens document_tokens(const BpeVocab& vocab) {
+  DocumentTokens bounds;
+  for (const auto& [text, id] : vocab.special_tokens) {
+    if (text == kEndOfText || text == kLlama3EndOfText) {
+      bounds.eos = SpecialToken{text, id};
+      if (!bounds.bos) bounds.bos = bounds.eos;
+    }
+    if (text == "<|begin_of_text|>") bounds.bos = SpecialToken{text, id};
+  }
+  return bounds;
+}
+
 std::vector<BpeMerge> merges_from_ranks(const std::vector<std::string>& tokens) {
   std::unordered_map<std::string_view, int32_t> ids;
   for (size_t id = 0; id < tokens.size(); ++id) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,17 @@ inline constexpr char kEndOfText[] = "<|endoftext|>";
 inline constexpr char kLlama3EndOfText[] = "<|end_of_text|>";
 // Far above any real vocabulary, low enough that a corrupt file cannot demand gigabytes.
 inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
+// The special tokens that begin and end a document: the document separator ends one, and begins
+// one too unless the vocabulary has Llama 3's <|begin_of_text|>.
+struct SpecialToken {
+  std::string text;
+  int32_t id;
+};
+struct DocumentTokens {
+  std::optional<SpecialToken> bos, eos;
+};
+DocumentTokens document_tokens(const BpeVocab& vocab);
 
 // The merges a rank file implies. tiktoken merges two adjacent parts whenever their
 // concatenation is a token, at that token's rank, so every split of a token into two tokens

@@ -23,6 +23,10 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override { return kVocabSize; }
   std::optional<int32_t> end_of_text() const override { return std::nullopt; }
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const override {
+    static const std::vector<std::pair<std::string, int32_t>> kNone;
+    return kNone;
+  }
   std::string kind() const override { return "byte"; }
 };
 

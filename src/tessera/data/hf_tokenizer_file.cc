@@ -198,19 +198,17 @@ void write_hf_tokenizer_files(const BpeVocab& vocab, int64_t max_seq,
                            {"model_max_length", max_seq},
                            {"clean_up_tokenization_spaces", false}};
   json generation_config = {{"_from_model_config", true}};
-  for (const auto& [content, id] : vocab.special_tokens) {
-    if (content == kEndOfText || content == kLlama3EndOfText) {
-      tokenizer_config["eos_token"] = content;
-      generation_config["eos_token_id"] = id;
-      if (!generation_config.contains("bos_token_id")) generation_config["bos_token_id"] = id;
-    }
-    if (content == "<|begin_of_text|>") {
-      tokenizer_config["bos_token"] = content;
-      generation_config["bos_token_id"] = id;
-    }
+  const DocumentTokens bounds = document_tokens(vocab);
+  if (bounds.bos) {
+    tokenizer_config["bos_token"] = bounds.bos->text;
+    generation_config["bos_token_id"] = bounds.bos->id;
+  }
+  if (bounds.eos) {
+    tokenizer_config["eos_token"] = bounds.eos->text;
+    generation_config["eos_token_id"] = bounds.eos->id;
   }
   write_text_file(dir / kHfTokenizerFile, format_hf_tokenizer(vocab));
-  write_text_file(dir / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+  write_text_file(dir / kHfTokenizerConfigFile, tokenizer_config.dump(2) + "\n");
   write_text_file(dir / "generation_config.json", generation_config.dump(2) + "\n");
 }
 

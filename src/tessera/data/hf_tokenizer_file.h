@@ -16,6 +16,8 @@
 namespace tessera::data {
 
 inline constexpr char kHfTokenizerFile[] = "tokenizer.json";
+// Beside it: the special tokens' roles and the chat template, which a copy of the tokenizer keeps.
+inline constexpr char kHfTokenizerConfigFile[] = "tokenizer_config.json";
 
 // Errors name `source` and the part of the file at fault.
 BpeVocab parse_hf_tokenizer(std::string_view json, const std::string& source);

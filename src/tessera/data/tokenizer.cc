@@ -44,8 +44,13 @@ std::optional<FolderFormat> find_folder_format(const fs::path& dir) {
   if (is_file(dir / kTesseraConfigFile) && is_file(dir / kTesseraRanksFile)) {
     return FolderFormat{Format::kTessera, {dir / kTesseraConfigFile, dir / kTesseraRanksFile}};
   }
+  // Hugging Face's formats carry their tokenizer_config.json along, for its chat template.
+  const auto with_config = [&dir](std::vector<fs::path> files) {
+    if (is_file(dir / kHfTokenizerConfigFile)) files.push_back(dir / kHfTokenizerConfigFile);
+    return files;
+  };
   if (is_file(dir / kHfTokenizerFile)) {
-    return FolderFormat{Format::kHfTokenizerJson, {dir / kHfTokenizerFile}};
+    return FolderFormat{Format::kHfTokenizerJson, with_config({dir / kHfTokenizerFile})};
   }
   // GPT-2's original files, and the same two under the names Hugging Face gives them.
   for (const auto& [vocab_name, merges_name] :
@@ -54,7 +59,7 @@ std::optional<FolderFormat> find_folder_format(const fs::path& dir) {
     if (!is_file(encoder) && !is_file(merges)) continue;
     check(is_file(encoder) && is_file(merges), "{}: GPT-2 format needs both {} and {}", shown,
           vocab_name, merges_name);
-    return FolderFormat{Format::kGpt2Files, {encoder, merges}};
+    return FolderFormat{Format::kGpt2Files, with_config({encoder, merges})};
   }
   std::vector<fs::path> rank_files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -115,6 +120,33 @@ BpeVocab read_bpe_vocab(const std::string& name_or_dir) {
     return bytes;
   }
   return read_folder_vocab(name_or_dir, folder_format(name_or_dir));
+}
+
+std::vector<int32_t> Tokenizer::encode_allowing_special(std::string_view text) const {
+  std::vector<int32_t> ids;
+  size_t done = 0;
+  while (done < text.size()) {
+    size_t next = std::string_view::npos, length = 0;
+    int32_t special = -1;
+    for (const auto& [spelled, id] : special_tokens()) {
+      const size_t at = text.find(spelled, done);
+      if (at < next || (at == next && at != std::string_view::npos && spelled.size() > length)) {
+        next = at;
+        length = spelled.size();
+        special = id;
+      }
+    }
+    const std::string_view plain =
+        text.substr(done, next == std::string_view::npos ? std::string_view::npos : next - done);
+    if (!plain.empty()) {
+      const std::vector<int32_t> part = encode(plain);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    if (next == std::string_view::npos) break;
+    ids.push_back(special);
+    done = next + length;
+  }
+  return ids;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/data/bpe_vocab.h"
@@ -17,7 +18,13 @@ namespace tessera::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // Special tokens are never recognised: text that spells one encodes as ordinary characters.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The same, except that each special token spelled in `text` is that token (the longest one
+  // where several start at the same place), as a chat template's markers must be.
+  std::vector<int32_t> encode_allowing_special(std::string_view text) const;
+  // Text -> id, empty for a vocabulary without any.
+  virtual const std::vector<std::pair<std::string, int32_t>>& special_tokens() const = 0;
   // Throws an Error naming the first id outside [0, vocab_size()).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;

@@ -49,7 +49,7 @@ RoutedRequest route_request(const HttpRequest& request, const RouteOptions& opti
   if (spec == nullptr) {
     throw ApiError(404,
                    "no such route; the server answers /v1/completions, "
-                   "/v1/chat/completions, /v1/models, /health, /ready and /metrics",
+                   "/v1/chat/completions, /v1/models, /tokenize, /health, /ready and /metrics",
                    "invalid_request_error", "", "not_found");
   }
   if (request.method != spec->method) {
@@ -65,15 +65,17 @@ RoutedRequest route_request(const HttpRequest& request, const RouteOptions& opti
                    "invalid_request_error", "", "invalid_api_key");
   }
   RoutedRequest routed{spec->route, std::nullopt};
-  if (spec->route == Route::kCompletions || spec->route == Route::kChatCompletions) {
+  if (spec->route == Route::kCompletions || spec->route == Route::kChatCompletions ||
+      spec->route == Route::kTokenize) {
     if (!is_json(request.content_type)) {
       throw ApiError(415,
                      "the request body must be JSON, sent with 'Content-Type: application/json'",
                      "invalid_request_error", "", "unsupported_media_type");
     }
-    routed.api = parse_request(
-        spec->route == Route::kCompletions ? Endpoint::kCompletions : Endpoint::kChatCompletions,
-        request.body, options.limits);
+    const Endpoint endpoint = spec->route == Route::kCompletions ? Endpoint::kCompletions
+                              : spec->route == Route::kTokenize  ? Endpoint::kTokenize
+                                                                 : Endpoint::kChatCompletions;
+    routed.api = parse_request(endpoint, request.body, options.limits);
   }
   return routed;
 }

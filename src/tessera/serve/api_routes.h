@@ -12,7 +12,7 @@
 
 namespace tessera::serve {
 
-enum class Route { kCompletions, kChatCompletions, kModels, kHealth, kReady, kMetrics };
+enum class Route { kCompletions, kChatCompletions, kTokenize, kModels, kHealth, kReady, kMetrics };
 
 struct RouteSpec {
   std::string_view path, method;
@@ -22,6 +22,7 @@ struct RouteSpec {
 inline constexpr RouteSpec kRoutes[] = {
     {"/v1/completions", "POST", Route::kCompletions},
     {"/v1/chat/completions", "POST", Route::kChatCompletions},
+    {"/tokenize", "POST", Route::kTokenize},
     {"/v1/models", "GET", Route::kModels},
     {"/health", "GET", Route::kHealth},
     {"/ready", "GET", Route::kReady},
@@ -35,7 +36,7 @@ struct RouteOptions {
   ApiLimits limits;
 };
 
-// A request matched to its route and, for the generation routes, its checked body.
+// A request matched to its route and, for the generation and tokenize routes, its checked body.
 struct RoutedRequest {
   Route route;
   std::optional<ApiRequest> api;

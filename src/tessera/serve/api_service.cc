@@ -32,6 +32,13 @@ ApiReply ApiService::handle(const HttpRequest& request) {
       case Route::kCompletions:
       case Route::kChatCompletions:
         return generate(std::move(routed), request.arrival);
+      case Route::kTokenize: {
+        const std::vector<int32_t> tokens =
+            prompt_tokens(*routed.api, *served_.tokenizer, served_.chat_template_or_null());
+        return json_response(200, {{"count", tokens.size()},
+                                   {"max_model_len", options_.limits.context},
+                                   {"tokens", tokens}});
+      }
       case Route::kModels: {
         const json model = {{"id", options_.limits.model_name},
                             {"object", "model"},
@@ -69,7 +76,8 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
   ApiRequest api = std::move(*routed.api);
   const bool stream = api.stream, include_usage = api.include_usage;
   const Endpoint endpoint = api.endpoint;
-  GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, options_.limits);
+  GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, options_.limits,
+                                      served_.chat_template_or_null());
   const bool with_logprobs = g.top_logprobs >= 0;
   g.arrival = arrival;
   std::shared_ptr<RequestStream> out;

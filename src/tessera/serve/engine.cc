@@ -363,7 +363,9 @@ void Engine::emit(Sequence& seq, const float* logits) {
   }
   seq.tokens.push_back(id);
   const auto end_of_text = served_.tokenizer->end_of_text();
-  const bool ends = end_of_text.has_value() && id == *end_of_text;
+  const bool ends = (end_of_text.has_value() && id == *end_of_text) ||
+                    std::find(served_.stop_tokens.begin(), served_.stop_tokens.end(), id) !=
+                        served_.stop_tokens.end();
   if (!ends) token.text = seq.text.push(id);
   const Clock::time_point now = Clock::now();
   const double since =

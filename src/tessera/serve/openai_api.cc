@@ -189,13 +189,13 @@ void refuse_unsupported(const json& body) {
   }
 }
 
-}  // namespace
-
-std::string render_chat(const json& messages) {
+// The conversation checked: a non-empty array of messages with a known role and text content,
+// each reduced to {"role", "content": text}.
+json chat_messages(const json& messages) {
   if (!messages.is_array() || messages.empty()) {
     bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
   }
-  std::string text;
+  json checked = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string param = fmt::format("messages[{}].role", i);
@@ -203,15 +203,25 @@ std::string render_chat(const json& messages) {
     const json* role = field(m, "role");
     if (role == nullptr || !role->is_string()) bad(param, fmt::format("'{}' is required", param));
     const std::string r = role->get<std::string>();
-    const char* speaker = r == "system" || r == "developer" ? "System"
-                          : r == "user"                     ? "User"
-                          : r == "assistant"                ? "Assistant"
-                                                            : nullptr;
-    if (speaker == nullptr) {
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant") {
       bad(param, fmt::format("'{}' is {}; use system, developer, user or assistant", param,
                              describe(*role)));
     }
-    text += fmt::format("{}: {}\n", speaker, message_content(m, i));
+    checked.push_back({{"role", r}, {"content", message_content(m, i)}});
+  }
+  return checked;
+}
+
+}  // namespace
+
+std::string render_chat(const json& messages) {
+  std::string text;
+  for (const json& m : messages) {
+    const std::string& role = m["role"].get_ref<const std::string&>();
+    const char* speaker = role == "system" || role == "developer" ? "System"
+                          : role == "user"                        ? "User"
+                                                                  : "Assistant";
+    text += fmt::format("{}: {}\n", speaker, m["content"].get_ref<const std::string&>());
   }
   return text + "Assistant:";
 }
@@ -242,11 +252,21 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
                                describe(*model), limits.model_name),
                    "invalid_request_error", "model", "model_not_found");
   }
+  if (endpoint == Endpoint::kTokenize) {
+    // vLLM's form: a prompt, or messages with add_generation_prompt (default true).
+    if (const json* messages = field(body, "messages"); messages != nullptr) {
+      r.messages = chat_messages(*messages);
+      r.add_generation_prompt = bool_field(body, "add_generation_prompt").value_or(true);
+    } else {
+      parse_prompt(body, r);
+    }
+    return r;
+  }
   refuse_unsupported(body);
   if (endpoint == Endpoint::kChatCompletions) {
     const json* messages = field(body, "messages");
     if (messages == nullptr) bad("messages", "'messages' is required");
-    r.prompt = render_chat(*messages);
+    r.messages = chat_messages(*messages);
   } else {
     parse_prompt(body, r);
   }
@@ -258,7 +278,6 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   parse_sampling(body, r);
   r.generation.stop = stop_strings(body);
   if (endpoint == Endpoint::kChatCompletions) {
-    r.generation.stop.insert(r.generation.stop.end(), kChatStops.begin(), kChatStops.end());
     if (bool_field(body, "logprobs").value_or(false)) {
       r.generation.top_logprobs =
           integer_field(body, "top_logprobs", 0, kMaxTopLogprobs).value_or(0);
@@ -277,20 +296,36 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   return r;
 }
 
+std::vector<int32_t> prompt_tokens(ApiRequest& request, const data::Tokenizer& tokenizer,
+                                   const ChatTemplate* chat_template) {
+  if (!request.messages.is_null()) {
+    if (chat_template == nullptr) return tokenizer.encode(render_chat(request.messages));
+    std::string text;
+    try {
+      text = chat_template->render(request.messages, request.add_generation_prompt);
+    } catch (const Error& e) {
+      bad("messages",
+          fmt::format("the model's chat template refuses the conversation: {}", e.what()));
+    }
+    return tokenizer.encode_allowing_special(text);
+  }
+  for (int32_t id : request.prompt_tokens) {
+    if (id >= tokenizer.vocab_size()) {
+      bad("prompt",
+          fmt::format("token id {} is outside the vocabulary of {}", id, tokenizer.vocab_size()));
+    }
+  }
+  if (!request.prompt_tokens.empty()) return std::move(request.prompt_tokens);
+  return tokenizer.encode(request.prompt);
+}
+
 GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& tokenizer,
-                                const ApiLimits& limits) {
+                                const ApiLimits& limits, const ChatTemplate* chat_template) {
   GenerationRequest g = std::move(request.generation);
   const char* param = request.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
-  if (!request.prompt_tokens.empty()) {
-    for (int32_t id : request.prompt_tokens) {
-      if (id >= tokenizer.vocab_size()) {
-        bad(param,
-            fmt::format("token id {} is outside the vocabulary of {}", id, tokenizer.vocab_size()));
-      }
-    }
-    g.prompt = std::move(request.prompt_tokens);
-  } else {
-    g.prompt = tokenizer.encode(request.prompt);
+  g.prompt = prompt_tokens(request, tokenizer, chat_template);
+  if (request.endpoint == Endpoint::kChatCompletions && chat_template == nullptr) {
+    g.stop.insert(g.stop.end(), kChatStops.begin(), kChatStops.end());
   }
   const int64_t prompt = int64_t(g.prompt.size());
   if (prompt == 0) bad(param, fmt::format("'{}' is empty", param));

@@ -10,6 +10,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/serve/chat_template.h"
 #include "tessera/serve/engine.h"
 
 namespace tessera::serve {
@@ -32,7 +33,8 @@ class ApiError : public Error {
   std::vector<std::pair<std::string, std::string>> headers_;
 };
 
-enum class Endpoint { kCompletions, kChatCompletions };
+// kTokenize: vLLM's /tokenize, a prompt or a conversation turned into the model's tokens.
+enum class Endpoint { kCompletions, kChatCompletions, kTokenize };
 
 // What the server accepts, for checking requests.
 struct ApiLimits {
@@ -44,8 +46,10 @@ struct ApiLimits {
 // A checked request: the engine's part still needs its prompt tokenized.
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string prompt;                  // text; for chat, the rendered conversation
+  std::string prompt;                  // text (completions, and tokenize without messages)
   std::vector<int32_t> prompt_tokens;  // given directly as token ids (completions only)
+  nlohmann::json messages;             // a checked conversation: {"role", "content": text}
+  bool add_generation_prompt = true;   // the conversation ends opening the assistant's turn
   std::optional<int64_t>
       max_tokens;                // absent: 16 for completions, the rest of the context for chat
   GenerationRequest generation;  // every field but prompt and max_tokens
@@ -61,14 +65,23 @@ constexpr int64_t kMaxJsonNesting = 32;
 // the parameter at fault.
 ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLimits& limits);
 
+// The prompt's tokens: the ids given, the text encoded (special tokens spelled in it are
+// ordinary text), or the conversation rendered by the model's chat template and encoded with the
+// special tokens it writes recognised, as Transformers' apply_chat_template and vLLM do (so
+// message text that spells a special token is that token). Without a template (nullptr) the
+// conversation takes the built-in form of render_chat. A template's raise_exception() is a 400.
+std::vector<int32_t> prompt_tokens(ApiRequest& request, const data::Tokenizer& tokenizer,
+                                   const ChatTemplate* chat_template);
+
 // Tokenizes the prompt and fixes max_tokens against the context: a prompt that fills the context,
 // or an explicit max_tokens that runs past it, is a 400 (code context_length_exceeded).
 GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& tokenizer,
-                                const ApiLimits& limits);
+                                const ApiLimits& limits,
+                                const ChatTemplate* chat_template = nullptr);
 
-// The chat template: each message as "System: ...", "User: ..." or "Assistant: ..." on its own
-// line, then "Assistant:" for the model to continue. Chat requests also stop at "\nUser:" and
-// "\nSystem:", so the model answers one turn.
+// The built-in chat form, for a model without a chat template: each message as "System: ...",
+// "User: ..." or "Assistant: ..." on its own line, then "Assistant:" for the model to continue.
+// Such chats also stop at "\nUser:" and "\nSystem:", so the model answers one turn.
 std::string render_chat(const nlohmann::json& messages);
 inline const std::vector<std::string> kChatStops = {"\nUser:", "\nSystem:"};
 

@@ -3,10 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/hf_convert.h"
 #include "tessera/ckpt/state_reader.h"
+#include "tessera/data/hf_tokenizer_file.h"
 
 namespace tessera::serve {
 
@@ -65,13 +69,90 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
   return served;
 }
 
+std::optional<nlohmann::json> read_json_if_present(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  check(in.good() || in.eof(), "{}: cannot read", path.string());
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "{}: cannot open the chat template", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The id of a special token named by its text ("eos_token": "<|eot_id|>") or its
+// {"content": ...} object, when the tokenizer has it.
+std::optional<int32_t> special_token_id(const nlohmann::json& value,
+                                        const data::Tokenizer& tokenizer) {
+  const nlohmann::json* text = &value;
+  if (value.is_object() && value.contains("content")) text = &value["content"];
+  if (!text->is_string()) return std::nullopt;
+  for (const auto& [spelled, id] : tokenizer.special_tokens()) {
+    if (spelled == text->get_ref<const std::string&>()) return id;
+  }
+  return std::nullopt;
+}
+
+// The chat template and the tokens that end a turn, from the tokenizer's folder (`tokenizer_dir`,
+// empty for bytes) and the model folder's generation_config.json.
+void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir,
+                        const fs::path& chat_template_file, ServedModel& served) {
+  const std::optional<nlohmann::json> config =
+      tokenizer_dir.empty() ? std::nullopt
+                            : read_json_if_present(tokenizer_dir / data::kHfTokenizerConfigFile);
+  std::vector<int32_t>& stops = served.stop_tokens;
+  if (config && config->is_object() && config->contains("eos_token")) {
+    if (auto id = special_token_id((*config)["eos_token"], *served.tokenizer)) stops.push_back(*id);
+  }
+  if (auto generation = read_json_if_present(model_dir / "generation_config.json");
+      generation && generation->is_object() && generation->contains("eos_token_id")) {
+    const nlohmann::json& eos = (*generation)["eos_token_id"];
+    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+      if (id.is_number_integer() && id.get<int64_t>() >= 0 &&
+          id.get<int64_t>() < served.tokenizer->vocab_size()) {
+        stops.push_back(id.get<int32_t>());
+      }
+    }
+  }
+  if (!chat_template_file.empty()) {
+    nlohmann::json with_template =
+        config && config->is_object() ? *config : nlohmann::json::object();
+    with_template["chat_template"] = read_text(chat_template_file);
+    try {
+      served.chat_template = chat_template_from_tokenizer_config(with_template);
+    } catch (const Error& e) {
+      fail("--chat-template {}: {}", chat_template_file.string(), e.what());
+    }
+  } else if (config && config->is_object() && config->contains("chat_template")) {
+    try {
+      served.chat_template = chat_template_from_tokenizer_config(*config);
+    } catch (const Error& e) {
+      fail("{}: {}", (tokenizer_dir / data::kHfTokenizerConfigFile).string(), e.what());
+    }
+  }
+}
+
 }  // namespace
 
 ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_tokens,
-                              const ServingFormat& format) {
+                              const ServingFormat& format, const fs::path& chat_template_file) {
   ServedModel served;
+  fs::path tokenizer_dir, model_dir;
   if (ckpt::is_hf_model_folder(checkpoint)) {
     served = load_hf_folder(checkpoint, max_step_tokens, format);
+    model_dir = checkpoint;
+    if (data::holds_tokenizer(checkpoint)) tokenizer_dir = checkpoint;
   } else {
     served.step_dir = ckpt::checkpoint_step_dir(checkpoint);
     const fs::path& step_dir = served.step_dir;
@@ -81,8 +162,11 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     const std::span<float> params = served.model->params();
     ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
                            int64_t(params.size()), params.data());
-    served.tokenizer = data::load_tokenizer(ckpt::checkpoint_tokenizer(step_dir, manifest.metadata));
+    const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
+    served.tokenizer = data::load_tokenizer(tokenizer);
+    if (tokenizer != "byte") tokenizer_dir = model_dir = tokenizer;
   }
+  read_chat_settings(tokenizer_dir, model_dir, chat_template_file, served);
   check(served.tokenizer->vocab_size() <= served.config().vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
         served.step_dir.string(), served.tokenizer->vocab_size(), served.config().vocab_size);

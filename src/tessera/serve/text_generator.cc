@@ -31,12 +31,13 @@ TextGenerator::TextGenerator(const fs::path& checkpoint, const ServingFormat& fo
     : served_(load_served_model(checkpoint, 1, format)),
       cache_(served_.config(), served_.config().max_seq) {}
 
-void TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
+void TextGenerator::generate(const std::string& prompt, bool allow_special, int64_t max_tokens,
                              const SamplerParams& params,
                              const std::function<void(std::string_view)>& on_text) {
   const int64_t context = served_.config().max_seq;
   check(max_tokens >= 0, "--max-tokens must be at least 0, got {}", max_tokens);
-  std::vector<int32_t> tokens = served_.tokenizer->encode(prompt);
+  std::vector<int32_t> tokens = allow_special ? served_.tokenizer->encode_allowing_special(prompt)
+                                              : served_.tokenizer->encode(prompt);
   check(!tokens.empty(), "--prompt is empty: give at least one character to continue");
   check(int64_t(tokens.size()) <= context,
         "--prompt is {} tokens long but the model's context holds {} (model.max_seq)",

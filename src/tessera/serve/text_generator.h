@@ -23,9 +23,10 @@ class TextGenerator {
   // Streams each generated piece of text to on_text as soon as it is sampled. The prompt runs
   // once and each new token then costs one token's work, through the KV cache. When the context
   // fills up, the oldest tokens slide out of the window, and every later token reruns the whole
-  // window: shifted positions make the cached keys and values stale.
-  void generate(const std::string& prompt, int64_t max_tokens, const SamplerParams& params,
-                const std::function<void(std::string_view)>& on_text);
+  // window: shifted positions make the cached keys and values stale. With `allow_special`,
+  // special tokens spelled in the prompt are those tokens.
+  void generate(const std::string& prompt, bool allow_special, int64_t max_tokens,
+                const SamplerParams& params, const std::function<void(std::string_view)>& on_text);
 
   const model::ModelConfig& model_config() const { return served_.config(); }
   const std::filesystem::path& step_dir() const { return served_.step_dir; }

@@ -1,0 +1,44 @@
+// A model's chat template: the Jinja template of its tokenizer_config.json and the special tokens
+// it refers to, which turn a conversation into the prompt text the model learned from. Rendering
+// passes the template what transformers' apply_chat_template passes it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "tessera/serve/jinja_template.h"
+
+namespace tessera::serve {
+
+class ChatTemplate {
+ public:
+  // Parses the template; an Error names the line and column of what is wrong in it.
+  ChatTemplate(std::string_view source, std::string bos_token, std::string eos_token);
+
+  // The prompt for `messages` ([{"role": ..., "content": ...}, ...]), ending with the opening of
+  // the assistant's turn when add_generation_prompt is set. `extra` holds more variables for the
+  // template (tools, documents, date_string, ...), which replace the defaults. An Error carries
+  // the message of the template's raise_exception(), such as roles that do not alternate.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+
+  // The variables render() gives the template: messages, add_generation_prompt, bos_token,
+  // eos_token, and tools and documents as none (as transformers passes them), then `extra`.
+  nlohmann::ordered_json context(
+      const nlohmann::ordered_json& messages, bool add_generation_prompt,
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+
+ private:
+  JinjaTemplate template_;
+  std::string bos_token_;
+  std::string eos_token_;
+};
+
+// The chat template of a tokenizer_config.json: "chat_template" holds the template, or a list of
+// {"name", "template"} of which the one named "default" is taken; bos_token and eos_token are
+// strings or {"content": ...} objects, and a missing one is empty. An Error when the config has
+// no chat template.
+ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer_config);
+
+}  // namespace tessera::serve

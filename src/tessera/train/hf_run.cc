@@ -1,0 +1,100 @@
+#include "tessera/train/hf_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/hf_convert.h"
+#include "tessera/core/error.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/data/tokenizer_copy.h"
+#include "tessera/model/model_layout.h"
+#include "tessera/train/run_config.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCheckpointsDir = "checkpoints";
+constexpr const char* kTokenizerDir = "tokenizer";
+
+}  // namespace
+
+Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer) {
+  Config config(run_config_schema());
+  auto set = [&config](std::string_view key, const auto& value) {
+    config.set_override(fmt::format("{}={}", key, value));
+  };
+  set("model.arch", model::architecture_name(m.arch));
+  set("model.vocab_size", m.vocab_size);
+  set("model.n_layer", m.n_layer);
+  set("model.n_head", m.n_head);
+  set("model.d_model", m.d_model);
+  set("model.max_seq", m.max_seq);
+  set("model.n_kv_head", m.n_kv_head);
+  set("model.ffn_hidden", m.ffn_hidden);
+  set("model.rope_theta", m.rope_theta);
+  set("model.norm_eps", m.norm_eps);
+  set("model.tie_embeddings", m.tie_embeddings);
+  set("model.moe_experts", m.moe.n_experts);
+  set("model.moe_top_k", m.moe.top_k);
+  set("model.moe_shared_experts", m.moe.n_shared);
+  set("model.moe_capacity_factor", m.moe.capacity_factor);
+  set("model.moe_aux_loss_coef", m.moe.aux_loss_coef);
+  set("train.seq_len", std::min(config.get_int("train.seq_len"), m.max_seq));
+  if (tokenizer != "byte") set("data.tokenizer", tokenizer);
+  run_config_from(config);  // the same validation a run of this config gets
+  return config;
+}
+
+std::string hf_folder_tokenizer(const fs::path& hf) {
+  return data::holds_tokenizer(hf) ? fs::absolute(hf).string() : "byte";
+}
+
+fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::string& tokenizer) {
+  const fs::path out = fs::absolute(out_dir);
+  if (const auto existing = ckpt::find_latest(out / kCheckpointsDir)) {
+    fail("{}: already holds checkpoint {}; import into a new folder", out.string(),
+         existing->string());
+  }
+  const std::unique_ptr<data::Tokenizer> loaded = data::load_tokenizer(tokenizer);
+  ckpt::HfImport imported = ckpt::import_hf(hf);
+  const model::ModelConfig& mc = imported.config;
+  check(loaded->vocab_size() <= mc.vocab_size,
+        "tokenizer {}: {} tokens, but the model of {} has only {} (vocab_size)", tokenizer,
+        loaded->vocab_size(), hf.string(), mc.vocab_size);
+
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  check(!ec, "{}: cannot create the run folder: {}", out.string(), ec.message());
+  nlohmann::json tokenizer_meta = "byte";
+  if (tokenizer != "byte") {
+    const fs::path copy = out / kTokenizerDir;
+    data::copy_tokenizer(tokenizer, copy);
+    tokenizer_meta = {{"kind", loaded->kind()}, {"dir", copy.string()}};
+  }
+  const Config config =
+      hf_run_config(mc, tokenizer == "byte" ? "byte" : (out / kTokenizerDir).string());
+  {
+    std::ofstream resolved(out / "config.toml");
+    resolved << config.to_toml();
+    check(resolved.good(), "{}: cannot write config.toml", out.string());
+  }
+  const nlohmann::json metadata = {
+      {"config", config.to_json()},
+      {"model", model::architecture_name(mc.arch)},
+      {"tokenizer", tokenizer_meta},
+      {"imported_from",
+       {{"dir", fs::absolute(hf).string()}, {"architecture", imported.architecture}}}};
+  const model::ModelLayout layout = model::model_layout(mc);
+  return ckpt::save(out / kCheckpointsDir, 0,
+                    model::named_views(layout.params, imported.params.data()), metadata,
+                    /*keep_last=*/0);
+}
+
+}  // namespace tessera::train

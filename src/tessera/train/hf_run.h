@@ -1,0 +1,29 @@
+// A Hugging Face model folder (config.json, safetensors weights, optionally its tokenizer) as
+// the start of a run: the run config its config.json implies, and a run folder whose step 0
+// holds its weights, which `tessera train` fine-tunes and `tessera generate` samples from.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "tessera/core/config.h"
+#include "tessera/model/model_config.h"
+
+namespace tessera::train {
+
+// The resolved run config of model `m`: its model.* keys, every other key at its default
+// (train.seq_len capped at model.max_seq), data.tokenizer = `tokenizer` unless "byte". Validated
+// as a run of it would be.
+Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer);
+
+// Imports the folder `hf` into the new run folder `out`: config.toml, checkpoints/step-000000
+// (parameters only, the manifest's metadata naming the folder it came from) and, for a tokenizer
+// other than "byte", a copy of it in out/tokenizer. A folder that already holds a checkpoint is
+// refused. Returns the step folder written.
+std::filesystem::path import_hf_run(const std::filesystem::path& hf,
+                                    const std::filesystem::path& out, const std::string& tokenizer);
+
+// "the folder itself" when a Hugging Face folder holds tokenizer files, else "byte".
+std::string hf_folder_tokenizer(const std::filesystem::path& hf);
+
+}  // namespace tessera::train
