@@ -10,16 +10,6 @@ namespace tessera::serve {
 
 namespace {
 
-std::string special_token(const nlohmann::json& config, const char* key) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
-    return (*it)["content"].get<std::string>();
-  }
-  fail("{} in tokenizer_config.json must be a string or an object with a \"content\" string", key);
-}
-
 std::string template_source(const nlohmann::json& config) {
   const auto it = config.find("chat_template");
   check(it != config.end() && !it->is_null(),
@@ -70,11 +60,21 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
   return template_.render(context(messages, add_generation_prompt, extra));
 }
 
+std::string special_token_text(const nlohmann::json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  fail("{} in tokenizer_config.json must be a string or an object with a \"content\" string", key);
+}
+
 ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer_config) {
   check(tokenizer_config.is_object(), "tokenizer_config.json must hold a JSON object");
   return ChatTemplate(template_source(tokenizer_config),
-                      special_token(tokenizer_config, "bos_token"),
-                      special_token(tokenizer_config, "eos_token"));
+                      special_token_text(tokenizer_config, "bos_token"),
+                      special_token_text(tokenizer_config, "eos_token"));
 }
 
 }  // namespace tessera::serve

@@ -41,4 +41,8 @@ class ChatTemplate {
 // no chat template.
 ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer_config);
 
+// The text of tokenizer_config.json's special token `key` ("bos_token", "eos_token"): a string or
+// a {"content": ...} object; empty when absent. Any other form is an Error.
+std::string special_token_text(const nlohmann::json& tokenizer_config, const char* key);
+
 }  // namespace tessera::serve

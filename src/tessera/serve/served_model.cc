@@ -91,19 +91,6 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// The id of a special token named by its text ("eos_token": "<|eot_id|>") or its
-// {"content": ...} object, when the tokenizer has it.
-std::optional<int32_t> special_token_id(const nlohmann::json& value,
-                                        const data::Tokenizer& tokenizer) {
-  const nlohmann::json* text = &value;
-  if (value.is_object() && value.contains("content")) text = &value["content"];
-  if (!text->is_string()) return std::nullopt;
-  for (const auto& [spelled, id] : tokenizer.special_tokens()) {
-    if (spelled == text->get_ref<const std::string&>()) return id;
-  }
-  return std::nullopt;
-}
-
 // The chat template and the tokens that end a turn, from the tokenizer's folder (`tokenizer_dir`,
 // empty for bytes) and the model folder's generation_config.json.
 void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir,
@@ -112,8 +99,11 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
       tokenizer_dir.empty() ? std::nullopt
                             : read_json_if_present(tokenizer_dir / data::kHfTokenizerConfigFile);
   std::vector<int32_t>& stops = served.stop_tokens;
-  if (config && config->is_object() && config->contains("eos_token")) {
-    if (auto id = special_token_id((*config)["eos_token"], *served.tokenizer)) stops.push_back(*id);
+  if (config && config->is_object()) {
+    const std::string eos = special_token_text(*config, "eos_token");
+    for (const auto& [spelled, id] : served.tokenizer->special_tokens()) {
+      if (!eos.empty() && spelled == eos) stops.push_back(id);
+    }
   }
   if (auto generation = read_json_if_present(model_dir / "generation_config.json");
       generation && generation->is_object() && generation->contains("eos_token_id")) {
