@@ -22,6 +22,7 @@ targets=(
   "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
   "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|20|src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt"
+  "chat_template_fuzz|20|src/tessera/serve/chat_template.cc $(echo src/tessera/serve/jinja_*.cc) src/tessera/core/utf8.cc|-lfmt"
   "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/core/json_nesting.cc|-lfmt -DNDEBUG"
 )
 
@@ -70,6 +71,13 @@ PY
       echo '{"model": "tiny", "prompt": "In the", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true}, "seed": 3}' >"$dir/completion.json"
       echo '{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 4, "logprobs": true, "top_logprobs": 2}' >"$dir/chat.json"
       echo '{"model": "tiny", "prompt": [72, 105], "min_p": 0.1, "repetition_penalty": 1.2}' >"$dir/tokens.json"
+      ;;
+    chat_template_fuzz)
+      # Each shipped template test's templates, with a conversation after the NUL byte.
+      for template in tests/serve/chat_templates/*.jinja; do
+        { cat "$template"; printf '\0[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Bye"}]}]'; } \
+          >"$dir/$(basename "$template" .jinja)"
+      done
       ;;
     http_request_fuzz)
       # The first byte of each input sets the read size the parser is fed in.

@@ -291,38 +291,15 @@ TEST_F(Gpt2Equality, TinyShakespeare) {
 // does not split again, merges in rank order, special tokens after the ranks), built from a
 // tiktoken rank file: here cl100k_base, whose split pattern Llama 3's is.
 std::string llama3_tokenizer_json(const fs::path& rank_file) {
-  const BpeVocab ranks = parse_tiktoken_ranks(read_file(rank_file), rank_file.string());
-  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
-  for (size_t id = 0; id < ranks.tokens.size(); ++id) {
-    if (!ranks.tokens[id].empty()) vocab[map_gpt2_bytes(ranks.tokens[id])] = id;
-  }
-  for (const BpeMerge& m : ranks.merges) {
-    merges.push_back({map_gpt2_bytes(ranks.tokens[m.left]), map_gpt2_bytes(ranks.tokens[m.right])});
-  }
-  const int64_t n = int64_t(ranks.tokens.size());
-  const nlohmann::json tokenizer = {
-      {"version", "1.0"},
-      {"added_tokens",
-       {{{"id", n}, {"content", "<|begin_of_text|>"}, {"special", true}},
-        {{"id", n + 1}, {"content", "<|end_of_text|>"}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", kLlama3Pattern}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"},
-           {"add_prefix_space", false},
-           {"trim_offsets", true},
-           {"use_regex", false}}}}}},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", true},
-        {"vocab", vocab}, {"merges", merges}}}};
-  return tokenizer.dump();
+  BpeVocab vocab = parse_tiktoken_ranks(read_file(rank_file), rank_file.string());
+  vocab.pattern = SplitPattern::kLlama3;
+  const int32_t n = int32_t(vocab.tokens.size());
+  vocab.special_tokens = {{"<|begin_of_text|>", n},
+                          {"<|end_of_text|>", n + 1},
+                          {"<|start_header_id|>", n + 2},
+                          {"<|end_header_id|>", n + 3},
+                          {"<|eot_id|>", n + 4}};
+  return format_hf_tokenizer(vocab);
 }
 
 // Texts on which gpt-tokenizer's cl100k_base is not tiktoken's, left out of the comparison:
@@ -375,11 +352,29 @@ class Llama3Equality : public ::testing::Test {
 
 TEST_F(Llama3Equality, SpecialTokensFollowTheRanks) {
   EXPECT_EQ(tokenizer_->kind(), "hf-bpe");
-  EXPECT_EQ(tokenizer_->vocab_size(), 100256 + 2);
+  EXPECT_EQ(tokenizer_->vocab_size(), 100256 + 5);
   EXPECT_EQ(tokenizer_->end_of_text(), 100257);
   EXPECT_EQ(tokenizer_->decode(Ids{100256}), "<|begin_of_text|>");
   // Special tokens are never recognised in text.
   EXPECT_GT(tokenizer_->encode("<|end_of_text|>").size(), 1u);
+}
+
+// Hugging Face's own tokenizer reads the same file and recognises its added tokens anywhere.
+TEST_F(Llama3Equality, SpecialTokensWhenAllowedAreHuggingFacesIds) {
+  const std::vector<std::string> inputs = {
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>",
+      "text<|end_of_text|>more text",
+      " <|eot_id|> spaced <|eot_id|><|eot_id|>",
+      "<|eot_id|\n<|begin_of_tex|> not quite special",
+      "<|<|eot_id|>|>",
+      "no special at all"};
+  const std::vector<Ids> expected =
+      reference_ids(inputs, dir_ / "tokenizer.json", /*allow_special=*/true);
+  ASSERT_EQ(expected[0].front(), 100256) << "the reference did not recognise <|begin_of_text|>";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(tokenizer_->encode_allowing_special(inputs[i]), expected[i])
+        << "input " << i << ": \"" << printable(inputs[i]) << "\"";
+  }
 }
 
 // gpt-tokenizer's own cl100k_base samples.

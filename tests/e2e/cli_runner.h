@@ -42,6 +42,17 @@ inline CliResult run_command(const std::string& command_line) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
+// How many checks a node script of tests/serve/openai_client reported as passed ("ok   NAME"):
+// every check ran and reported, not just an early clean exit.
+inline size_t checks_passed(const std::string& output) {
+  size_t passed = 0;
+  for (size_t at = output.find("ok   "); at != std::string::npos;
+       at = output.find("ok   ", at + 1)) {
+    ++passed;
+  }
+  return passed;
+}
+
 inline CliResult run_cli(const std::string& args) {
   return run_command(std::string(TESSERA_BINARY) + " " + args);
 }

@@ -55,12 +55,7 @@ TEST_P(ServeHfChat, AnswersWithTheFoldersChatTemplate) {
                   "' http://127.0.0.1:" + std::to_string(server.port()) + "/v1 chat-key hf-model " +
                   (dir / "hf") + " " + served_template);
   EXPECT_EQ(check.exit_code, 0) << check.output << "\n--- server ---\n" << server.output();
-  size_t passed = 0;
-  for (size_t at = check.output.find("ok   "); at != std::string::npos;
-       at = check.output.find("ok   ", at + 1)) {
-    ++passed;
-  }
-  EXPECT_EQ(passed, 4u) << check.output;
+  EXPECT_EQ(checks_passed(check.output), 4u) << check.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -4,12 +4,18 @@
 // Special tokens are neither recognised nor refused, as in Tessera's encode(). With
 // allow-special they are recognised, as in its encode_allowing_special(), and js-tiktoken
 // encodes: gpt-tokenizer 4.0.0 recognises a special token only at the start or end of the text.
+// An ENCODING that names a tokenizer.json is encoded by @huggingface/tokenizers, which always
+// recognises the file's added tokens, as encode_allowing_special() does.
 import fs from 'node:fs';
 
 const encoding = process.argv[3] ?? 'r50k_base';
 const inputs = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 let encodeOne;
-if (process.argv[4] === 'allow-special') {
+if (encoding.endsWith('tokenizer.json')) {
+  const { Tokenizer } = await import('@huggingface/tokenizers');
+  const tokenizer = new Tokenizer(JSON.parse(fs.readFileSync(encoding, 'utf8')), {});
+  encodeOne = (text) => tokenizer.encode(text, { add_special_tokens: false }).ids;
+} else if (process.argv[4] === 'allow-special') {
   const { getEncoding } = await import('js-tiktoken');
   const tiktoken = getEncoding(encoding);
   encodeOne = (text) => tiktoken.encode(text, 'all');

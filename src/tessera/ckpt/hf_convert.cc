@@ -5,11 +5,11 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "tessera/ckpt/hf_names.h"
 #include "tessera/ckpt/safetensors.h"
 #include "tessera/core/error.h"
+#include "tessera/core/json_file.h"
 #include "tessera/core/utf8.h"
 #include "tessera/model/model_layout.h"
 
@@ -18,18 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
 
 std::string shape_str(const std::vector<int64_t>& shape) { return json(shape).dump(); }
 

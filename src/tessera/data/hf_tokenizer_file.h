@@ -34,13 +34,5 @@ std::string format_hf_tokenizer(const BpeVocab& vocab);
 // the vocabulary has it).
 void write_hf_tokenizer_files(const BpeVocab& vocab, int64_t max_seq,
                               const std::filesystem::path& dir);
-std::string format_hf_tokenizer(const BpeVocab& vocab);
-
-// Writes what a Hugging Face model folder carries of its tokenizer into `dir`: tokenizer.json,
-// tokenizer_config.json (the fast tokenizer class, its special tokens, the context length) and
-// generation_config.json (bos and eos ids: the document separator, and <|begin_of_text|> where
-// the vocabulary has it).
-void write_hf_tokenizer_files(const BpeVocab& vocab, int64_t max_seq,
-                              const std::filesystem::path& dir);
 
 }  // namespace tessera::data

@@ -3,14 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/hf_convert.h"
 #include "tessera/ckpt/state_reader.h"
+#include "tessera/core/json_file.h"
 #include "tessera/data/hf_tokenizer_file.h"
+#include "tessera/data/text_corpus.h"
 
 namespace tessera::serve {
 
@@ -72,23 +72,7 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
 std::optional<nlohmann::json> read_json_if_present(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  check(in.good() || in.eof(), "{}: cannot read", path.string());
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open the chat template", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_json_file(path);
 }
 
 // The chat template and the tokens that end a turn, from the tokenizer's folder (`tokenizer_dir`,
@@ -118,7 +102,7 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
   if (!chat_template_file.empty()) {
     nlohmann::json with_template =
         config && config->is_object() ? *config : nlohmann::json::object();
-    with_template["chat_template"] = read_text(chat_template_file);
+    with_template["chat_template"] = data::read_text_file(chat_template_file);
     try {
       served.chat_template = chat_template_from_tokenizer_config(with_template);
     } catch (const Error& e) {

@@ -12,6 +12,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { check } from './check.mjs';
 
 const [baseURL, apiKey, model, folder, templateFile] = process.argv.slice(2);
 if (!folder) {
@@ -43,16 +44,6 @@ async function serverIds(body) {
   const reply = await response.json();
   assert.equal(reply.count, reply.tokens.length, '/tokenize count is not its tokens length');
   return reply.tokens;
-}
-
-async function check(name, body) {
-  try {
-    const detail = await body();
-    console.log(`ok   ${name}${detail ? `: ${detail}` : ''}`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.message}`);
-    process.exit(1);
-  }
 }
 
 // Mixtral's template takes only alternating user and assistant turns; the others a system one.

@@ -4,6 +4,7 @@
 //   node client_test.mjs BASE_URL API_KEY MODEL      (BASE_URL ends in /v1)
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { check } from './check.mjs';
 
 const [baseURL, apiKey, model] = process.argv.slice(2);
 if (!model) {
@@ -12,16 +13,6 @@ if (!model) {
 }
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const kTokens = 24;
-
-async function check(name, body) {
-  try {
-    const detail = await body();
-    console.log(`ok   ${name}${detail ? `: ${detail}` : ''}`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.message}`);
-    process.exit(1);
-  }
-}
 
 // Text, finish reason and usage of one answer, however it arrived.
 function checkAnswer({ text, finish, usage }, asked) {
