@@ -29,12 +29,51 @@ TEST(PlanCli, LargeModelsPlanInSecondsOnTpuAndGpu) {
       EXPECT_NE(r.output.find("MFU"), std::string::npos);
     }
   }
-  const CliResult compare =
-      run_cli("plan --model " + kConfigs + "moe-671b.toml --compare tpu-v5p,h100 --chips 2048");
-  ASSERT_EQ(compare.exit_code, 0) << compare.output;
-  EXPECT_NE(compare.output.find("$ per 1M tok"), std::string::npos) << compare.output;
-  EXPECT_NE(compare.output.find("tpu-v5p "), std::string::npos);
-  EXPECT_NE(compare.output.find("h100 "), std::string::npos);
+}
+
+// A buyer's question: which accelerator and how many, by when, at what price, failures included.
+TEST(PlanCli, CompareAtSeveralCountsPrintsDaysAndCostAtEveryPrice) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r = run_cli("plan --model " + kConfigs +
+                              "moe-671b.toml --compare tpu-v5p,h100 --chips 1024,2048,4096 "
+                              "--tokens 14.8e12 --deadline 60");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* column : {"goodput", "days", "on-demand", "spot", "1y", "3y"}) {
+    EXPECT_NE(r.output.find(column), std::string::npos) << column << "\n" << r.output;
+  }
+  for (const char* row :
+       {"tpu-v5p       1024 dp=", "tpu-v5p       4096 dp=", "h100          2048 dp="}) {
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("prices of tpu-v5p (USD per chip-hour, 2024-12): "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("Llama 3's 419 unexpected interruptions"), std::string::npos);
+  EXPECT_NE(r.output.find("cheapest within 60.0 days at on-demand prices: "), std::string::npos)
+      << r.output;
+
+  // Failures cost days and money: without them each row is faster and cheaper.
+  const std::string json_flags =
+      "plan --model " + kConfigs + "moe-671b.toml --compare h100 --chips 1024,4096 --json";
+  const CliResult with_failures = run_cli(json_flags);
+  const CliResult without = run_cli(json_flags + " --failures-per-chip-hour 0");
+  ASSERT_EQ(with_failures.exit_code, 0) << with_failures.output;
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  const nlohmann::json a = nlohmann::json::parse(with_failures.output);
+  const nlohmann::json b = nlohmann::json::parse(without.output);
+  ASSERT_EQ(a.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LT(a[i]["goodput"]["fraction"].get<double>(), 1.0);
+    EXPECT_EQ(b[i]["goodput"]["fraction"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(b[i]["days"].get<double>(), b[i]["days_failure_free"].get<double>());
+    EXPECT_DOUBLE_EQ(a[i]["days_failure_free"].get<double>(),
+                     b[i]["days_failure_free"].get<double>());
+    EXPECT_GT(a[i]["days"].get<double>(), b[i]["days"].get<double>());
+    EXPECT_GT(a[i]["cost_usd"]["on_demand"].get<double>(),
+              b[i]["cost_usd"]["on_demand"].get<double>());
+  }
+  // The larger job fails more often.
+  EXPECT_LT(a[1]["goodput"]["fraction"].get<double>(), a[0]["goodput"]["fraction"].get<double>());
 }
 
 TEST(PlanCli, OneLayoutAsJson) {
@@ -60,6 +99,11 @@ TEST(PlanCli, BadInputIsAClearError) {
   expect_one_line_error(run_cli(model + "--hardware h1000 --chips 8"),
                         "unknown accelerator 'h1000'");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 0"), "--chips must be at least 1");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 8,x"), "got '8,x'");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 8,16 --layout dp=8"),
+                        "--layout evaluates one layout");
+  expect_one_line_error(run_cli(model + "--hardware h100 --chips 8 --restart-minutes -1"),
+                        "--restart-minutes must not be negative");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8"),
                         "the smallest feasible count is");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 16 --layout dp=2,tp=4"),

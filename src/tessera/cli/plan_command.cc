@@ -1,3 +1,4 @@
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -41,6 +42,12 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 std::string model_summary(const model::ModelConfig& m);
 
+// About 4M tokens per step, rounded up to a multiple of the chips.
+int64_t default_global_batch(const PlanInputs& in) {
+  return (int64_t(std::ceil(4.0 * (1 << 20) / double(in.workload.seq_len))) + in.chips - 1) /
+         in.chips * in.chips;
+}
+
 // What is being planned, printed above a table once the plan has succeeded.
 void print_header(const PlanInputs& in, const plan::Accelerator* a) {
   std::printf("model: %s, %lld x %lld tokens per step, %s tokens to train\n",
@@ -61,8 +68,9 @@ std::string model_summary(const model::ModelConfig& m) {
   return s;
 }
 
-void explain_no_fit(const PlanInputs& in, const plan::Accelerator& a,
-                    const plan::SearchResult& found) {
+// Why no layout of the chips fits; with `suggest`, the smallest chip count that does (a search).
+std::string no_fit_reason(const PlanInputs& in, const plan::Accelerator& a,
+                          const plan::SearchResult& found, bool suggest) {
   std::string why =
       fmt::format("no layout of {} {} chips fits {}", in.chips, a.name, model_summary(in.model));
   if (found.smallest_misfit) {
@@ -73,17 +81,28 @@ void explain_no_fit(const PlanInputs& in, const plan::Accelerator& a,
   } else {
     why += ": no layout divides the model and the global batch";
   }
+  if (!suggest) return why;
   const std::optional<int64_t> smallest = plan::smallest_feasible_chips(in.model, a, in.workload);
   why += smallest ? fmt::format("; the smallest feasible count is {} chips", *smallest)
                   : std::string("; it fits on no count up to 2^20 chips");
-  fail("{}", why);
+  return why;
+}
+
+// The failure model behind the goodput column, said once under a table.
+void print_goodput_basis(const plan::Reliability& r) {
+  std::printf(
+      "goodput: %.3g failures per chip-hour (default: Llama 3's 419 unexpected interruptions in 54 "
+      "days on 16,384 GPUs), %.0f min per restart, checkpoints written at %.3g GB/s per chip "
+      "(default: Llama 3's 2 TB/s storage over 16,384 GPUs) at the Young-Daly interval; days and "
+      "cost include it\n",
+      r.failures_per_chip_hour, r.restart_s / 60, r.checkpoint_bytes_per_s_per_chip / 1e9);
 }
 
 int run_search(const PlanInputs& in, const plan::Accelerator& a, plan::RankBy rank_by, int64_t top,
                bool json) {
   const plan::SearchResult found =
       plan::search_layouts(in.model, a, in.chips, in.workload, rank_by);
-  if (found.ranked.empty()) explain_no_fit(in, a, found);
+  if (found.ranked.empty()) fail("{}", no_fit_reason(in, a, found, true));
   const size_t shown = std::min<size_t>(size_t(top), found.ranked.size());
   const std::vector<plan::Estimate> best(found.ranked.begin(), found.ranked.begin() + shown);
   if (json) {
@@ -103,38 +122,96 @@ int run_search(const PlanInputs& in, const plan::Accelerator& a, plan::RankBy ra
               static_cast<long long>(found.too_big),
               plan::human_bytes(found.ranked.front().usable_memory).c_str());
   std::printf("%s", plan::layout_table(best).c_str());
+  print_goodput_basis(in.workload.reliability);
   return 0;
 }
 
-int run_compare(const PlanInputs& in, const plan::HardwareCatalog& catalog,
-                const std::vector<std::string>& names, plan::RankBy rank_by, bool json) {
+std::string price_cell(const std::optional<double>& usd) {
+  return usd ? plan::human_dollars(*usd) : "-";
+}
+
+// The best layout of each accelerator at each chip count: days and cost at every published price,
+// failures included, and with a deadline the cheapest row that meets it.
+int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
+                 const std::vector<std::string>& names, const std::vector<int64_t>& chip_counts,
+                 const std::optional<int64_t>& global_batch, plan::RankBy rank_by, bool json,
+                 std::optional<double> deadline_days) {
   nlohmann::json out = nlohmann::json::array();
-  std::string table =
-      fmt::format("{:<10} {:<66} {:>6} {:>10} {:>9} {:>11} {:>14}\n", "hardware", "best layout",
-                  "MFU", "tokens/s", "days", "on-demand", "$ per 1M tok");
+  std::string table = fmt::format(
+      "{:<10} {:>7} {:<66} {:>6} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "hardware", "chips",
+      "best layout", "MFU", "goodput", "days", "on-demand", "spot", "1y", "3y");
+  std::string notes;
+  struct Best {
+    std::string name;
+    int64_t chips = 0;
+    double days = 0, cost = 0;
+    bool priced = false;
+  };
+  std::optional<Best> cheapest_in_time;
   for (const std::string& name : names) {
     const plan::Accelerator& a = catalog.find(name);
-    const plan::SearchResult found =
-        plan::search_layouts(in.model, a, in.chips, in.workload, rank_by);
-    if (found.ranked.empty()) explain_no_fit(in, a, found);
-    const plan::Estimate& e = found.ranked.front();
-    nlohmann::json j = plan::estimate_json(e);
-    j["hardware"] = name;
-    j["usd_per_million_tokens_on_demand"] = nullptr;
-    std::string per_million = "-";
-    if (e.cost_on_demand) {
-      const double usd = *e.cost_on_demand / in.workload.tokens * 1e6;
-      j["usd_per_million_tokens_on_demand"] = usd;
-      per_million = fmt::format("${:.3f}", usd);
+    for (const int64_t chips : chip_counts) {
+      PlanInputs in = base;
+      in.chips = chips;
+      in.workload.global_batch = global_batch.value_or(default_global_batch(in));
+      const plan::SearchResult found =
+          plan::search_layouts(in.model, a, in.chips, in.workload, rank_by);
+      if (found.ranked.empty()) {
+        const std::string why = no_fit_reason(in, a, found, false);
+        out.push_back({{"hardware", name}, {"chips", chips}, {"fits", false}, {"why", why}});
+        table += fmt::format("{:<10} {:>7} {}\n", name, chips, "no layout fits (see below)");
+        notes += "  " + why + "\n";
+        continue;
+      }
+      const plan::Estimate& e = found.ranked.front();
+      nlohmann::json j = plan::estimate_json(e);
+      j["hardware"] = name;
+      j["chips"] = chips;
+      out.push_back(j);
+      table += fmt::format(
+          "{:<10} {:>7} {:<66} {:>5.1f}% {:>7.1f}% {:>8.1f} {:>10} {:>10} {:>10} {:>10}\n", name,
+          chips, e.layout.str(), 100 * e.mfu, 100 * e.goodput.fraction, e.days,
+          price_cell(e.cost_on_demand), price_cell(e.cost_spot), price_cell(e.cost_1y),
+          price_cell(e.cost_3y));
+      if (deadline_days && e.days <= *deadline_days) {
+        const Best row{name, chips, e.days, e.cost_on_demand.value_or(e.days * double(chips)),
+                       e.cost_on_demand.has_value()};
+        if (!cheapest_in_time || (row.priced && !cheapest_in_time->priced) ||
+            (row.priced == cheapest_in_time->priced && row.cost < cheapest_in_time->cost)) {
+          cheapest_in_time = row;
+        }
+      }
     }
-    out.push_back(j);
-    table +=
-        fmt::format("{:<10} {:<66} {:>5.1f}% {:>10} {:>9.1f} {:>11} {:>14}\n", name, e.layout.str(),
-                    100 * e.mfu, plan::human_count(e.tokens_per_s), e.days,
-                    e.cost_on_demand ? plan::human_dollars(*e.cost_on_demand) : "-", per_million);
   }
-  if (!json) print_header(in, nullptr);
-  std::printf("%s", json ? (out.dump(2) + "\n").c_str() : table.c_str());
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  print_header(base, nullptr);
+  std::printf("%s", table.c_str());
+  if (!notes.empty()) std::printf("%s", notes.c_str());
+  print_goodput_basis(base.workload.reliability);
+  for (const std::string& name : names) {
+    const plan::Prices& p = catalog.find(name).prices;
+    if (p.on_demand || p.spot || p.committed_1y || p.committed_3y) {
+      std::printf("prices of %s (USD per chip-hour, %s): %s\n", name.c_str(), p.date.c_str(),
+                  p.source.c_str());
+    } else {
+      std::printf("prices of %s: none published in the catalog (add them with --catalog)\n",
+                  name.c_str());
+    }
+  }
+  if (deadline_days) {
+    if (cheapest_in_time) {
+      std::printf("cheapest within %.1f days at on-demand prices: %lld x %s, %.1f days, %s\n",
+                  *deadline_days, static_cast<long long>(cheapest_in_time->chips),
+                  cheapest_in_time->name.c_str(), cheapest_in_time->days,
+                  cheapest_in_time->priced ? plan::human_dollars(cheapest_in_time->cost).c_str()
+                                           : "no published price");
+    } else {
+      std::printf("none of these finishes within %.1f days: try more chips\n", *deadline_days);
+    }
+  }
   return 0;
 }
 
@@ -155,13 +232,18 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
       "memory per chip: parameters %s, gradients %s, optimizer %s, activations %s (%s usable)%s\n"
       "step: compute %.3f s, pipeline bubble %.3f s, tensor parallel %.3f s, pipeline p2p %.3f "
       "s, expert all-to-all %.3f s, data parallel (exposed) %.3f s, optimizer %.3f s\n"
-      "per chip: %.1f TFLOP/s model, %.1f TFLOP/s hardware; MFU %.1f%%, HFU %.1f%%\n",
+      "per chip: %.1f TFLOP/s model, %.1f TFLOP/s hardware; MFU %.1f%%, HFU %.1f%%\n"
+      "goodput %.1f%%: a failure every %.1f h across the chips, a %.1f s checkpoint every %.1f "
+      "min; %.1f days without failures\n",
       plan::human_bytes(e.memory.params).c_str(), plan::human_bytes(e.memory.grads).c_str(),
       plan::human_bytes(e.memory.optimizer).c_str(),
       plan::human_bytes(e.memory.activations).c_str(), plan::human_bytes(e.usable_memory).c_str(),
       e.fits ? "" : " -- DOES NOT FIT", e.time.compute, e.time.bubble, e.time.tensor_parallel,
       e.time.pipeline_p2p, e.time.expert_all_to_all, e.time.data_parallel, e.time.optimizer,
-      e.model_tflops_per_chip, e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu);
+      e.model_tflops_per_chip, e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu,
+      100 * e.goodput.fraction, e.goodput.mean_time_between_failures_s / 3600,
+      e.goodput.checkpoint_s, e.goodput.interval_s / 60, e.days_failure_free);
+  print_goodput_basis(in.workload.reliability);
   return 0;
 }
 
@@ -207,7 +289,8 @@ int plan_command(int argc, char** argv) {
         "config.json (required)"},
        {"set", "KEY=VALUE", "override a config key, e.g. --set model.n_layer=96", true},
        {"hardware", "NAME", "accelerator from the catalog, e.g. h100, tpu-v5p"},
-       {"chips", "N", "number of chips"},
+       {"chips", "N[,N...]",
+        "number of chips; several counts print the best layout of each (days and cost frontier)"},
        {"tokens", "N", "tokens to train, e.g. 450e9 (default 1e12)"},
        {"seq-len", "N", "sequence length (default model.max_seq)"},
        {"global-batch", "N",
@@ -215,7 +298,13 @@ int plan_command(int argc, char** argv) {
         "--chips)"},
        {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp=,sp="},
        {"precision", "P", "f32, bf16 or f16: parameters, gradients and activations (default bf16)"},
-       {"compare", "A,B", "best layout on each accelerator, side by side"},
+       {"compare", "A,B", "best layout on each accelerator, side by side, at each --chips count"},
+       {"deadline", "DAYS", "also name the cheapest accelerator and count that trains in time"},
+       {"failures-per-chip-hour", "R",
+        "expected failures per chip-hour for goodput (default 1.97e-5, Llama 3's)"},
+       {"restart-minutes", "M", "minutes from a failure to training again (default 10)"},
+       {"checkpoint-gbps", "G",
+        "checkpoint write rate per chip, GB/s (default 0.122, Llama 3's storage)"},
        {"rank-by", "time|cost", "order of the search's table (default time)"},
        {"top", "K", "layouts to show (default 10)"},
        {"catalog", "FILE", "extra accelerators or prices (TOML), merged over the built-in", true},
@@ -247,18 +336,27 @@ int plan_command(int argc, char** argv) {
   for (const std::string& file : flags.all("catalog")) {
     catalog.merge(plan::HardwareCatalog::load(file));
   }
-  in.chips = flags.get_int("chips", 0);
-  check(in.chips >= 1, "tessera plan: --chips must be at least 1, got {}", in.chips);
+  std::vector<int64_t> chip_counts;
+  for (const std::string& count : split_commas(flags.get_or("chips", ""))) {
+    int64_t chips = 0;
+    const auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), chips);
+    check(error == std::errc() && end == count.data() + count.size() && chips >= 1,
+          "tessera plan: --chips must be at least 1 (counts separated by commas), got '{}'",
+          flags.get_or("chips", ""));
+    chip_counts.push_back(chips);
+  }
+  in.chips = chip_counts.front();
   in.workload.seq_len = flags.get_int("seq-len", rc.model.max_seq);
   check(in.workload.seq_len >= 1 && in.workload.seq_len <= rc.model.max_seq,
         "tessera plan: --seq-len must be in [1, model.max_seq = {}], got {}", rc.model.max_seq,
         in.workload.seq_len);
-  const int64_t default_batch =
-      (int64_t(std::ceil(4.0 * (1 << 20) / double(in.workload.seq_len))) + in.chips - 1) /
-      in.chips * in.chips;
-  in.workload.global_batch = flags.get_int("global-batch", default_batch);
-  check(in.workload.global_batch >= 1, "tessera plan: --global-batch must be at least 1, got {}",
-        in.workload.global_batch);
+  std::optional<int64_t> global_batch;
+  if (flags.has("global-batch")) {
+    global_batch = flags.get_int("global-batch", 0);
+    check(*global_batch >= 1, "tessera plan: --global-batch must be at least 1, got {}",
+          *global_batch);
+  }
+  in.workload.global_batch = global_batch.value_or(default_global_batch(in));
   in.workload.tokens = flags.get_double("tokens", 1e12);
   check(in.workload.tokens > 0, "tessera plan: --tokens must be positive, got {}",
         in.workload.tokens);
@@ -272,18 +370,42 @@ int plan_command(int argc, char** argv) {
   check(rank_name == "time" || rank_name == "cost",
         "tessera plan: --rank-by must be time or cost, got '{}'", rank_name);
   const plan::RankBy rank_by = rank_name == "cost" ? plan::RankBy::kCost : plan::RankBy::kTime;
+  plan::Reliability& reliability = in.workload.reliability;
+  reliability.failures_per_chip_hour =
+      flags.get_double("failures-per-chip-hour", reliability.failures_per_chip_hour);
+  check(reliability.failures_per_chip_hour >= 0,
+        "tessera plan: --failures-per-chip-hour must not be negative, got {}",
+        reliability.failures_per_chip_hour);
+  reliability.restart_s = 60 * flags.get_double("restart-minutes", reliability.restart_s / 60);
+  check(reliability.restart_s >= 0, "tessera plan: --restart-minutes must not be negative");
+  reliability.checkpoint_bytes_per_s_per_chip =
+      1e9 * flags.get_double("checkpoint-gbps", reliability.checkpoint_bytes_per_s_per_chip / 1e9);
+  check(reliability.checkpoint_bytes_per_s_per_chip > 0,
+        "tessera plan: --checkpoint-gbps must be positive");
+  std::optional<double> deadline;
+  if (flags.has("deadline")) {
+    deadline = flags.get_double("deadline", 0);
+    check(*deadline > 0, "tessera plan: --deadline must be a positive number of days");
+  }
   const bool json = flags.has("json");
   const int64_t top = flags.get_int("top", 10);
   check(top >= 1, "tessera plan: --top must be at least 1, got {}", top);
 
-  if (auto names = flags.get("compare")) {
-    return run_compare(in, catalog, split_commas(*names), rank_by, json);
-  }
   const std::optional<std::string> hardware = flags.get("hardware");
-  check(hardware.has_value(), "tessera plan: --hardware NAME (or --compare A,B) is required");
-  const plan::Accelerator& a = catalog.find(*hardware);
-  if (auto layout = flags.get("layout")) return run_layout(in, a, *layout, json);
-  return run_search(in, a, rank_by, top, json);
+  const std::optional<std::string> compared = flags.get("compare");
+  check(hardware.has_value() != compared.has_value(),
+        "tessera plan: give one of --hardware NAME and --compare A,B");
+  const std::vector<std::string> names =
+      compared ? split_commas(*compared) : std::vector{*hardware};
+  if (auto layout = flags.get("layout")) {
+    check(!compared && chip_counts.size() == 1,
+          "tessera plan: --layout evaluates one layout: give one --hardware and one --chips count");
+    return run_layout(in, catalog.find(*hardware), *layout, json);
+  }
+  if (compared || chip_counts.size() > 1 || deadline) {
+    return run_frontier(in, catalog, names, chip_counts, global_batch, rank_by, json, deadline);
+  }
+  return run_search(in, catalog.find(*hardware), rank_by, top, json);
 }
 
 }  // namespace tessera::cli

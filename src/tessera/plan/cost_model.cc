@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -71,6 +72,7 @@ MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
 PlannedModel::PlannedModel(const model::ModelConfig& config)
     : config_(config),
       weights_(model::matmul_weights(model::model_spec(config))),
+      parameter_count_(double(model::count_parameters(config).total)),
       memory_(config) {}
 
 ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
@@ -254,7 +256,12 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   e.hardware_tflops_per_chip = e.flops.hardware * e.tokens_per_s / chips / 1e12;
   e.mfu = e.model_tflops_per_chip * 1e12 / a.peak_bf16_flops;
   e.hfu = e.hardware_tflops_per_chip * 1e12 / a.peak_bf16_flops;
-  e.days = w.tokens / e.tokens_per_s / 86400;
+  e.days_failure_free = w.tokens / e.tokens_per_s / 86400;
+  const dist::ZeroBytes state =
+      dist::zero_model_state(0, w.precision, planned.parameter_count(), 1);
+  e.goodput = expected_goodput(state.params + state.optimizer, l.chips(), w.reliability);
+  e.days = e.goodput.fraction > 0 ? e.days_failure_free / e.goodput.fraction
+                                  : std::numeric_limits<double>::infinity();
   const double chip_hours = chips * e.days * 24;
   auto cost = [&](const std::optional<double>& price) -> std::optional<double> {
     if (!price) return std::nullopt;

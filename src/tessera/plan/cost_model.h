@@ -12,6 +12,7 @@
 #include "tessera/dist/rank_memory.h"
 #include "tessera/model/flops.h"
 #include "tessera/model/model_config.h"
+#include "tessera/plan/goodput.h"
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
 
@@ -23,6 +24,7 @@ struct Workload {
   double tokens = 0;  // tokens to train, for days and cost
   // Of parameters, gradients and activations; master weights and moments stay f32.
   model::Precision precision = model::Precision::kBf16;
+  Reliability reliability;  // failures and checkpoints, for days and cost
 };
 
 // The parameters one chip of a tensor- and expert-parallel layout holds, before pipeline stages
@@ -42,12 +44,14 @@ class PlannedModel {
 
   const model::ModelConfig& config() const { return config_; }
   const model::MatmulWeights& weights() const { return weights_; }
+  double parameter_count() const { return parameter_count_; }
   ChipParameters parameters(int64_t tp, int64_t ep);
   dist::MemoryModel& memory() { return memory_; }
 
  private:
   model::ModelConfig config_;
   model::MatmulWeights weights_;
+  double parameter_count_;
   std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
   dist::MemoryModel memory_;
 };
@@ -81,8 +85,11 @@ struct Estimate {
   double matmul_efficiency = 0;  // fraction of peak the matmuls reach at this layout's shapes
   model::FlopsPerToken flops;
   double model_tflops_per_chip = 0, hardware_tflops_per_chip = 0, mfu = 0, hfu = 0;
-  double tokens_per_s = 0, days = 0;
-  // USD for the whole workload at each published price.
+  double tokens_per_s = 0;
+  // Days to train the workload without failures, and with the expected failures' cost (goodput).
+  double days_failure_free = 0, days = 0;
+  Goodput goodput;
+  // USD for the whole workload, failures included, at each published price.
   std::optional<double> cost_on_demand, cost_spot, cost_1y, cost_3y;
 };
 

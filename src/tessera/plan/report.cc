@@ -23,14 +23,15 @@ std::string human_dollars(double usd) {
 
 std::string layout_table(const std::vector<Estimate>& estimates) {
   std::string out =
-      fmt::format("{:>3}  {:<66} {:>10} {:>9} {:>6} {:>10} {:>9} {:>10}\n", "#", "layout",
-                  "mem/chip", "step", "MFU", "tokens/s", "days", "on-demand");
+      fmt::format("{:>3}  {:<66} {:>10} {:>9} {:>6} {:>10} {:>7} {:>9} {:>10}\n", "#", "layout",
+                  "mem/chip", "step", "MFU", "tokens/s", "goodput", "days", "on-demand");
   for (size_t i = 0; i < estimates.size(); ++i) {
     const Estimate& e = estimates[i];
-    out += fmt::format("{:>3}  {:<66} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>9.1f} {:>10}\n", i + 1,
-                       e.layout.str(), human_bytes(e.memory.total()), e.time.total(), 100 * e.mfu,
-                       human_count(e.tokens_per_s), e.days,
-                       e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
+    out +=
+        fmt::format("{:>3}  {:<66} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>6.1f}% {:>9.1f} {:>10}\n",
+                    i + 1, e.layout.str(), human_bytes(e.memory.total()), e.time.total(),
+                    100 * e.mfu, human_count(e.tokens_per_s), 100 * e.goodput.fraction, e.days,
+                    e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
   }
   return out;
 }
@@ -75,6 +76,12 @@ nlohmann::json estimate_json(const Estimate& e) {
           {"hfu", e.hfu},
           {"tokens_per_s", e.tokens_per_s},
           {"days", e.days},
+          {"days_failure_free", e.days_failure_free},
+          {"goodput",
+           {{"fraction", e.goodput.fraction},
+            {"checkpoint_seconds", e.goodput.checkpoint_s},
+            {"checkpoint_interval_seconds", e.goodput.interval_s},
+            {"mean_time_between_failures_seconds", e.goodput.mean_time_between_failures_s}}},
           {"cost_usd",
            {{"on_demand", optional(e.cost_on_demand)},
             {"spot", optional(e.cost_spot)},
