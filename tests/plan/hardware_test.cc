@@ -124,6 +124,29 @@ TEST(HardwareCatalog, ParsesEveryFieldIntoBaseUnits) {
   EXPECT_FALSE(chip.prices.committed_1y.has_value());
   EXPECT_FALSE(chip.prices.committed_3y.has_value());
   EXPECT_EQ(chip.prices.date, "2025-02");
+  EXPECT_FALSE(chip.best_published_mfu.has_value());
+}
+
+TEST(HardwareCatalog, BestPublishedMfuComesWithItsSource) {
+  const std::string with_mfu = replaced(
+      kValidEntry, "date = \"2025-01\"",
+      "date = \"2025-01\"\nbest_published_mfu = 0.5\nbest_published_mfu_source = \"a paper\"");
+  const Accelerator chip = HardwareCatalog::parse(with_mfu, "user.toml").find("chip");
+  EXPECT_EQ(chip.best_published_mfu, 0.5);
+  EXPECT_EQ(chip.best_published_mfu_source, "a paper");
+  expect_parse_error(replaced(with_mfu, "best_published_mfu = 0.5", "best_published_mfu = 50"),
+                     {"[chip]", "best_published_mfu", "fraction", "50"});
+  expect_parse_error(replaced(with_mfu, "best_published_mfu_source = \"a paper\"", ""),
+                     {"[chip]", "missing", "'best_published_mfu_source'"});
+  expect_parse_error(replaced(with_mfu, "best_published_mfu = 0.5", ""),
+                     {"[chip]", "best_published_mfu_source needs best_published_mfu"});
+  // The built-in catalog records one for the chips of the validation runs.
+  for (const char* name : {"tpu-v4", "tpu-v5e", "tpu-v5p", "a100-80gb", "h100"}) {
+    const Accelerator& a = HardwareCatalog::builtin().find(name);
+    ASSERT_TRUE(a.best_published_mfu.has_value()) << name;
+    EXPECT_GT(*a.best_published_mfu, 0.3) << name;
+    EXPECT_FALSE(a.best_published_mfu_source.empty()) << name;
+  }
 }
 
 TEST(HardwareCatalog, UnknownNameListsTheKnownAccelerators) {

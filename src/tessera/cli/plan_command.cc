@@ -122,6 +122,7 @@ int run_search(const PlanInputs& in, const plan::Accelerator& a, plan::RankBy ra
               static_cast<long long>(found.too_big),
               plan::human_bytes(found.ranked.front().usable_memory).c_str());
   std::printf("%s", plan::layout_table(best).c_str());
+  if (auto warning = plan::mfu_warning(best.front(), a)) std::printf("%s\n", warning->c_str());
   print_goodput_basis(in.workload.reliability);
   return 0;
 }
@@ -160,7 +161,7 @@ int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
         const std::string why = no_fit_reason(in, a, found, false);
         out.push_back({{"hardware", name}, {"chips", chips}, {"fits", false}, {"why", why}});
         table += fmt::format("{:<10} {:>7} {}\n", name, chips, "no layout fits (see below)");
-        notes += "  " + why + "\n";
+        notes += why + "\n";
         continue;
       }
       const plan::Estimate& e = found.ranked.front();
@@ -168,6 +169,7 @@ int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
       j["hardware"] = name;
       j["chips"] = chips;
       out.push_back(j);
+      if (auto warning = plan::mfu_warning(e, a)) notes += *warning + "\n";
       table += fmt::format(
           "{:<10} {:>7} {:<66} {:>5.1f}% {:>7.1f}% {:>8.1f} {:>10} {:>10} {:>10} {:>10}\n", name,
           chips, e.layout.str(), 100 * e.mfu, 100 * e.goodput.fraction, e.days,
@@ -243,6 +245,7 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
       e.model_tflops_per_chip, e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu,
       100 * e.goodput.fraction, e.goodput.mean_time_between_failures_s / 3600,
       e.goodput.checkpoint_s, e.goodput.interval_s / 60, e.days_failure_free);
+  if (auto warning = plan::mfu_warning(e, a)) std::printf("%s\n", warning->c_str());
   print_goodput_basis(in.workload.reliability);
   return 0;
 }

@@ -29,6 +29,8 @@ constexpr std::string_view kAcceleratorFields[] = {"description",
                                                    "scaleout_bandwidth_gbps",
                                                    "source",
                                                    "date",
+                                                   "best_published_mfu",
+                                                   "best_published_mfu_source",
                                                    "prices"};
 constexpr std::string_view kPriceFields[] = {"usd_per_chip_hour_on_demand",
                                              "usd_per_chip_hour_spot",
@@ -198,6 +200,15 @@ Accelerator read_accelerator(const toml::table& table, const std::string& source
   a.scaleout_bandwidth = reader.positive("scaleout_bandwidth_gbps") * kGiga;
   a.source = reader.text("source");
   a.date = reader.month("date");
+  if (const toml::node* mfu = reader.optional("best_published_mfu")) {
+    a.best_published_mfu = reader.number(*mfu, "best_published_mfu");
+    check(*a.best_published_mfu > 0 && *a.best_published_mfu <= 1,
+          "{} best_published_mfu is a fraction in (0, 1], not {}", reader.where(*mfu),
+          *a.best_published_mfu);
+    a.best_published_mfu_source = reader.text("best_published_mfu_source");
+  } else if (const toml::node* orphan = reader.optional("best_published_mfu_source")) {
+    fail("{} best_published_mfu_source needs best_published_mfu beside it", reader.where(*orphan));
+  }
   if (const toml::node* prices = reader.optional("prices")) {
     a.prices = read_prices(*prices, source, name);
   }

@@ -27,6 +27,10 @@ struct Accelerator {
   double scaleout_bandwidth = 0;  // bytes/s per chip per direction, between scale-up domains
   Prices prices;
   std::string source, date;
+  // The highest model-FLOPs utilisation a published training run reached on this chip, and
+  // where: a plan above it is warned about. Absent where none is recorded.
+  std::optional<double> best_published_mfu;
+  std::string best_published_mfu_source;
 };
 
 class HardwareCatalog {

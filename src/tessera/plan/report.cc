@@ -21,6 +21,15 @@ std::string human_dollars(double usd) {
   return fmt::format("${:.2f}", usd);
 }
 
+std::optional<std::string> mfu_warning(const Estimate& e, const Accelerator& a) {
+  if (!a.best_published_mfu || e.mfu <= *a.best_published_mfu) return std::nullopt;
+  return fmt::format(
+      "warning: {} chips of {} at {:.1f}% MFU is above the best published on this chip, {:.1f}% "
+      "({}): treat the plan as optimistic",
+      e.layout.chips(), a.name, 100 * e.mfu, 100 * *a.best_published_mfu,
+      a.best_published_mfu_source);
+}
+
 std::string layout_table(const std::vector<Estimate>& estimates) {
   std::string out =
       fmt::format("{:>3}  {:<66} {:>10} {:>9} {:>6} {:>10} {:>7} {:>9} {:>10}\n", "#", "layout",

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ std::string layout_table(const std::vector<Estimate>& estimates);
 // Every figure of one estimate: memory parts, step-time parts, per-chip TFLOP/s (model and
 // hardware), MFU, HFU, tokens/s, days and cost at each published price.
 nlohmann::json estimate_json(const Estimate& estimate);
+// A warning when the estimate's MFU is above the best any published run reached on its chip.
+std::optional<std::string> mfu_warning(const Estimate& estimate, const Accelerator& accelerator);
 // "12.3 GiB", "4.56 M", "$1.23M": short human forms.
 std::string human_bytes(double bytes);
 std::string human_count(double n);
