@@ -116,6 +116,16 @@ TEST(PlanCli, BadInputIsAClearError) {
                         "unknown accelerator 'h1000'");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 0"), "--chips must be at least 1");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8,x"), "got '8,x'");
+  // Narayanan et al.'s 1T run on 3072 A100s with a batch no data-parallel degree divides: the
+  // batch is named as the cause, not memory, with a batch that divides and a count for this one.
+  const CliResult odd_batch =
+      run_cli(model + "--hardware a100-80gb --chips 3072 --global-batch 1001");
+  expect_one_line_error(odd_batch, "can split a global batch of 1001 sequences");
+  EXPECT_EQ(odd_batch.output.find("fits"), std::string::npos) << odd_batch.output;
+  EXPECT_NE(odd_batch.output.find("--global-batch 3072"), std::string::npos) << odd_batch.output;
+  EXPECT_NE(odd_batch.output.find("with this batch the smallest feasible count is"),
+            std::string::npos)
+      << odd_batch.output;
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8,16 --layout dp=8"),
                         "--layout evaluates one layout");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8 --restart-minutes -1"),

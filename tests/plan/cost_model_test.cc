@@ -4,10 +4,14 @@
 #include "tessera/plan/cost_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/plan/search.h"
 #include "tests/expect_error.h"
 #include "tests/plan/test_accelerator.h"
 
@@ -142,6 +146,20 @@ TEST(CostModel, LayoutsThatCannotRunSayWhy) {
   narrow.ffn_hidden = 100;
   EXPECT_NE(estimate(narrow, a, {.tp = 8}, {8, 2048, 1e9}).invalid.find("MLP width 100"),
             std::string::npos);
+}
+
+// 160 heads split five ways are whole heads, as the engine allows: the search tries every tp that
+// divides the heads within the scale-up domain, not only powers of two.
+TEST(CostModel, SearchTriesEveryTpThatDividesTheHeads) {
+  const model::ModelConfig c = gpt_1t();
+  const Workload w{.global_batch = 1200, .seq_len = 2048, .tokens = 1e12};
+  const SearchResult found = search_layouts(c, test_gpu(), 1200, w, RankBy::kTime);
+  std::set<int64_t> tps;
+  for (const Estimate& e : found.ranked) tps.insert(e.layout.tp);
+  EXPECT_EQ(tps, (std::set<int64_t>{1, 2, 4, 5, 8})) << fmt::format("{}", fmt::join(tps, ","));
+  const Estimate five = estimate(c, test_gpu(), parse_layout("dp=30,tp=5,pp=8,sp=0"), w);
+  EXPECT_EQ(five.invalid, "");
+  EXPECT_NE(estimate(c, test_gpu(), parse_layout("dp=40,tp=3,pp=10,sp=0"), w).invalid, "");
 }
 
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {

@@ -71,20 +71,29 @@ std::string model_summary(const model::ModelConfig& m) {
 // Why no layout of the chips fits; with `suggest`, the smallest chip count that does (a search).
 std::string no_fit_reason(const PlanInputs& in, const plan::Accelerator& a,
                           const plan::SearchResult& found, bool suggest) {
-  std::string why =
-      fmt::format("no layout of {} {} chips fits {}", in.chips, a.name, model_summary(in.model));
+  std::string why;
   if (found.smallest_misfit) {
-    why += fmt::format(": the leanest ({}) needs {} per chip, {} usable",
-                       found.smallest_misfit->layout.str(),
-                       plan::human_bytes(found.smallest_misfit->memory.total()),
-                       plan::human_bytes(found.smallest_misfit->usable_memory));
+    why = fmt::format(
+        "no layout of {} {} chips fits {}: the leanest ({}) needs {} per chip, {} usable", in.chips,
+        a.name, model_summary(in.model), found.smallest_misfit->layout.str(),
+        plan::human_bytes(found.smallest_misfit->memory.total()),
+        plan::human_bytes(found.smallest_misfit->usable_memory));
   } else {
-    why += ": no layout divides the model and the global batch";
+    // Nothing was too big: every layout was refused for its shape, so the batch is the cause.
+    const int64_t batch = in.workload.global_batch;
+    why = fmt::format(
+        "no layout of {} {} chips can split a global batch of {} sequences: data parallelism "
+        "(chips / (tp x pp)) must divide it, with tp dividing the {} heads within a scale-up "
+        "domain of {} chips and pp dividing the {} layers; a multiple of the chips, such as "
+        "--global-batch {}, can be split",
+        in.chips, a.name, batch, in.model.n_head, a.scaleup_domain, in.model.n_layer,
+        (batch + in.chips - 1) / in.chips * in.chips);
   }
   if (!suggest) return why;
   const std::optional<int64_t> smallest = plan::smallest_feasible_chips(in.model, a, in.workload);
-  why += smallest ? fmt::format("; the smallest feasible count is {} chips", *smallest)
-                  : std::string("; it fits on no count up to 2^20 chips");
+  why += smallest
+             ? fmt::format("; with this batch the smallest feasible count is {} chips", *smallest)
+             : std::string("; with this batch it fits on no count up to 2^20 chips");
   return why;
 }
 

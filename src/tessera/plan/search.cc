@@ -23,9 +23,8 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
                     RankBy rank_by) {
   const model::ModelConfig& c = planned.config();
   SearchResult result;
-  const int64_t max_tp = std::min<int64_t>(a.scaleup_domain, c.n_head);
-  for (int64_t tp = 1; tp <= max_tp; tp *= 2) {
-    if (chips % tp != 0) continue;
+  for (int64_t tp : divisors(c.n_head)) {
+    if (tp > a.scaleup_domain || chips % tp != 0) continue;
     for (int64_t pp : divisors(c.n_layer)) {
       if ((chips / tp) % pp != 0) continue;
       const int64_t dp = chips / tp / pp;
@@ -36,7 +35,9 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
                  {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
               for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
                 if ((c.n_layer / pp) % vpp != 0) continue;
-                const Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
+                Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
+                // Sequence parallelism where tp divides the micro-batch's tokens, else without.
+                l.sequence_parallel = (mb * w.seq_len) % tp == 0;
                 Estimate e = estimate(planned, a, l, w);
                 if (!e.invalid.empty()) continue;
                 ++result.evaluated;
@@ -76,9 +77,7 @@ std::optional<int64_t> smallest_feasible_chips(const model::ModelConfig& c, cons
                                                const Workload& w) {
   PlannedModel planned(c);
   for (int64_t chips = 1; chips <= (int64_t{1} << 20); chips *= 2) {
-    Workload scaled = w;
-    scaled.global_batch = std::max(w.global_batch, chips);
-    if (!search(planned, a, chips, scaled, RankBy::kTime).ranked.empty()) return chips;
+    if (!search(planned, a, chips, w, RankBy::kTime).ranked.empty()) return chips;
   }
   return std::nullopt;
 }

@@ -17,14 +17,15 @@ struct SearchResult {
   std::optional<Estimate> smallest_misfit;  // the least memory-hungry of those, to explain why
 };
 
-// Every layout of `chips` chips: tp over powers of two within a scale-up domain that the engine
-// can split the model over (sequence-parallel), pp dividing the layers, ep (MoE) dividing dp and
-// the experts, ZeRO 0-3, micro-batches of 1 to 32 sequences, each recomputation policy, and 1 to
-// 8 virtual stages per pipeline rank where they divide its layers.
+// Every layout of `chips` chips: each tp that divides the heads, within a scale-up domain, that
+// the engine can split the model over (sequence-parallel), pp dividing the layers, ep (MoE)
+// dividing dp and the experts, ZeRO 0-3, micro-batches of 1 to 32 sequences, each recomputation
+// policy, and 1 to 8 virtual stages per pipeline rank where they divide its layers.
 SearchResult search_layouts(const model::ModelConfig& config, const Accelerator& accelerator,
                             int64_t chips, const Workload& workload, RankBy rank_by);
 
-// The fewest chips (powers of two, up to 2^20) on which some layout fits, or nullopt.
+// The fewest chips (powers of two, up to 2^20) on which some layout fits the workload as it is
+// (its global batch too), or nullopt.
 std::optional<int64_t> smallest_feasible_chips(const model::ModelConfig& config,
                                                const Accelerator& accelerator,
                                                const Workload& workload);
