@@ -162,6 +162,26 @@ TEST(CostModel, SearchTriesEveryTpThatDividesTheHeads) {
   EXPECT_NE(estimate(c, test_gpu(), parse_layout("dp=40,tp=3,pp=10,sp=0"), w).invalid, "");
 }
 
+// BLOOM put 70 layers on 12 stages: the engine splits them 6 and 5 (balanced_stage_blocks), and
+// the stages with 6 pace the pipeline, 6 / (70 / 12) = 72 / 70 of an even share.
+TEST(CostModel, UnevenPipelineSplitsArePacedByTheBusiestStage) {
+  model::ModelConfig c = gpt_1t();
+  c.n_layer = 70;
+  const Workload w{.global_batch = 1536, .seq_len = 2048, .tokens = 1e12};
+  const Accelerator a = test_gpu();
+  const Estimate e = estimate(c, a, parse_layout("dp=8,tp=8,pp=12,zero=1,mb=1"), w);
+  ASSERT_EQ(e.invalid, "");
+  const double even_share = e.flops.hardware * double(w.global_batch * w.seq_len) / (8 * 8 * 12) /
+                            (a.peak_bf16_flops * e.matmul_efficiency);
+  EXPECT_NEAR(e.time.compute / even_share, 72.0 / 70.0, 1e-12);
+  const Estimate even = estimate(c, a, parse_layout("dp=12,tp=8,pp=10,zero=1,mb=1"), w);
+  ASSERT_EQ(even.invalid, "");
+  const double even_compute = e.flops.hardware * double(w.global_batch * w.seq_len) /
+                              (12 * 8 * 10) / (a.peak_bf16_flops * even.matmul_efficiency);
+  EXPECT_NEAR(even.time.compute / even_compute, 1.0, 1e-12) << "7 layers on each of 10 stages";
+  EXPECT_NE(estimate(c, a, parse_layout("dp=1,tp=8,pp=71"), w).invalid, "");
+}
+
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   const Layout l{.dp = 6,
                  .tp = 8,

@@ -84,7 +84,8 @@ std::string no_fit_reason(const PlanInputs& in, const plan::Accelerator& a,
     why = fmt::format(
         "no layout of {} {} chips can split a global batch of {} sequences: data parallelism "
         "(chips / (tp x pp)) must divide it, with tp dividing the {} heads within a scale-up "
-        "domain of {} chips and pp dividing the {} layers; a multiple of the chips, such as "
+        "domain of {} chips and at most one pipeline stage per layer ({}); a multiple of the "
+        "chips, such as "
         "--global-batch {}, can be split",
         in.chips, a.name, batch, in.model.n_head, a.scaleup_domain, in.model.n_layer,
         (batch + in.chips - 1) / in.chips * in.chips);

@@ -118,8 +118,9 @@ double collective_seconds(double bytes, int64_t ranks, int64_t per_domain, doubl
 
 std::string check_layout(const model::ModelConfig& c, const Layout& l, const Workload& w) {
   if (c.n_head % l.tp != 0) return fmt::format("tp={} does not divide {} heads", l.tp, c.n_head);
-  if (c.n_layer % (l.pp * l.vpp) != 0) {
-    return fmt::format("pp x vpp = {} does not divide {} layers", l.pp * l.vpp, c.n_layer);
+  if (l.pp * l.vpp > c.n_layer) {
+    return fmt::format("pp x vpp = {} stages exceed the {} layers: each stage needs one",
+                       l.pp * l.vpp, c.n_layer);
   }
   if (l.vpp > 1 && l.pp == 1) return "vpp > 1 needs pp > 1";
   if (w.global_batch % (l.dp * l.micro_batch) != 0) {
@@ -165,7 +166,6 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const double chips = double(l.chips());
   const int64_t micro_batches = w.global_batch / (l.dp * l.micro_batch);
   const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len);
-  const double layers_per_chip = double(c.n_layer) / double(l.pp);
 
   // Memory: what the engine holds on each pipeline rank (its stages of the engine's split, the
   // micro-batches its schedule keeps in flight), on tp rank 0 and ep rank 0; the fullest counts.
@@ -173,8 +173,18 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const double dense_per_chip = held.dense / double(l.pp);
   const double experts_per_chip = held.experts / double(l.pp);
   const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
-  const std::vector<int64_t> boundaries =
-      dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
+  // The engine's split, even or not (70 layers on 12 stages): the rank with the most blocks
+  // paces the pipeline.
+  const std::vector<int64_t> stage_blocks = dist::stage_blocks(c, l.pp * l.vpp, {});
+  const std::vector<int64_t> boundaries = dist::stage_boundaries(stage_blocks);
+  int64_t busiest_blocks = 0;
+  for (int64_t r = 0; r < l.pp; ++r) {
+    int64_t blocks = 0;
+    for (int64_t s = r; s < l.pp * l.vpp; s += l.pp) blocks += stage_blocks[s];
+    busiest_blocks = std::max(busiest_blocks, blocks);
+  }
+  const double layers_per_chip = double(busiest_blocks);
+  const double imbalance = layers_per_chip / (double(c.n_layer) / double(l.pp));
   const dist::TrainingShape shape = training_shape(l, w);
   for (int64_t r = 0; r < l.pp; ++r) {
     const dist::RankMemory m =
@@ -194,8 +204,8 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const MatmulEfficiency me = matmul_efficiency_of(a);
   const double width = std::min(double(c.d_model), double(c.ffn()) / double(l.tp));
   e.matmul_efficiency = me.peak_fraction * width / (width + me.half_width);
-  e.time.compute =
-      e.flops.hardware * step_tokens / chips / (a.peak_bf16_flops * e.matmul_efficiency);
+  e.time.compute = imbalance * e.flops.hardware * step_tokens / chips /
+                   (a.peak_bf16_flops * e.matmul_efficiency);
   e.time.bubble = e.time.compute * pipeline.bubble;
 
   // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the

@@ -25,8 +25,10 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
   SearchResult result;
   for (int64_t tp : divisors(c.n_head)) {
     if (tp > a.scaleup_domain || chips % tp != 0) continue;
-    for (int64_t pp : divisors(c.n_layer)) {
-      if ((chips / tp) % pp != 0) continue;
+    // Every depth that divides the chips, also where it does not divide the layers: the engine
+    // splits them unevenly (Llama 3 405B: 126 blocks on 16 stages).
+    for (int64_t pp : divisors(chips / tp)) {
+      if (pp > c.n_layer) break;
       const int64_t dp = chips / tp / pp;
       for (int64_t ep = 1; ep <= (c.is_moe() ? dp : 1); ep *= 2) {
         for (int zero = 0; zero <= 3; ++zero) {
@@ -34,7 +36,7 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
             for (model::Recompute r :
                  {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
               for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
-                if ((c.n_layer / pp) % vpp != 0) continue;
+                if (vpp > 1 && c.n_layer % (pp * vpp) != 0) continue;
                 Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
                 // Sequence parallelism where tp divides the micro-batch's tokens, else without.
                 l.sequence_parallel = (mb * w.seq_len) % tp == 0;

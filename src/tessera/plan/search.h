@@ -17,10 +17,11 @@ struct SearchResult {
   std::optional<Estimate> smallest_misfit;  // the least memory-hungry of those, to explain why
 };
 
-// Every layout of `chips` chips: each tp that divides the heads, within a scale-up domain, that
-// the engine can split the model over (sequence-parallel), pp dividing the layers, ep (MoE)
-// dividing dp and the experts, ZeRO 0-3, micro-batches of 1 to 32 sequences, each recomputation
-// policy, and 1 to 8 virtual stages per pipeline rank where they divide its layers.
+// Every layout of `chips` chips: each tp that divides the heads within a scale-up domain and that
+// the engine can split the model over, sequence-parallel where it can be; each pp that divides
+// the remaining chips, the layers split unevenly where it does not divide them; ep (MoE) dividing
+// dp and the experts; ZeRO 0-3; micro-batches of 1 to 32 sequences; each recomputation policy;
+// and 1 to 8 virtual stages per pipeline rank where pp x vpp divides the layers.
 SearchResult search_layouts(const model::ModelConfig& config, const Accelerator& accelerator,
                             int64_t chips, const Workload& workload, RankBy rank_by);
 
