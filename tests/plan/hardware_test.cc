@@ -141,8 +141,9 @@ TEST(HardwareCatalog, BestPublishedMfuComesWithItsSource) {
   expect_parse_error(replaced(with_mfu, "best_published_mfu = 0.5", ""),
                      {"[chip]", "best_published_mfu_source needs best_published_mfu"});
   // The built-in catalog records one for the chips of the validation runs.
+  const HardwareCatalog builtin = HardwareCatalog::builtin();
   for (const char* name : {"tpu-v4", "tpu-v5e", "tpu-v5p", "a100-80gb", "h100"}) {
-    const Accelerator& a = HardwareCatalog::builtin().find(name);
+    const Accelerator& a = builtin.find(name);
     ASSERT_TRUE(a.best_published_mfu.has_value()) << name;
     EXPECT_GT(*a.best_published_mfu, 0.3) << name;
     EXPECT_FALSE(a.best_published_mfu_source.empty()) << name;
