@@ -42,10 +42,14 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 std::string model_summary(const model::ModelConfig& m);
 
+// The smallest multiple of the chips that is at least `sequences`.
+int64_t multiple_of_chips(int64_t sequences, const PlanInputs& in) {
+  return (sequences + in.chips - 1) / in.chips * in.chips;
+}
+
 // About 4M tokens per step, rounded up to a multiple of the chips.
 int64_t default_global_batch(const PlanInputs& in) {
-  return (int64_t(std::ceil(4.0 * (1 << 20) / double(in.workload.seq_len))) + in.chips - 1) /
-         in.chips * in.chips;
+  return multiple_of_chips(int64_t(std::ceil(4.0 * (1 << 20) / double(in.workload.seq_len))), in);
 }
 
 // What is being planned, printed above a table once the plan has succeeded.
@@ -88,7 +92,7 @@ std::string no_fit_reason(const PlanInputs& in, const plan::Accelerator& a,
         "chips, such as "
         "--global-batch {}, can be split",
         in.chips, a.name, batch, in.model.n_head, a.scaleup_domain, in.model.n_layer,
-        (batch + in.chips - 1) / in.chips * in.chips);
+        multiple_of_chips(batch, in));
   }
   if (!suggest) return why;
   const std::optional<int64_t> smallest = plan::smallest_feasible_chips(in.model, a, in.workload);

@@ -173,26 +173,23 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const double dense_per_chip = held.dense / double(l.pp);
   const double experts_per_chip = held.experts / double(l.pp);
   const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
+  const std::vector<int64_t> boundaries =
+      dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
+  const dist::TrainingShape shape = training_shape(l, w);
   // The engine's split, even or not (70 layers on 12 stages): the rank with the most blocks
   // paces the pipeline.
-  const std::vector<int64_t> stage_blocks = dist::stage_blocks(c, l.pp * l.vpp, {});
-  const std::vector<int64_t> boundaries = dist::stage_boundaries(stage_blocks);
   int64_t busiest_blocks = 0;
   for (int64_t r = 0; r < l.pp; ++r) {
+    const dist::RankWork work = dist::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r,
+                                                pipeline.stage_peak_in_flight);
     int64_t blocks = 0;
-    for (int64_t s = r; s < l.pp * l.vpp; s += l.pp) blocks += stage_blocks[s];
+    for (const model::Sharding& stage : work.stages) blocks += stage.block_end - stage.block_begin;
     busiest_blocks = std::max(busiest_blocks, blocks);
+    const dist::RankMemory m = planned.memory().rank(work, shape);
+    if (m.total() > e.memory.total()) e.memory = m;
   }
   const double layers_per_chip = double(busiest_blocks);
   const double imbalance = layers_per_chip / (double(c.n_layer) / double(l.pp));
-  const dist::TrainingShape shape = training_shape(l, w);
-  for (int64_t r = 0; r < l.pp; ++r) {
-    const dist::RankMemory m =
-        planned.memory().rank(dist::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r,
-                                              pipeline.stage_peak_in_flight),
-                              shape);
-    if (m.total() > e.memory.total()) e.memory = m;
-  }
   e.usable_memory = kUsableHbm * a.hbm_bytes;
   e.fits = e.memory.total() <= e.usable_memory;
 
