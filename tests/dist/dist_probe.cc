@@ -5,11 +5,13 @@
 //   wait-timeout     the same through start_recv and wait
 //   barrier-timeout  rank 0 waits at a barrier rank 1 never enters
 //   exit             rank 1 exits without a word while the others wait at a barrier
+//   exit-at-start    rank 1 exits without a word before MPI starts, while the others start it
 //   all-reduce DIR   every rank, with a 3 s timeout and its flight record in DIR, all-reduces
 //                    over dp in a loop for 30 s, until the test stops one of them (SIGSTOP)
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -20,9 +22,12 @@
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  dist::Communicator& world = dist::init_world(argc, argv);
-  dist::install_stop_handler();
   const char* mode = argc > 1 ? argv[1] : "";
+  const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (std::strcmp(mode, "exit-at-start") == 0 && launcher_rank && std::atoi(launcher_rank) == 1) {
+    _exit(3);
+  }
+  dist::Communicator& world = dist::init_world(argc, argv);
   try {
     const bool timeout = std::strcmp(mode, "timeout") == 0;
     const bool wait_timeout = std::strcmp(mode, "wait-timeout") == 0;
@@ -40,7 +45,7 @@ int main(int argc, char** argv) {
       } else {
         world.barrier();
       }
-    } else if (std::strcmp(mode, "exit") == 0) {
+    } else if (std::strcmp(mode, "exit") == 0 || std::strcmp(mode, "exit-at-start") == 0) {
       dist::set_timeout_seconds(60);
       if (world.rank() == 1) _exit(3);
       world.barrier();
@@ -56,8 +61,8 @@ int main(int argc, char** argv) {
       }
     } else {
       fail(
-          "unknown mode '{}' (expected timeout, wait-timeout, barrier-timeout, exit or "
-          "all-reduce DIR)",
+          "unknown mode '{}' (expected timeout, wait-timeout, barrier-timeout, exit, "
+          "exit-at-start or all-reduce DIR)",
           mode);
     }
   } catch (const Error& e) {

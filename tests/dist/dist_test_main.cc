@@ -47,7 +47,6 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   tessera::dist::Communicator& world = tessera::dist::init_world(argc, argv);
   const int rank = world.rank();
-  tessera::dist::install_stop_handler();
   // A test that leaves the ranks out of step ends the job in seconds rather than minutes.
   tessera::dist::set_timeout_seconds(30);
   ::testing::InitGoogleTest(&argc, argv);

@@ -94,8 +94,10 @@ TEST_F(JobFailure, ABlockingCollectivePastTheTimeoutEndsTheJob) {
   expect_timeout_ends_the_job("barrier-timeout", "barrier");
 }
 
-TEST_F(JobFailure, ARankThatDiesTakesTheOthersDownWithAMessage) {
-  const JobResult job = run_job(3, std::string(TESSERA_DIST_PROBE) + " exit");
+// Runs dist_probe `mode` on 3 ranks, in which rank 1 exits, and checks that ranks 0 and 2 each
+// say why they stopped.
+void expect_the_others_are_taken_down(const std::string& mode) {
+  const JobResult job = run_job(3, std::string(TESSERA_DIST_PROBE) + " " + mode);
   EXPECT_NE(job.exit_code, 0) << job.output;
   for (int rank : {0, 2}) {
     EXPECT_TRUE(contains(job.output, "error: rank " + std::to_string(rank) +
@@ -104,6 +106,14 @@ TEST_F(JobFailure, ARankThatDiesTakesTheOthersDownWithAMessage) {
         << job.output;
   }
   EXPECT_LT(job.seconds, 30.0);
+}
+
+TEST_F(JobFailure, ARankThatDiesTakesTheOthersDownWithAMessage) {
+  expect_the_others_are_taken_down("exit");
+}
+
+TEST_F(JobFailure, ARankThatDiesWhileTheOthersStartMpiTakesThemDownWithAMessage) {
+  expect_the_others_are_taken_down("exit-at-start");
 }
 
 // The acceptance test of the flight recorder: SIGSTOP one rank of a job that all-reduces in a

@@ -34,7 +34,6 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   // First, before anything reads argv: MPI may remove its own arguments.
   const bool many_ranks = tessera::dist::init_world(argc, argv).size() > 1;
-  tessera::dist::install_stop_handler();
   spdlog::set_pattern("[%H:%M:%S] %v");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

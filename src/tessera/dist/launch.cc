@@ -20,6 +20,7 @@ namespace tessera::dist {
 namespace {
 
 std::unique_ptr<Communicator> g_world;
+bool g_launched = false;
 bool g_mpi = false;
 int g_rank = 0;
 int g_size = 1;
@@ -36,6 +37,31 @@ bool started_by_launcher() {
          (has_env("SLURM_PROCID") && has_env("SLURM_NTASKS"));
 }
 
+// This rank and the job's size as the launcher's environment gives them, so that a rank stopped
+// while MPI_Init still runs can name itself; false where the environment does not say both.
+bool launcher_rank_and_size(int& rank, int& size) {
+  for (const auto& [rank_name, size_name] :
+       {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        std::pair{"PMI_RANK", "PMI_SIZE"}, std::pair{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+    if (has_env(rank_name) && has_env(size_name)) {
+      rank = std::atoi(std::getenv(rank_name));
+      size = std::atoi(std::getenv(size_name));
+      return true;
+    }
+  }
+  return false;
+}
+
+// When the launcher stops this rank (SIGTERM) because another rank failed, the rank says so
+// rather than vanishing silently. A single-rank job has no other rank to blame.
+void install_stop_handler() {
+  if (g_size <= 1) return;
+  on_stop_signal([](int signal, pid_t) {
+    if (signal != SIGTERM) return false;
+    exit_job("stopped by the launcher because another rank failed");
+  });
+}
+
 void finalize() {
   // Sub-communicators still alive would be freed after MPI is gone; the world goes first.
   g_world.reset();
@@ -46,7 +72,7 @@ void finalize() {
 
 // "error: rank R of N: message", or "error: message" in a single-rank job.
 std::string error_line(std::string_view message) {
-  if (!g_mpi) return fmt::format("error: {}\n", message);
+  if (!g_launched) return fmt::format("error: {}\n", message);
   return fmt::format("error: rank {} of {}: {}\n", g_rank, g_size, message);
 }
 
@@ -61,6 +87,9 @@ Communicator& init_world(int& argc, char**& argv) {
     g_world = std::make_unique<SingleCommunicator>();
     return *g_world;
   }
+  g_launched = true;
+  // A rank can be stopped while MPI_Init still runs, when another has already failed.
+  if (launcher_rank_and_size(g_rank, g_size)) install_stop_handler();
   // MPI's default error handler at this point ends the process with its own message.
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -68,6 +97,7 @@ Communicator& init_world(int& argc, char**& argv) {
   std::atexit(finalize);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  install_stop_handler();
   g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world");
   // Kernels run OpenMP threads while the main thread talks to MPI, which MPI_THREAD_SINGLE
   // does not allow.
@@ -107,13 +137,5 @@ void set_timeout_seconds(double seconds) {
 }
 
 double timeout_seconds() { return g_timeout_s; }
-
-void install_stop_handler() {
-  if (g_size <= 1) return;
-  on_stop_signal([](int signal, pid_t) {
-    if (signal != SIGTERM) return false;
-    exit_job("stopped by the launcher because another rank failed");
-  });
-}
 
 }  // namespace tessera::dist

@@ -17,6 +17,9 @@ namespace tessera::dist {
 // world is a single rank and MPI is never touched. MPI is finalised at exit. Call once, at the
 // start of main (MPI may remove its own arguments from argv); a failure ends the process. It first
 // gives SIGTERM and SIGINT to a thread of their own (take_stop_signals), before any other starts.
+// In a job of several ranks, from before MPI_Init on, a SIGTERM from the launcher (another rank
+// failed) ends this rank with "error: rank R of N: stopped by the launcher because another rank
+// failed" rather than silently; a later on_stop_signal handler replaces that one.
 Communicator& init_world(int& argc, char**& argv);
 
 // The communicator of all ranks of the job; init_world must have run.
@@ -34,10 +37,5 @@ Communicator& world();
 // has failed or stopped and ends the job (default 300 s).
 void set_timeout_seconds(double seconds);
 double timeout_seconds();
-
-// When the launcher stops this rank (SIGTERM) because another rank failed, print
-// "error: rank R of N: stopped by the launcher because another rank failed" rather than vanishing
-// silently. Does nothing in a single-rank job.
-void install_stop_handler();
 
 }  // namespace tessera::dist
