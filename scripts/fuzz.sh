@@ -10,8 +10,7 @@ mkdir -p "$out"
 
 # target | seconds | sources beside fuzz/<target>.cc | libraries and flags. toml++ is linked as
 # the same shared library the engine uses: its header-only form asserts on inputs that the
-# library itself rejects with a parse error. Each source is compiled once into build-fuzz/obj and
-# shared by the targets that link it; -D flags of a target apply to all its sources.
+# library itself rejects with a parse error. -D flags of a target apply to all its sources.
 # Sources that several targets link: the tokenizer files' readers, the chat templates' Jinja
 # engine, and the OpenAI request parser with what it calls.
 tokenizer_sources="src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/hf_tokenizer_file.cc src/tessera/data/llama3_pretokenizer.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc"
@@ -140,59 +139,100 @@ beast_sources=" src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc
 compile_flags=(-std=c++20 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
   -g -O1 -fopenmp -Isrc)
 
-# Compiles `source` with the -D flags given after it, unless its object is newer than the source
-# and every header it read; prints the object's path.
-object() {
-  local source=$1
-  shift
-  local defines=("$@")
-  [[ $beast_sources == *" $source "* ]] && defines+=(-DNDEBUG)
-  local key
-  key=$(printf '%s' "${defines[*]:-plain}" | tr -c 'A-Za-z0-9_=' '_')
-  local obj="$out/obj/$key/${source%.cc}.o"
-  if [[ -f $obj && -f ${obj%.o}.d ]]; then
-    local deps
-    deps=$(sed -e 's/^[^:]*://' -e 's/\\$//' "${obj%.o}.d" | tr ' ' '\n' | grep -v '^$' || true)
-    # shellcheck disable=SC2086  # a list of paths
-    [[ -z $(find $deps -newer "$obj" 2>/dev/null | head -1) ]] && { echo "$obj"; return; }
-  fi
-  mkdir -p "$(dirname "$obj")"
-  clang++ "${compile_flags[@]}" "${defines[@]}" -MMD -MF "${obj%.o}.d" -c "$source" -o "$obj" >&2
-  echo "$obj"
-}
-
 seconds_override=${1:-}
 selected=${FUZZ_TARGETS:-}
+chosen=()
 for entry in "${targets[@]}"; do
-  IFS='|' read -r target seconds sources flags <<<"$entry"
+  IFS='|' read -r target _ <<<"$entry"
   [[ -z "$selected" || " $selected " == *" $target "* ]] || continue
   if [[ ! -f fuzz/$target.cc ]]; then
     echo "fuzz: $target: fuzz/$target.cc is absent, skipped"
     continue
   fi
-  echo "fuzz: building $target"
-  defines=() libraries=()
-  for flag in $flags; do
-    if [[ $flag == -D* ]]; then defines+=("$flag"); else libraries+=("$flag"); fi
+  chosen+=("$entry")
+done
+
+# build-fuzz/build.ninja: one object per source and set of -D flags, shared by the targets that
+# link it, and one binary per target. Ninja rebuilds only what changed since the last run (the
+# compiler's depfiles name the headers) and uses both cores.
+ninja_file=$out/build.ninja
+{
+  echo "builddir = $out"
+  echo "compile_flags = ${compile_flags[*]}"
+  echo "rule compile"
+  echo "  command = clang++ \$compile_flags \$defines -MMD -MF \$out.d -c \$in -o \$out"
+  echo "  depfile = \$out.d"
+  echo "  deps = gcc"
+  echo "  description = compile \$in"
+  echo "rule link"
+  echo "  command = clang++ -fsanitize=fuzzer,address,undefined -fopenmp \$in \$libraries -o \$out"
+  echo "  description = link \$out"
+  declare -A written=()
+  for entry in "${chosen[@]}"; do
+    IFS='|' read -r target _ sources flags <<<"$entry"
+    defines=() libraries=()
+    for flag in $flags; do
+      if [[ $flag == -D* ]]; then defines+=("$flag"); else libraries+=("$flag"); fi
+    done
+    objects=()
+    for source in "fuzz/$target.cc" $sources; do
+      source_defines=("${defines[@]}")
+      [[ $beast_sources == *" $source "* ]] && source_defines+=(-DNDEBUG)
+      key=$(printf '%s' "${source_defines[*]:-plain}" | tr -c 'A-Za-z0-9_=' '_')
+      obj=$out/obj/$key/${source%.cc}.o
+      objects+=("$obj")
+      if [[ -z ${written[$obj]:-} ]]; then
+        written[$obj]=1
+        echo "build $obj: compile $source"
+        echo "  defines = ${source_defines[*]}"
+      fi
+    done
+    echo "build $out/$target: link ${objects[*]}"
+    echo "  libraries = ${libraries[*]}"
   done
-  objects=()
-  for source in "fuzz/$target.cc" $sources; do
-    objects+=("$(object "$source" "${defines[@]}")")
-  done
-  clang++ -fsanitize=fuzzer,address,undefined -fopenmp "${objects[@]}" "${libraries[@]}" \
-    -o "$out/$target"
+} >"$ninja_file"
+binaries=()
+for entry in "${chosen[@]}"; do binaries+=("$out/${entry%%|*}"); done
+echo "fuzz: building ${#chosen[@]} targets"
+ninja -f "$ninja_file" "${binaries[@]}" >"$out/build.log" || {
+  tail -60 "$out/build.log"
+  echo "fuzz: building the targets failed (log: $out/build.log)"
+  exit 1
+}
+
+# Runs one target on its corpus; prints its result, and its log's end when it fails.
+run_target() {
+  local target=$1 seconds=$2 corpus=$out/corpus/$1
+  if "$out/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$out/$target-" "$corpus" 2>"$out/$target.log"; then
+    echo "fuzz: $target passed after $seconds s: $(grep -E '^stat::number_of_executed_units' \
+      "$out/$target.log" | tail -1)"
+  else
+    tail -40 "$out/$target.log"
+    echo "fuzz: $target FAILED (log: $out/$target.log)"
+    return 1
+  fi
+}
+
+# Each fuzzer is one thread: two run at a time, one per core.
+running=0 failed=0
+for entry in "${chosen[@]}"; do
+  IFS='|' read -r target seconds _ <<<"$entry"
   corpus=$out/corpus/$target
   if [[ ! -d $corpus ]]; then
     mkdir -p "$corpus"
     seed "$target" "$corpus"
   fi
   echo "fuzz: running $target for ${seconds_override:-$seconds} s"
-  "$out/$target" -max_total_time="${seconds_override:-$seconds}" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$out/$target-" "$corpus" 2>"$out/$target.log" || {
-    tail -40 "$out/$target.log"
-    echo "fuzz: $target FAILED (log: $out/$target.log)"
-    exit 1
-  }
-  grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$out/$target.log" | tail -2
+  run_target "$target" "${seconds_override:-$seconds}" &
+  if ((++running >= 2)); then
+    wait -n || failed=1
+    ((running--))
+  fi
 done
+while ((running > 0)); do
+  wait -n || failed=1
+  ((running--))
+done
+((failed == 0)) || { echo "fuzz: a target failed"; exit 1; }
 echo "fuzz: all targets passed"

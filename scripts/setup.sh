@@ -12,7 +12,7 @@ packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspd
           libcpp-httplib-dev libyaml-cpp-dev libgtest-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3 python3-torch nodejs chromium)
-  packages+=(clang libclang-rt-14-dev)  # libFuzzer, ASan and UBSan for scripts/fuzz.sh
+  packages+=(clang libclang-rt-14-dev libomp-dev)  # libFuzzer, ASan, UBSan, OpenMP: scripts/fuzz.sh
   # Debian ships npm as its own package; NodeSource's nodejs bundles it and conflicts with it.
   command -v npm >/dev/null || packages+=(npm)
 fi

@@ -20,9 +20,10 @@
 namespace tessera::train {
 
 // Where a step's wall time went on one rank. Communication is what the step waited for (the
-// data-parallel gradient reduction it could not hide, tensor- and expert-parallel collectives,
-// pipeline messages); forward and backward are compute without it; `other` is the rest (loss and
-// norm reductions, bookkeeping).
+// data-parallel gradient reduction it could not hide and the loss's, tensor- and expert-parallel
+// collectives, pipeline messages); forward and backward are compute without it; the optimizer's
+// part clears the gradients, judges them (their norm) and updates; `other` is the bookkeeping
+// between these.
 struct StepBreakdown {
   static constexpr std::array<const char*, 7> kParts = {
       "data_wait", "forward", "backward", "optimizer", "communication", "checkpoint", "other"};

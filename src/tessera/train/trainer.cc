@@ -570,22 +570,30 @@ Run::StepResult Run::run_step(int64_t step, double lr) {
   // An injected fault: every gradient of the step becomes NaN through the backward's scale.
   const bool poisoned = nan_gradient_steps_.erase(step + 1) > 0;
   const double backward_scale = poisoned ? std::numeric_limits<double>::quiet_NaN() : r.loss_scale;
+  // Clearing the last step's gradients is the optimizer's part, as torch's zero_grad is.
+  const auto zero_start = Clock::now();
   state_.zero_grad();
+  r.optimizer = std::chrono::duration<double>(Clock::now() - zero_start).count();
   // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
   const auto [loss, aux] =
       forward_backward(r, float(backward_scale / double(tc_.grad_accum * dp_.size())));
   double losses[2] = {loss, aux};
   r.comm_wait = state_.reduce_gradients();
-  if (dp_.size() > 1) dp_.all_reduce(losses, 2);
+  if (dp_.size() > 1) {
+    // The first collective after the gradients' reduction waits for the slowest rank to reach it.
+    const auto reduce_start = Clock::now();
+    dp_.all_reduce(losses, 2);
+    r.comm_wait += std::chrono::duration<double>(Clock::now() - reduce_start).count();
+  }
   if (rc_.model.is_moe()) moe_statistics(r);
   r.loss = losses[0] / double(tc_.grad_accum * dp_.size());
   r.aux_loss = losses[1] / double(tc_.grad_accum * dp_.size());
 
-  // The optimizer's part: judging the gradients, their norm and the update.
+  // The rest of the optimizer's part: judging the gradients, their norm and the update.
   const trace::Span span("optimizer", "step");
   const auto optimizer_start = Clock::now();
   const auto judged = [&] {
-    r.optimizer = std::chrono::duration<double>(Clock::now() - optimizer_start).count();
+    r.optimizer += std::chrono::duration<double>(Clock::now() - optimizer_start).count();
     return r;
   };
   StepHealth health{.loss = r.loss};
