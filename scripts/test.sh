@@ -15,7 +15,8 @@ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZ
 ninja -C build-sanitize >/dev/null
 # The planner's layout search is arithmetic over thousands of layouts: the Release stage above
 # runs it, and under the Debug sanitizer build it alone would take most of the time budget.
-ctest --test-dir build-sanitize --output-on-failure --timeout 900 \
+# Two at a time: the planner's and the kernels' timing tests run alone (RUN_SERIAL).
+ctest --test-dir build-sanitize --output-on-failure --timeout 900 -j2 \
   --exclude-regex '^PlannerValidation\.SearchRanks'
 
 bash scripts/fuzz.sh

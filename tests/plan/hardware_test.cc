@@ -25,6 +25,9 @@ hbm_bandwidth_gbps = 1000.5
 scaleup_domain = 4
 scaleup_bandwidth_gbps = 200
 scaleout_bandwidth_gbps = 25
+matmul_peak_fraction = 0.8
+matmul_half_width = 1000
+matmul_source = "the test"
 source = "the test"
 date = "2025-01"
 
@@ -63,6 +66,9 @@ TEST(HardwareCatalog, BuiltinHasEveryAcceleratorWithPositiveFigures) {
     EXPECT_GT(a.scaleout_bandwidth, 0);
     EXPECT_FALSE(a.source.empty());
     EXPECT_EQ(a.date.size(), 7u);
+    EXPECT_GT(a.matmul.peak_fraction, 0.3);
+    EXPECT_LE(a.matmul.peak_fraction, 1.0);
+    EXPECT_NE(a.matmul.source.find("fitted by scripts/fit_planner.sh"), std::string::npos);
     if (a.name == "h200") continue;  // no published list price
     ASSERT_TRUE(a.prices.on_demand.has_value()) << a.name;
     EXPECT_GT(*a.prices.on_demand, 0);
@@ -177,16 +183,21 @@ TEST(HardwareCatalog, MalformedEntriesNameSourceEntryAndField) {
   expect_parse_error(replaced(kValidEntry, "scaleup_domain = 4", "scaleup_domain = 4.0"),
                      {"[chip]", "scaleup_domain", "integer"});
   expect_parse_error(replaced(kValidEntry, "date = \"2025-01\"", "date = \"Jan 2025\""),
-                     {"user.toml:11: [chip]", "date", "YYYY-MM", "Jan 2025"});
+                     {"user.toml:14: [chip]", "date", "YYYY-MM", "Jan 2025"});
   expect_parse_error(replaced(kValidEntry, "source = \"the test\"", "source = \"\""),
                      {"[chip]", "source", "empty"});
+  expect_parse_error(
+      replaced(kValidEntry, "matmul_peak_fraction = 0.8", "matmul_peak_fraction = 80"),
+      {"user.toml:10: [chip]", "matmul_peak_fraction", "fraction", "80"});
+  expect_parse_error(replaced(kValidEntry, "matmul_source = \"the test\"", ""),
+                     {"[chip]", "missing", "'matmul_source'"});
   expect_parse_error("chip = 3\n", {"user.toml:1", "'chip' must be a table [chip]"});
 }
 
 TEST(HardwareCatalog, MalformedPricesNameThePricesTable) {
   expect_parse_error(
       replaced(kValidEntry, "usd_per_chip_hour_spot = 1", "usd_per_chip_hour_spot = -1"),
-      {"user.toml:15: [chip.prices]", "usd_per_chip_hour_spot", "must be zero or more"});
+      {"user.toml:18: [chip.prices]", "usd_per_chip_hour_spot", "must be zero or more"});
   expect_parse_error(
       replaced(kValidEntry, "usd_per_chip_hour_spot = 1", "usd_per_chip_hour_1yr = 1"),
       {"[chip.prices]", "unknown field 'usd_per_chip_hour_1yr'", "usd_per_chip_hour_1y"});

@@ -91,7 +91,11 @@ TEST(DryRun, MemoryIsThePlannersForTheSameLayout) {
                                 .recompute = model::Recompute::kSelective,
                                 .sequence_parallel = true};
       const plan::Estimate e = plan::estimate(run.model, plan::test_gpu(), layout,
-                                              {4 * 6, 16, 1e9, run.train.precision});
+                                              {.global_batch = 4 * 6,
+                                               .seq_len = 16,
+                                               .tokens = 1e9,
+                                               .precision = run.train.precision,
+                                               .reliability = {}});
       ASSERT_TRUE(e.invalid.empty()) << e.invalid;
       const dist::RankMemory& m = plan.ranks[plan.fullest].memory;
       EXPECT_EQ(m.params, e.memory.params);

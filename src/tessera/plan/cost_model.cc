@@ -25,14 +25,6 @@ constexpr double kUsableHbm = 0.92;
 // of its CPU threads counts once.
 constexpr int kAttentionThreads = 1;
 
-// Fraction of peak a chip's matmuls reach: it approaches `peak_fraction` as the narrowest
-// per-chip matrix dimension (d_model, or the MLP's hidden width over the tensor-parallel ranks)
-// grows, half of the way there at `half_width`. Both were fitted, per accelerator family, to the
-// published runs in tests/plan/published_runs.toml (docs/planner.md).
-struct MatmulEfficiency {
-  double peak_fraction, half_width;
-};
-
 // What a layout's pipeline schedule (1F1B, or interleaved 1F1B with vpp > 1) costs, from the
 // simulator: its idle time as a share of the step's compute, and the most micro-batches each
 // (virtual) stage holds the activations of.
@@ -60,11 +52,6 @@ PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
   const dist::PipelineSimulation& sim = it->second;
   const double idle = sim.makespan - sim.ideal;
   return {idle / (sim.ideal / double(simulated) * double(micro_batches)), sim.stage_peak_in_flight};
-}
-
-MatmulEfficiency matmul_efficiency_of(const Accelerator& a) {
-  if (a.kind == "tpu") return {0.90, 250};
-  return {0.80, 2000};
 }
 
 }  // namespace
@@ -198,11 +185,20 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // of that).
   e.flops = model::flops_per_token(c, planned.weights(), w.seq_len, l.recompute);
   const double step_tokens = double(w.global_batch * w.seq_len);
-  const MatmulEfficiency me = matmul_efficiency_of(a);
   const double width = std::min(double(c.d_model), double(c.ffn()) / double(l.tp));
-  e.matmul_efficiency = me.peak_fraction * width / (width + me.half_width);
+  e.matmul_efficiency = a.matmul.at_width(width);
   e.time.compute = imbalance * e.flops.hardware * step_tokens / chips /
                    (a.peak_bf16_flops * e.matmul_efficiency);
+  if (!w.flash_attention) {
+    // Unfused attention moves each 2-byte score through HBM: 13 bytes forward (the scores
+    // written, the fused scale-mask-softmax and the dropout each reading and writing them, the
+    // mask, the product with V reading them), 17 backward, 13 more where the forward is rerun.
+    // Every token of a sequence has seq_len scores per head, causal or not.
+    const double bytes_per_score = l.recompute == Recompute::kNone ? 30 : 43;
+    const double scores =
+        step_tokens / double(l.dp) * double(w.seq_len) * double(c.n_head / l.tp) * layers_per_chip;
+    e.time.compute += scores * bytes_per_score / a.hbm_bandwidth;
+  }
   e.time.bubble = e.time.compute * pipeline.bubble;
 
   // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
@@ -251,7 +247,12 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
       dp_seconds(dense_per_chip, l.dp) + dp_seconds(experts_per_chip, l.dp / l.ep);
   // The bucketed all-reduce of ZeRO 0 and 1 hides behind the last micro-batch's backward.
   const double last_backward = (e.time.compute / double(micro_batches)) * 2.0 / 3.0;
-  e.time.data_parallel = l.zero <= 1 ? std::max(0.0, dp_time - last_backward) : dp_time;
+  if (l.zero <= 1) {
+    e.time.data_parallel = std::max(0.0, dp_time - last_backward);
+  } else {
+    e.time.data_parallel =
+        w.overlapped_sharding ? std::max(0.0, dp_time - e.time.compute) : dp_time;
+  }
   // AdamW reads and writes the master weights and both moments and writes bf16 parameters.
   const double optimizer_params =
       e.memory.optimizer / dist::zero_model_state(0, w.precision, 1, 1).optimizer;

@@ -24,6 +24,12 @@ struct Workload {
   double tokens = 0;  // tokens to train, for days and cost
   // Of parameters, gradients and activations; master weights and moments stay f32.
   model::Precision precision = model::Precision::kBf16;
+  // Fused (flash) attention keeps the T x T scores on chip; without it every score is written to
+  // and read from HBM several times per pass, as in the Megatron runs of 2021-2022.
+  bool flash_attention = true;
+  // ZeRO 2 and 3 collectives that overlap compute (FSDP's prefetched all-gathers and its
+  // reduce-scatters during the backward, XLA's asynchronous collectives); the engine's do not.
+  bool overlapped_sharding = false;
   Reliability reliability;  // failures and checkpoints, for days and cost
 };
 

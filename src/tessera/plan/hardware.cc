@@ -27,6 +27,9 @@ constexpr std::string_view kAcceleratorFields[] = {"description",
                                                    "scaleup_domain",
                                                    "scaleup_bandwidth_gbps",
                                                    "scaleout_bandwidth_gbps",
+                                                   "matmul_peak_fraction",
+                                                   "matmul_half_width",
+                                                   "matmul_source",
                                                    "source",
                                                    "date",
                                                    "best_published_mfu",
@@ -198,6 +201,12 @@ Accelerator read_accelerator(const toml::table& table, const std::string& source
   a.scaleup_domain = reader.chips("scaleup_domain");
   a.scaleup_bandwidth = reader.positive("scaleup_bandwidth_gbps") * kGiga;
   a.scaleout_bandwidth = reader.positive("scaleout_bandwidth_gbps") * kGiga;
+  a.matmul.peak_fraction = reader.positive("matmul_peak_fraction");
+  check(a.matmul.peak_fraction <= 1,
+        "{} matmul_peak_fraction is a fraction of peak in (0, 1], not {}",
+        reader.where(reader.required("matmul_peak_fraction")), a.matmul.peak_fraction);
+  a.matmul.half_width = reader.positive("matmul_half_width");
+  a.matmul.source = reader.text("matmul_source");
   a.source = reader.text("source");
   a.date = reader.month("date");
   if (const toml::node* mfu = reader.optional("best_published_mfu")) {

@@ -17,6 +17,17 @@ struct Prices {  // USD per chip-hour; absent when not published
   std::string source, date;
 };
 
+// Fraction of peak the chip's matmuls reach: `peak_fraction` as the narrowest per-chip matrix
+// dimension (d_model, or the MLP's hidden width over the tensor-parallel ranks) grows, half of it
+// at `half_width`; `source` says which published runs fitted them (scripts/fit_planner.sh) or,
+// for a chip without any, whose values it borrows.
+struct MatmulEfficiency {
+  double peak_fraction = 0, half_width = 0;
+  std::string source;
+
+  double at_width(double width) const { return peak_fraction * width / (width + half_width); }
+};
+
 struct Accelerator {
   std::string name, description, kind;  // kind: "tpu" or "gpu"
   double peak_bf16_flops = 0;           // FLOP/s, dense
@@ -25,6 +36,7 @@ struct Accelerator {
   int64_t scaleup_domain = 1;     // chips joined by NVLink/ICI
   double scaleup_bandwidth = 0;   // bytes/s per chip per direction
   double scaleout_bandwidth = 0;  // bytes/s per chip per direction, between scale-up domains
+  MatmulEfficiency matmul;
   Prices prices;
   std::string source, date;
   // The highest model-FLOPs utilisation a published training run reached on this chip, and
