@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds each fuzz target with clang's libFuzzer (ASan + UBSan) from only the sources it needs and
 # runs it for a while on a corpus kept in build-fuzz/corpus/<target>; a crash fails the script.
-#   scripts/fuzz.sh [SECONDS]     (default: each target's own time, 20-40 s)
+#   scripts/fuzz.sh [SECONDS]     (default: each target's own time, 15-30 s)
 #   FUZZ_TARGETS="shard_reader_fuzz" scripts/fuzz.sh 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,15 +18,15 @@ chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/ser
 openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/data/tokenizer.cc src/tessera/data/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 
 targets=(
-  "shard_reader_fuzz|30|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
-  "vocab_reader_fuzz|40|$tokenizer_sources|-lfmt"
-  "toml_config_fuzz|20|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc src/tessera/dist/pipeline_schedule.cc src/tessera/dist/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "manifest_fuzz|20|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
-  "safetensors_fuzz|30|src/tessera/ckpt/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
-  "hardware_catalog_fuzz|20|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "openai_request_fuzz|20|$openai_api_sources|-lfmt -lisal -lz"
-  "chat_template_fuzz|20|$chat_template_sources src/tessera/core/utf8.cc|-lfmt"
-  "http_request_fuzz|30|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources|-lfmt -lisal -lz"
+  "shard_reader_fuzz|25|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
+  "vocab_reader_fuzz|30|$tokenizer_sources|-lfmt"
+  "toml_config_fuzz|15|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/dist/mesh_shape.cc src/tessera/dist/pipeline_schedule.cc src/tessera/dist/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "manifest_fuzz|15|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
+  "safetensors_fuzz|25|src/tessera/ckpt/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
+  "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "openai_request_fuzz|15|$openai_api_sources|-lfmt -lisal -lz"
+  "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc|-lfmt"
+  "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources|-lfmt -lisal -lz"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.

@@ -41,7 +41,8 @@ Fit evaluate(const std::vector<const PublishedRun*>& rows, const HardwareCatalog
   for (const PublishedRun* r : rows) {
     Accelerator a = catalog.find(r->hardware);
     a.matmul = matmul;
-    const double error = std::abs(predicted(*r, closest_estimate(*r, a)) / published(*r) - 1);
+    const double error =
+        std::abs(predicted(*r, published_layout_estimate(*r, a)) / published(*r) - 1);
     fit.mean_error += error / double(rows.size());
     fit.worst_error = std::max(fit.worst_error, error);
   }

@@ -39,9 +39,10 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog);
 double predicted(const PublishedRun& r, const Estimate& e);
 double published(const PublishedRun& r);
 
-// The estimate for the published layout on `a`; unstated micro-batch sizes and interleaving depths
-// take the value, among those the layout allows, whose prediction is closest to the published
-// figure.
-Estimate closest_estimate(const PublishedRun& r, const Accelerator& a);
+// The estimate for the published layout on `a`. Where the source leaves the micro-batch size or
+// the interleaving depth unstated, a fitted or shown row takes the value, among those the layout
+// allows, whose prediction is closest to the published figure; a held-out row takes the fastest,
+// as the planner's own search would, so that its published figure never steers its prediction.
+Estimate published_layout_estimate(const PublishedRun& r, const Accelerator& a);
 
 }  // namespace tessera::plan
