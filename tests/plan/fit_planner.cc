@@ -11,11 +11,11 @@
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/split_commas.h"
 #include "tests/plan/published_runs.h"
 
 namespace tessera::plan {
@@ -26,13 +26,6 @@ struct Fit {
   double mean_error = 0, worst_error = 0;
   int rows = 0;
 };
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
-  return parts;
-}
 
 // The mean and worst |error| of the rows with `matmul` on their chips.
 Fit evaluate(const std::vector<const PublishedRun*>& rows, const HardwareCatalog& catalog,
@@ -107,7 +100,7 @@ int run(int argc, char** argv) {
     if (std::strcmp(argv[i], "--write") == 0 && i + 1 < argc) {
       write_path = argv[++i];
     } else {
-      groups.push_back(split_list(argv[i]));
+      groups.push_back(split_commas(argv[i]));
     }
   }
   check(!groups.empty(), "usage: fit_planner GROUP... [--write configs/hardware.toml]");

@@ -8,6 +8,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/config.h"
 #include "tessera/core/error.h"
+#include "tessera/core/split_commas.h"
 #include "tessera/dist/launch.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/plan/calibration.h"
@@ -27,18 +28,6 @@ struct PlanInputs {
   int64_t chips = 0;
   plan::Workload workload;
 };
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return parts;
-}
 
 std::string model_summary(const model::ModelConfig& m);
 
