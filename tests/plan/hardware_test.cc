@@ -25,6 +25,10 @@ hbm_bandwidth_gbps = 1000.5
 scaleup_domain = 4
 scaleup_bandwidth_gbps = 200
 scaleout_bandwidth_gbps = 25
+collective_start_us = 8
+scaleup_step_latency_us = 3
+scaleout_step_latency_us = 14
+scaleup_torus_dims = 1
 matmul_peak_fraction = 0.8
 matmul_half_width = 1000
 matmul_source = "the test"
@@ -64,6 +68,9 @@ TEST(HardwareCatalog, BuiltinHasEveryAcceleratorWithPositiveFigures) {
     EXPECT_GE(a.scaleup_domain, 8);
     EXPECT_GT(a.scaleup_bandwidth, a.scaleout_bandwidth);
     EXPECT_GT(a.scaleout_bandwidth, 0);
+    EXPECT_GT(a.latency.start, 0);
+    EXPECT_GT(a.latency.scaleout_step, a.latency.scaleup_step);
+    EXPECT_EQ(a.latency.scaleup_torus_dims, a.kind == "tpu" ? (a.name.ends_with('e') ? 2 : 3) : 1);
     EXPECT_FALSE(a.source.empty());
     EXPECT_EQ(a.date.size(), 7u);
     EXPECT_GT(a.matmul.peak_fraction, 0.3);
@@ -183,12 +190,16 @@ TEST(HardwareCatalog, MalformedEntriesNameSourceEntryAndField) {
   expect_parse_error(replaced(kValidEntry, "scaleup_domain = 4", "scaleup_domain = 4.0"),
                      {"[chip]", "scaleup_domain", "integer"});
   expect_parse_error(replaced(kValidEntry, "date = \"2025-01\"", "date = \"Jan 2025\""),
-                     {"user.toml:14: [chip]", "date", "YYYY-MM", "Jan 2025"});
+                     {"user.toml:18: [chip]", "date", "YYYY-MM", "Jan 2025"});
   expect_parse_error(replaced(kValidEntry, "source = \"the test\"", "source = \"\""),
                      {"[chip]", "source", "empty"});
   expect_parse_error(
       replaced(kValidEntry, "matmul_peak_fraction = 0.8", "matmul_peak_fraction = 80"),
-      {"user.toml:10: [chip]", "matmul_peak_fraction", "fraction", "80"});
+      {"user.toml:14: [chip]", "matmul_peak_fraction", "fraction", "80"});
+  expect_parse_error(replaced(kValidEntry, "scaleup_torus_dims = 1", "scaleup_torus_dims = 4"),
+                     {"user.toml:13: [chip]", "scaleup_torus_dims", "2 or 3", "not 4"});
+  expect_parse_error(replaced(kValidEntry, "scaleout_step_latency_us = 14", ""),
+                     {"[chip]", "missing", "'scaleout_step_latency_us'"});
   expect_parse_error(replaced(kValidEntry, "matmul_source = \"the test\"", ""),
                      {"[chip]", "missing", "'matmul_source'"});
   expect_parse_error("chip = 3\n", {"user.toml:1", "'chip' must be a table [chip]"});
@@ -197,7 +208,7 @@ TEST(HardwareCatalog, MalformedEntriesNameSourceEntryAndField) {
 TEST(HardwareCatalog, MalformedPricesNameThePricesTable) {
   expect_parse_error(
       replaced(kValidEntry, "usd_per_chip_hour_spot = 1", "usd_per_chip_hour_spot = -1"),
-      {"user.toml:18: [chip.prices]", "usd_per_chip_hour_spot", "must be zero or more"});
+      {"user.toml:22: [chip.prices]", "usd_per_chip_hour_spot", "must be zero or more"});
   expect_parse_error(
       replaced(kValidEntry, "usd_per_chip_hour_spot = 1", "usd_per_chip_hour_1yr = 1"),
       {"[chip.prices]", "unknown field 'usd_per_chip_hour_1yr'", "usd_per_chip_hour_1y"});

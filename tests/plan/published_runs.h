@@ -39,10 +39,15 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog);
 double predicted(const PublishedRun& r, const Estimate& e);
 double published(const PublishedRun& r);
 
-// The estimate for the published layout on `a`. Where the source leaves the micro-batch size or
-// the interleaving depth unstated, a fitted or shown row takes the value, among those the layout
-// allows, whose prediction is closest to the published figure; a held-out row takes the fastest,
-// as the planner's own search would, so that its published figure never steers its prediction.
+// How the estimate of a published layout chooses a micro-batch size or interleaving depth that
+// its source leaves unstated, among those the layout allows: the value whose prediction is
+// closest to the published figure, or the fastest, as the planner's own search would (so that
+// the published figure never steers the prediction).
+enum class Unstated { kClosestToPublished, kFastest };
+
+// The estimate for the published layout on `a`: a held-out row takes the fastest unstated values,
+// a fitted or shown row the closest.
 Estimate published_layout_estimate(const PublishedRun& r, const Accelerator& a);
+Estimate published_layout_estimate(const PublishedRun& r, const Accelerator& a, Unstated unstated);
 
 }  // namespace tessera::plan

@@ -15,6 +15,7 @@ inline Accelerator test_gpu() {
   a.scaleup_domain = 8;
   a.scaleup_bandwidth = 4e11;
   a.scaleout_bandwidth = 5e10;
+  a.latency = {.start = 1e-5, .scaleup_step = 3e-6, .scaleout_step = 1.5e-5};
   a.matmul = {.peak_fraction = 0.8, .half_width = 2000, .source = "round figures"};
   return a;
 }

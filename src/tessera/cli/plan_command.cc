@@ -237,6 +237,7 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
       "memory per chip: parameters %s, gradients %s, optimizer %s, activations %s (%s usable)%s\n"
       "step: compute %.3f s, pipeline bubble %.3f s, tensor parallel %.3f s, pipeline p2p %.3f "
       "s, expert all-to-all %.3f s, data parallel (exposed) %.3f s, optimizer %.3f s\n"
+      "collectives, whole (hidden or not): data parallel %.3f s (all-reduce by %s)\n"
       "per chip: %.1f TFLOP/s model, %.1f TFLOP/s hardware; MFU %.1f%%, HFU %.1f%%\n"
       "goodput %.1f%%: a failure every %.1f h across the chips, a %.1f s checkpoint every %.1f "
       "min; %.1f days without failures\n",
@@ -245,6 +246,7 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
       plan::human_bytes(e.memory.activations).c_str(), plan::human_bytes(e.usable_memory).c_str(),
       e.fits ? "" : " -- DOES NOT FIT", e.time.compute, e.time.bubble, e.time.tensor_parallel,
       e.time.pipeline_p2p, e.time.expert_all_to_all, e.time.data_parallel, e.time.optimizer,
+      e.communication.data_parallel, plan::algorithm_name(e.data_parallel_algorithm),
       e.model_tflops_per_chip, e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu,
       100 * e.goodput.fraction, e.goodput.mean_time_between_failures_s / 3600,
       e.goodput.checkpoint_s, e.goodput.interval_s / 60, e.days_failure_free);
@@ -304,6 +306,15 @@ int plan_command(int argc, char** argv) {
         "--chips)"},
        {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp=,sp="},
        {"precision", "P", "f32, bf16 or f16: parameters, gradients and activations (default bf16)"},
+       {"unfused-attention", "",
+        "attention writes its scores to HBM, as Megatron-LM did before flash attention (default: "
+        "fused, as the engine)"},
+       {"overlapped-sharding", "",
+        "ZeRO 2/3 collectives overlap the step's compute, as PyTorch FSDP's and XLA's do (default: "
+        "they do not, as in the engine)"},
+       {"gather-per-tensor", "",
+        "ZeRO 3 gathers each tensor with its own collective and again for a recomputed forward, as "
+        "DeepSpeed's ZeRO-3 of 2021 (default: a block at a time, as the engine and FSDP)"},
        {"compare", "A,B", "best layout on each accelerator, side by side, at each --chips count"},
        {"deadline", "DAYS", "also name the cheapest accelerator and count that trains in time"},
        {"failures-per-chip-hour", "R",
@@ -393,6 +404,9 @@ int plan_command(int argc, char** argv) {
     deadline = flags.get_double("deadline", 0);
     check(*deadline > 0, "tessera plan: --deadline must be a positive number of days");
   }
+  in.workload.flash_attention = !flags.has("unfused-attention");
+  in.workload.overlapped_sharding = flags.has("overlapped-sharding");
+  in.workload.gather_per_tensor = flags.has("gather-per-tensor");
   const bool json = flags.has("json");
   const int64_t top = flags.get_int("top", 10);
   check(top >= 1, "tessera plan: --top must be at least 1, got {}", top);

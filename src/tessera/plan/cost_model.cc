@@ -11,7 +11,9 @@
 #include "tessera/dist/pipeline_simulator.h"
 #include "tessera/dist/pipeline_stages.h"
 #include "tessera/dist/zero_memory.h"
+#include "tessera/model/block_spec.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/plan/collectives.h"
 
 namespace tessera::plan {
 
@@ -60,7 +62,12 @@ PlannedModel::PlannedModel(const model::ModelConfig& config)
     : config_(config),
       weights_(model::matmul_weights(model::model_spec(config))),
       parameter_count_(double(model::count_parameters(config).total)),
-      memory_(config) {}
+      tensors_per_block_(0),
+      memory_(config) {
+  for (const model::Part& part : model::block_spec(config).parts) {
+    tensors_per_block_ += part.bias ? 2 : 1;
+  }
+}
 
 ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   const auto [it, added] = parameters_.try_emplace({tp, ep});
@@ -86,22 +93,9 @@ dist::TrainingShape training_shape(const Layout& l, const Workload& w) {
 
 namespace {
 
-// Seconds for a collective over `ranks` ranks, each holding `bytes` of the full buffer, where
-// `per_domain` consecutive members share a scale-up domain: the part inside a domain moves at
-// scale-up bandwidth, the rest (1/per_domain of the data) at scale-out bandwidth. `passes` is 2
-// for an all-reduce, 1 for a reduce-scatter or an all-gather.
-double collective_seconds(double bytes, int64_t ranks, int64_t per_domain, double passes,
-                          const Accelerator& a) {
-  if (ranks <= 1 || bytes <= 0) return 0;
-  const int64_t inner = std::clamp<int64_t>(per_domain, 1, ranks);
-  const int64_t outer = (ranks + inner - 1) / inner;
-  double t = passes * double(inner - 1) / double(inner) * bytes / a.scaleup_bandwidth;
-  if (outer > 1) {
-    t +=
-        passes * double(outer - 1) / double(outer) * (bytes / double(inner)) / a.scaleout_bandwidth;
-  }
-  return t;
-}
+// Parameters per gradient all-reduce bucket at ZeRO 0 and 1, as Megatron-LM sizes them
+// (megatron/core/distributed: max(40M, 1M x dp)); the engine's dist.bucket_mb is sized for CPUs.
+double bucket_parameters(int64_t dp) { return std::max(40e6, 1e6 * double(dp)); }
 
 std::string check_layout(const model::ModelConfig& c, const Layout& l, const Workload& w) {
   if (c.n_head % l.tp != 0) return fmt::format("tp={} does not divide {} heads", l.tp, c.n_head);
@@ -205,53 +199,89 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
   const double activation_element = w.precision == model::Precision::kF32 ? 4 : 2;
   const double activation_bytes = tokens_per_micro_batch * double(c.d_model) * activation_element;
-  const double tp_passes = l.recompute == Recompute::kFull ? 6 : 4;
+  const double tp_calls =
+      double(micro_batches) * layers_per_chip * (l.recompute == Recompute::kFull ? 6 : 4);
   const int64_t domain = a.scaleup_domain;
-  e.time.tensor_parallel = double(micro_batches) * layers_per_chip * tp_passes *
-                           collective_seconds(activation_bytes, l.tp, domain, 2, a);
+  e.communication.tensor_parallel = collective_time({.kind = CollectiveKind::kAllReduce,
+                                                     .bytes = tp_calls * activation_bytes,
+                                                     .messages = tp_calls,
+                                                     .ranks = l.tp,
+                                                     .per_domain = domain},
+                                                    a)
+                                        .seconds;
+  e.time.tensor_parallel = e.communication.tensor_parallel;
   // Pipeline: each micro-batch crosses every stage boundary forward and back.
   if (l.pp > 1) {
     const double crossing = activation_bytes / double(l.tp);
     const bool inside = l.chips() <= domain;
-    e.time.pipeline_p2p = 2.0 * double(micro_batches * l.vpp) * crossing /
-                          (inside ? a.scaleup_bandwidth : a.scaleout_bandwidth);
+    const double step = inside ? a.latency.scaleup_step : a.latency.scaleout_step;
+    e.communication.pipeline_p2p =
+        2.0 * double(micro_batches * l.vpp) *
+        (step + crossing / (inside ? a.scaleup_bandwidth : a.scaleout_bandwidth));
+    e.time.pipeline_p2p = e.communication.pipeline_p2p;
   }
   // Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
   if (l.ep > 1) {
     const double routed = activation_bytes * double(c.moe.top_k) / double(l.tp);
     const int64_t per_domain = std::max<int64_t>(1, domain / l.tp);
-    const double bw = l.ep <= per_domain ? a.scaleup_bandwidth : a.scaleout_bandwidth;
-    e.time.expert_all_to_all =
-        double(micro_batches) * layers_per_chip * 4 * routed * double(l.ep - 1) / double(l.ep) / bw;
+    const bool inside = l.ep <= per_domain;
+    const double bw = inside ? a.scaleup_bandwidth : a.scaleout_bandwidth;
+    const double step = inside ? a.latency.scaleup_step : a.latency.scaleout_step;
+    e.communication.expert_all_to_all =
+        double(micro_batches) * layers_per_chip * 4 *
+        (a.latency.start + step + routed * double(l.ep - 1) / double(l.ep) / bw);
+    e.time.expert_all_to_all = e.communication.expert_all_to_all;
   }
-  // Data parallelism: gradients (in the precision's gradient type) reduced once per step at ZeRO 0
-  // and 1, reduce-scattered every micro-step at 2 and 3, plus the parameter all-gather after the
-  // update (1, 2) or before every forward and backward (3).
+  // Data parallelism: gradients (in the precision's gradient type) all-reduced once per step in
+  // buckets at ZeRO 0 and 1, reduce-scattered block by block on every micro-step at 2 and 3; the
+  // parameters all-gathered block by block after the update (1, 2) or before every forward and
+  // backward (3).
   const int64_t dp_per_domain = std::max<int64_t>(1, domain / l.tp);
   const double gradient_element = dist::zero_model_state(0, w.precision, 1, 1).grads;
+  const double m = double(micro_batches);
   auto dp_seconds = [&](double params, int64_t ranks) {
     const double bytes = params * gradient_element;
-    const double m = double(micro_batches);
+    auto run = [&](CollectiveKind kind, double passes, double messages) {
+      const Collective each{.kind = kind,
+                            .bytes = bytes,
+                            .messages = messages,
+                            .ranks = ranks,
+                            .per_domain = dp_per_domain};
+      const CollectiveTime t = collective_time(each, a);
+      if (kind == CollectiveKind::kAllReduce) e.data_parallel_algorithm = t.algorithm;
+      return passes * t.seconds;
+    };
+    const double buckets = std::ceil(params / bucket_parameters(ranks));
     switch (l.zero) {
       case 0:
-        return collective_seconds(bytes, ranks, dp_per_domain, 2, a);
+        return run(CollectiveKind::kAllReduce, 1, buckets);
       case 1:
-        return collective_seconds(bytes, ranks, dp_per_domain, 3, a);
+        return run(CollectiveKind::kAllReduce, 1, buckets) +
+               run(CollectiveKind::kAllGather, 1, layers_per_chip);
       case 2:
-        return collective_seconds(bytes, ranks, dp_per_domain, m + 1, a);
+        return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
+               run(CollectiveKind::kAllGather, 1, layers_per_chip);
       default:
-        return collective_seconds(bytes, ranks, dp_per_domain, 3 * m, a);
+        if (w.gather_per_tensor) {
+          const double gathers = l.recompute == Recompute::kNone ? 2 : 3;
+          return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
+                 run(CollectiveKind::kAllGather, gathers * m,
+                     layers_per_chip * planned.tensors_per_block());
+        }
+        return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
+               run(CollectiveKind::kAllGather, 2 * m, layers_per_chip);
     }
   };
-  const double dp_time =
+  e.communication.data_parallel =
       dp_seconds(dense_per_chip, l.dp) + dp_seconds(experts_per_chip, l.dp / l.ep);
   // The bucketed all-reduce of ZeRO 0 and 1 hides behind the last micro-batch's backward.
   const double last_backward = (e.time.compute / double(micro_batches)) * 2.0 / 3.0;
   if (l.zero <= 1) {
-    e.time.data_parallel = std::max(0.0, dp_time - last_backward);
+    e.time.data_parallel = std::max(0.0, e.communication.data_parallel - last_backward);
   } else {
-    e.time.data_parallel =
-        w.overlapped_sharding ? std::max(0.0, dp_time - e.time.compute) : dp_time;
+    e.time.data_parallel = w.overlapped_sharding
+                               ? std::max(0.0, e.communication.data_parallel - e.time.compute)
+                               : e.communication.data_parallel;
   }
   // AdamW reads and writes the master weights and both moments and writes bf16 parameters.
   const double optimizer_params =

@@ -12,6 +12,7 @@
 #include "tessera/dist/rank_memory.h"
 #include "tessera/model/flops.h"
 #include "tessera/model/model_config.h"
+#include "tessera/plan/collectives.h"
 #include "tessera/plan/goodput.h"
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
@@ -30,6 +31,11 @@ struct Workload {
   // ZeRO 2 and 3 collectives that overlap compute (FSDP's prefetched all-gathers and its
   // reduce-scatters during the backward, XLA's asynchronous collectives); the engine's do not.
   bool overlapped_sharding = false;
+  // ZeRO 3 gathering every parameter tensor with a collective of its own, and gathering it again
+  // for a recomputed forward, as DeepSpeed's ZeRO-3 of 2021 did (one torch.distributed.all_gather
+  // per parameter in partition_parameters.py, parameters released after every forward); the
+  // engine and FSDP gather a block at a time, for the forward and for the backward.
+  bool gather_per_tensor = false;
   Reliability reliability;  // failures and checkpoints, for days and cost
 };
 
@@ -51,6 +57,7 @@ class PlannedModel {
   const model::ModelConfig& config() const { return config_; }
   const model::MatmulWeights& weights() const { return weights_; }
   double parameter_count() const { return parameter_count_; }
+  double tensors_per_block() const { return tensors_per_block_; }  // weights and biases
   ChipParameters parameters(int64_t tp, int64_t ep);
   dist::MemoryModel& memory() { return memory_; }
 
@@ -58,6 +65,7 @@ class PlannedModel {
   model::ModelConfig config_;
   model::MatmulWeights weights_;
   double parameter_count_;
+  double tensors_per_block_;
   std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
   dist::MemoryModel memory_;
 };
@@ -81,13 +89,21 @@ struct StepTime {
   }
 };
 
+// Seconds per optimizer step each kind of collective takes, whether or not compute hides it.
+struct CommunicationTime {
+  double tensor_parallel = 0, pipeline_p2p = 0, expert_all_to_all = 0, data_parallel = 0;
+};
+
 struct Estimate {
   Layout layout;
   std::string invalid;  // why the layout cannot run this model and batch; empty when it can
   MemoryPerChip memory;
   double usable_memory = 0;  // bytes of HBM a run can fill
   bool fits = false;
-  StepTime time;
+  StepTime time;  // what the step waits for: the exposed part of each collective
+  CommunicationTime communication;
+  // Ring or tree, for the data-parallel all-reduce where there is one.
+  CollectiveAlgorithm data_parallel_algorithm = CollectiveAlgorithm::kRing;
   double matmul_efficiency = 0;  // fraction of peak the matmuls reach at this layout's shapes
   model::FlopsPerToken flops;
   double model_tflops_per_chip = 0, hardware_tflops_per_chip = 0, mfu = 0, hfu = 0;

@@ -17,6 +17,7 @@ namespace {
 
 constexpr double kTera = 1e12;
 constexpr double kGiga = 1e9;
+constexpr double kMicro = 1e-6;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 constexpr std::string_view kAcceleratorFields[] = {"description",
@@ -27,6 +28,10 @@ constexpr std::string_view kAcceleratorFields[] = {"description",
                                                    "scaleup_domain",
                                                    "scaleup_bandwidth_gbps",
                                                    "scaleout_bandwidth_gbps",
+                                                   "collective_start_us",
+                                                   "scaleup_step_latency_us",
+                                                   "scaleout_step_latency_us",
+                                                   "scaleup_torus_dims",
                                                    "matmul_peak_fraction",
                                                    "matmul_half_width",
                                                    "matmul_source",
@@ -201,6 +206,13 @@ Accelerator read_accelerator(const toml::table& table, const std::string& source
   a.scaleup_domain = reader.chips("scaleup_domain");
   a.scaleup_bandwidth = reader.positive("scaleup_bandwidth_gbps") * kGiga;
   a.scaleout_bandwidth = reader.positive("scaleout_bandwidth_gbps") * kGiga;
+  a.latency.start = reader.positive("collective_start_us") * kMicro;
+  a.latency.scaleup_step = reader.positive("scaleup_step_latency_us") * kMicro;
+  a.latency.scaleout_step = reader.positive("scaleout_step_latency_us") * kMicro;
+  const int64_t dims = reader.chips("scaleup_torus_dims");
+  check(dims <= 3, "{} scaleup_torus_dims is 1 (a switch, NVLink), 2 or 3 (an ICI torus), not {}",
+        reader.where(reader.required("scaleup_torus_dims")), dims);
+  a.latency.scaleup_torus_dims = int(dims);
   a.matmul.peak_fraction = reader.positive("matmul_peak_fraction");
   check(a.matmul.peak_fraction <= 1,
         "{} matmul_peak_fraction is a fraction of peak in (0, 1], not {}",

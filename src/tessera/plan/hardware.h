@@ -28,6 +28,15 @@ struct MatmulEfficiency {
   double at_width(double width) const { return peak_fraction * width / (width + half_width); }
 };
 
+// What a collective costs beyond its bytes, in the terms of NCCL's cost model
+// (src/graph/tuning.cc): a fixed start per collective and a latency per step of its algorithm on
+// each link class. A ring over the scale-up domain takes one step per chip on NVLink, one per chip
+// of each torus dimension in turn on ICI (`scaleup_torus_dims`: 2 on TPU v5e/v6e, 3 on v4/v5p).
+struct CollectiveLatency {
+  double start = 0, scaleup_step = 0, scaleout_step = 0;  // seconds
+  int scaleup_torus_dims = 1;
+};
+
 struct Accelerator {
   std::string name, description, kind;  // kind: "tpu" or "gpu"
   double peak_bf16_flops = 0;           // FLOP/s, dense
@@ -36,6 +45,7 @@ struct Accelerator {
   int64_t scaleup_domain = 1;     // chips joined by NVLink/ICI
   double scaleup_bandwidth = 0;   // bytes/s per chip per direction
   double scaleout_bandwidth = 0;  // bytes/s per chip per direction, between scale-up domains
+  CollectiveLatency latency;
   MatmulEfficiency matmul;
   Prices prices;
   std::string source, date;
