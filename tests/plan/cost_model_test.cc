@@ -182,6 +182,27 @@ TEST(CostModel, UnevenPipelineSplitsArePacedByTheBusiestStage) {
   EXPECT_NE(estimate(c, a, parse_layout("dp=1,tp=8,pp=71"), w).invalid, "");
 }
 
+// Keeping the blocks' saved f32 state in bf16 halves exactly that state: per block, on each
+// micro-batch the rank holds (here one stage of 128 blocks, one micro-batch in flight).
+TEST(CostModel, Bf16ActivationsHalveTheSavedF32State) {
+  const model::ModelConfig c = gpt_1t();
+  Workload w{.global_batch = 8, .seq_len = 2048, .tokens = 1e12};
+  const Layout l = parse_layout("dp=1,tp=8,pp=1,zero=1,mb=1,recompute=none,sp=1");
+  const Estimate engine = estimate(c, test_gpu(), l, w);
+  w.bf16_activations = true;
+  const Estimate planned = estimate(c, test_gpu(), l, w);
+  const model::ActivationBytes a =
+      model::activation_bytes(c, model::Sharding{.tp = 8}, training_shape(l, w).activations);
+  ASSERT_GT(a.saved_f32_state_per_layer, 0);
+  EXPECT_EQ(engine.memory.activations - planned.memory.activations,
+            0.5 * double(a.saved_f32_state_per_layer) * 128);
+  w.precision = model::Precision::kF32;
+  const double f32_bf16_flag = estimate(c, test_gpu(), l, w).memory.activations;
+  w.bf16_activations = false;
+  EXPECT_EQ(f32_bf16_flag, estimate(c, test_gpu(), l, w).memory.activations)
+      << "f32 training keeps its activations in f32";
+}
+
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   const Layout l{.dp = 6,
                  .tp = 8,

@@ -59,6 +59,7 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog) {
     r.workload.flash_attention = l["flash_attention"].value_or(true);
     r.workload.overlapped_sharding = l["overlapped_sharding"].value_or(false);
     r.workload.gather_per_tensor = l["gather_per_tensor"].value_or(false);
+    r.workload.bf16_activations = true;
     const double peak = catalog.find(r.hardware).peak_bf16_flops / 1e12;
     r.hardware_basis = p["tflops_basis"].value_or(std::string()) == "hardware";
     r.tokens_per_s = p["tokens_per_s_per_chip"].value_or(0.0);

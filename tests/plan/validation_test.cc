@@ -116,6 +116,31 @@ TEST(PlannerValidation, FullyShardedDataParallelismOverAThousandGpusIsSeveralTim
   }
 }
 
+// Published layouts that ran, which the engine's own memory (its saved state in f32) does not fit
+// in: with that state in bf16, as their stacks keep it, they fit.
+TEST(PlannerValidation, PublishedLayoutsThatRanFitWithBf16Activations) {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  int rows = 0;
+  for (PublishedRun r : published_runs(catalog)) {
+    if (r.name != "torchtitan2024-llama2-13b-64-noac" &&
+        r.name != "llmfoundry-mpt-7b-a100-80gb-8-s2048") {
+      continue;
+    }
+    ++rows;
+    const Accelerator& a = catalog.find(r.hardware);
+    ASSERT_TRUE(r.workload.bf16_activations) << "every published stack keeps them in bf16";
+    const Estimate bf16 = published_layout_estimate(r, a);
+    r.workload.bf16_activations = false;
+    const Estimate f32 = published_layout_estimate(r, a);
+    std::printf("%s: %.1f GiB per chip with bf16 activations, %.1f GiB in f32, %.1f usable\n",
+                r.name.c_str(), bf16.memory.total() / (1 << 30), f32.memory.total() / (1 << 30),
+                bf16.usable_memory / (1 << 30));
+    EXPECT_TRUE(bf16.fits) << r.name;
+    EXPECT_FALSE(f32.fits) << r.name;
+  }
+  EXPECT_EQ(rows, 2);
+}
+
 TEST(PlannerValidation, SearchRanksOnlyFittingLayoutsAndBeatsThePublishedOne) {
   const HardwareCatalog catalog = HardwareCatalog::builtin();
   for (const PublishedRun& r : published_runs(catalog)) {

@@ -312,6 +312,9 @@ int plan_command(int argc, char** argv) {
        {"overlapped-sharding", "",
         "ZeRO 2/3 collectives overlap the step's compute, as PyTorch FSDP's and XLA's do (default: "
         "they do not, as in the engine)"},
+       {"bf16-activations", "",
+        "blocks keep what their backward reads in bf16/f16, as Megatron-LM, MaxText and PyTorch "
+        "do (default: in f32, the engine's own memory)"},
        {"gather-per-tensor", "",
         "ZeRO 3 gathers each tensor with its own collective and again for a recomputed forward, as "
         "DeepSpeed's ZeRO-3 of 2021 (default: a block at a time, as the engine and FSDP)"},
@@ -407,6 +410,7 @@ int plan_command(int argc, char** argv) {
   in.workload.flash_attention = !flags.has("unfused-attention");
   in.workload.overlapped_sharding = flags.has("overlapped-sharding");
   in.workload.gather_per_tensor = flags.has("gather-per-tensor");
+  in.workload.bf16_activations = flags.has("bf16-activations");
   const bool json = flags.has("json");
   const int64_t top = flags.get_int("top", 10);
   check(top >= 1, "tessera plan: --top must be at least 1, got {}", top);

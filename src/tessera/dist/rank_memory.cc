@@ -78,6 +78,10 @@ RankMemory MemoryModel::rank(const RankWork& work, const TrainingShape& shape) {
     // The stage's arena holds one micro-batch; each further slot its input and saved activations
     // (model::activation_bytes with in_flight slots allocates exactly this).
     m.activations += double(a.total) + double(work.in_flight[i] - 1) * double(a.per_micro_batch);
+    if (shape.bf16_saved_state && precision != model::Precision::kF32) {
+      m.activations -= 0.5 * double(a.saved_f32_state_per_layer) *
+                       double((s.block_end - s.block_begin) * work.in_flight[i]);
+    }
   }
   return m;
 }

@@ -49,6 +49,9 @@ struct TrainingShape {
   int zero = 0;
   int64_t dp = 1;
   model::ActivationOptions activations;
+  // For plans of other systems: the blocks' saved f32 state (model::ActivationBytes) kept in the
+  // 2-byte compute precision instead, as Megatron-LM and PyTorch keep it; the engine never does.
+  bool bf16_saved_state = false;
 };
 
 class MemoryModel {

@@ -110,7 +110,9 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
           if (!moe) b.act = matmul_input(N * F, shared.act.f32);
         }
         b.atty = matmul_input(N * HD, shared.atty.f32);
+        const int64_t before_state = a.bytes();
         allocate_f32_state(b);
+        m.saved_f32_state_per_layer = a.bytes() - before_state;
       }
       if (o.split_backward) hold_weight_gradients(b);
       if (!last || !sent_on) m.saved_per_layer = a.bytes() - before;
@@ -182,6 +184,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, const ModelLayout& layout
   Allocator counter(arena);
   const ModelActivations m = allocate_activations(c, layout, o, counter);
   ActivationBytes b{m.saved_per_layer, m.working, m.total};
+  b.saved_f32_state_per_layer = m.saved_f32_state_per_layer;
   // A further micro-batch keeps the stage's input and what its blocks save. A stage without the
   // head only sends its last block's output on, so that block's output buffer is not kept, and
   // the input takes its place.

@@ -69,6 +69,9 @@ struct ModelActivations {
   // Bytes: kept per block, the shared working set, the stage's input (the embedding's output on
   // the first pipeline stage, what the previous stage sent on the others), and everything in all.
   int64_t saved_per_layer = 0, working = 0, stage_input = 0, total = 0;
+  // Of saved_per_layer, the f32 state (norm statistics, q/k/v, log-sum-exp, the residual after
+  // attention, the MLP's first output), which other systems keep in the compute precision.
+  int64_t saved_f32_state_per_layer = 0;
 };
 
 ModelActivations allocate_activations(const ModelConfig& config, const ModelLayout& layout,
@@ -82,6 +85,7 @@ ModelActivations allocate_activations(const ModelConfig& config, const ModelLayo
 struct ActivationBytes {
   int64_t saved_per_layer = 0, working = 0, total = 0;
   int64_t per_micro_batch = 0;
+  int64_t saved_f32_state_per_layer = 0;  // ModelActivations'
 };
 ActivationBytes activation_bytes(const ModelConfig& config, const Sharding& sharding,
                                  const ActivationOptions& options);

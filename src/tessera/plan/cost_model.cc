@@ -88,7 +88,8 @@ dist::TrainingShape training_shape(const Layout& l, const Workload& w) {
                                    .recompute = l.recompute,
                                    .sequence_parallel = l.sequence_parallel,
                                    .threads = kAttentionThreads,
-                                   .batch_ranks = l.dp}};
+                                   .batch_ranks = l.dp},
+          w.bf16_activations};
 }
 
 namespace {

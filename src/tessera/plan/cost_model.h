@@ -36,6 +36,10 @@ struct Workload {
   // per parameter in partition_parameters.py, parameters released after every forward); the
   // engine and FSDP gather a block at a time, for the forward and for the backward.
   bool gather_per_tensor = false;
+  // Blocks keep what their backward reads (q/k/v, the residual after attention, the MLP's first
+  // output, norm statistics) in the 2-byte compute precision, as Megatron-LM, MaxText and PyTorch
+  // do; the engine keeps them in f32, and plans its own memory exactly.
+  bool bf16_activations = false;
   Reliability reliability;  // failures and checkpoints, for days and cost
 };
 
