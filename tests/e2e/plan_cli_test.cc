@@ -164,7 +164,7 @@ TEST(PlanCli, BadInputIsAClearError) {
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8"),
                         "the smallest feasible count is");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 16 --layout dp=2,tp=4"),
-                        "dp x tp x pp = 8 but --chips is 16");
+                        "dp x tp x pp x cp = 8 but --chips is 16");
   expect_one_line_error(run_cli(model + "--hardware h100 --chips 8 --layout dp=8,xp=2"),
                         "unknown key 'xp'");
   TempDir dir("tessera-plan-cli");

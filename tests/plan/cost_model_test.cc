@@ -203,6 +203,34 @@ TEST(CostModel, Bf16ActivationsHalveTheSavedF32State) {
       << "f32 training keeps its activations in f32";
 }
 
+// Context parallelism splits each sequence over cp ranks: each holds cp times fewer tokens'
+// activations and computes on them, and the ranks gather the keys and values of the whole sequence
+// for every layer; the search tries it only where a rank keeps at least 8,192 tokens.
+TEST(CostModel, ContextParallelismSplitsTheSequence) {
+  model::ModelConfig c = gpt_1t();
+  c.max_seq = 65536;
+  const Workload w{.global_batch = 64, .seq_len = 65536, .tokens = 1e12};
+  const Accelerator a = test_gpu();
+  const Estimate whole = estimate(c, a, parse_layout("dp=8,tp=8,pp=16,zero=1,recompute=full"), w);
+  const Estimate split =
+      estimate(c, a, parse_layout("dp=2,tp=8,pp=16,zero=1,recompute=full,cp=4"), w);
+  ASSERT_EQ(whole.invalid, "");
+  ASSERT_EQ(split.invalid, "");
+  EXPECT_EQ(split.layout.chips(), whole.layout.chips());
+  EXPECT_EQ(whole.time.context_parallel, 0);
+  EXPECT_GT(split.time.context_parallel, 0);
+  EXPECT_NEAR(split.time.compute / whole.time.compute, 1.0, 1e-12) << "the same work per chip";
+  EXPECT_LT(split.memory.activations, whole.memory.activations / 3);
+  EXPECT_NE(estimate(c, a, parse_layout("dp=2,tp=8,pp=16,cp=3"), w).invalid.find("2 x cp"),
+            std::string::npos);
+  std::set<int64_t> cps;
+  for (const Estimate& e : search_layouts(c, a, 2048, w, RankBy::kTime).ranked) {
+    cps.insert(e.layout.cp);
+  }
+  EXPECT_TRUE(cps.contains(4)) << fmt::format("{}", fmt::join(cps, ","));
+  EXPECT_FALSE(cps.contains(16)) << "4,096 tokens per rank";
+}
+
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   const Layout l{.dp = 6,
                  .tp = 8,
@@ -216,6 +244,8 @@ TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   EXPECT_EQ(l.str(), "dp=6,tp=8,pp=64,ep=1,zero=2,mb=4,recompute=full,vpp=2,sp=0");
   EXPECT_EQ(parse_layout(l.str()).str(), l.str());
   EXPECT_EQ(parse_layout("dp=4").str(), Layout{.dp = 4}.str());
+  EXPECT_EQ(parse_layout("dp=4,cp=16").str(),
+            "dp=4,tp=1,pp=1,ep=1,zero=1,mb=1,recompute=selective,vpp=1,sp=1,cp=16");
   testing::expect_error([] { parse_layout("dp=4,tp"); }, {"'tp' is not key=value"});
   testing::expect_error([] { parse_layout("dp=0"); }, {"dp=0 is not a positive integer"});
   testing::expect_error([] { parse_layout("zero=4"); }, {"zero=4 must be 0, 1, 2 or 3"});

@@ -46,6 +46,7 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog) {
     r.layout.dp = l["dp"].value_or(int64_t{1});
     r.layout.tp = l["tp"].value_or(int64_t{1});
     r.layout.pp = l["pp"].value_or(int64_t{1});
+    r.layout.cp = l["cp"].value_or(int64_t{1});
     r.layout.vpp = l["vpp"].value_or(int64_t{1});
     r.layout.micro_batch = l["micro_batch"].value_or(int64_t{1});
     r.layout.sequence_parallel = l["sequence_parallel"].value_or(false);

@@ -223,8 +223,8 @@ int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
 int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::string& text,
                bool json) {
   const plan::Layout layout = plan::parse_layout(text);
-  check(layout.chips() == in.chips, "--layout: dp x tp x pp = {} but --chips is {}", layout.chips(),
-        in.chips);
+  check(layout.chips() == in.chips, "--layout: dp x tp x pp x cp = {} but --chips is {}",
+        layout.chips(), in.chips);
   const plan::Estimate e = plan::estimate(in.model, a, layout, in.workload);
   check(e.invalid.empty(), "--layout {}: {}", layout.str(), e.invalid);
   if (json) {
@@ -235,8 +235,9 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
   std::printf("%s", plan::layout_table({e}).c_str());
   std::printf(
       "memory per chip: parameters %s, gradients %s, optimizer %s, activations %s (%s usable)%s\n"
-      "step: compute %.3f s, pipeline bubble %.3f s, tensor parallel %.3f s, pipeline p2p %.3f "
-      "s, expert all-to-all %.3f s, data parallel (exposed) %.3f s, optimizer %.3f s\n"
+      "step: compute %.3f s, pipeline bubble %.3f s, tensor parallel %.3f s, context parallel "
+      "%.3f s, pipeline p2p %.3f s, expert all-to-all %.3f s, data parallel (exposed) %.3f s, "
+      "optimizer %.3f s\n"
       "collectives, whole (hidden or not): data parallel %.3f s (all-reduce by %s)\n"
       "per chip: %.1f TFLOP/s model, %.1f TFLOP/s hardware; MFU %.1f%%, HFU %.1f%%\n"
       "goodput %.1f%%: a failure every %.1f h across the chips, a %.1f s checkpoint every %.1f "
@@ -245,11 +246,12 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
       plan::human_bytes(e.memory.optimizer).c_str(),
       plan::human_bytes(e.memory.activations).c_str(), plan::human_bytes(e.usable_memory).c_str(),
       e.fits ? "" : " -- DOES NOT FIT", e.time.compute, e.time.bubble, e.time.tensor_parallel,
-      e.time.pipeline_p2p, e.time.expert_all_to_all, e.time.data_parallel, e.time.optimizer,
-      e.communication.data_parallel, plan::algorithm_name(e.data_parallel_algorithm),
-      e.model_tflops_per_chip, e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu,
-      100 * e.goodput.fraction, e.goodput.mean_time_between_failures_s / 3600,
-      e.goodput.checkpoint_s, e.goodput.interval_s / 60, e.days_failure_free);
+      e.time.context_parallel, e.time.pipeline_p2p, e.time.expert_all_to_all, e.time.data_parallel,
+      e.time.optimizer, e.communication.data_parallel,
+      plan::algorithm_name(e.data_parallel_algorithm), e.model_tflops_per_chip,
+      e.hardware_tflops_per_chip, 100 * e.mfu, 100 * e.hfu, 100 * e.goodput.fraction,
+      e.goodput.mean_time_between_failures_s / 3600, e.goodput.checkpoint_s,
+      e.goodput.interval_s / 60, e.days_failure_free);
   if (auto warning = plan::mfu_warning(e, a)) std::printf("%s\n", warning->c_str());
   print_goodput_basis(in.workload.reliability);
   return 0;
@@ -304,7 +306,7 @@ int plan_command(int argc, char** argv) {
        {"global-batch", "N",
         "sequences per optimizer step (default: about 4M tokens, rounded up to a multiple of "
         "--chips)"},
-       {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp=,sp="},
+       {"layout", "L", "evaluate one layout: dp=,tp=,pp=,ep=,zero=,mb=,recompute=,vpp=,sp=,cp="},
        {"precision", "P", "f32, bf16 or f16: parameters, gradients and activations (default bf16)"},
        {"unfused-attention", "",
         "attention writes its scores to HBM, as Megatron-LM did before flash attention (default: "

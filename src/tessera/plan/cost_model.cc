@@ -80,9 +80,11 @@ ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
 }
 
 dist::TrainingShape training_shape(const Layout& l, const Workload& w) {
-  return {int(l.zero), l.dp,
+  // Context parallelism splits each sequence, and shards ZeRO's state over its ranks too (as
+  // Megatron-LM's distributed optimizer and FSDP over dp x cp do).
+  return {int(l.zero), l.dp * l.cp,
           model::ActivationOptions{.max_batch = l.micro_batch,
-                                   .max_seq = w.seq_len,
+                                   .max_seq = w.seq_len / l.cp,
                                    .training = true,
                                    .precision = w.precision,
                                    .recompute = l.recompute,
@@ -117,7 +119,12 @@ std::string check_layout(const model::ModelConfig& c, const Layout& l, const Wor
   if (l.ep > 1 && (!c.is_moe() || l.dp % l.ep != 0 || c.moe.n_experts % l.ep != 0)) {
     return fmt::format("ep={} needs an MoE model whose experts and dp={} it divides", l.ep, l.dp);
   }
-  const int64_t tokens = l.micro_batch * w.seq_len;
+  if (l.cp > 1 && w.seq_len % (2 * l.cp) != 0) {
+    return fmt::format(
+        "cp={} splits each sequence into 2 x cp balanced chunks, which {} tokens do not divide",
+        l.cp, w.seq_len);
+  }
+  const int64_t tokens = l.micro_batch * w.seq_len / l.cp;
   if (l.sequence_parallel && l.tp > 1 && tokens % l.tp != 0) {
     return fmt::format(
         "sp=1 splits a micro-batch's {} tokens over tp={}, which does not divide them", tokens,
@@ -147,7 +154,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   if (!e.invalid.empty()) return e;
   const double chips = double(l.chips());
   const int64_t micro_batches = w.global_batch / (l.dp * l.micro_batch);
-  const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len);
+  const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len / l.cp);  // per chip
 
   // Memory: what the engine holds on each pipeline rank (its stages of the engine's split, the
   // micro-batches its schedule keeps in flight), on tp rank 0 and ep rank 0; the fullest counts.
@@ -190,8 +197,8 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
     // mask, the product with V reading them), 17 backward, 13 more where the forward is rerun.
     // Every token of a sequence has seq_len scores per head, causal or not.
     const double bytes_per_score = l.recompute == Recompute::kNone ? 30 : 43;
-    const double scores =
-        step_tokens / double(l.dp) * double(w.seq_len) * double(c.n_head / l.tp) * layers_per_chip;
+    const double scores = step_tokens / double(l.dp * l.cp) * double(w.seq_len) *
+                          double(c.n_head / l.tp) * layers_per_chip;
     e.time.compute += scores * bytes_per_score / a.hbm_bandwidth;
   }
   e.time.bubble = e.time.compute * pipeline.bubble;
@@ -220,6 +227,28 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
         2.0 * double(micro_batches * l.vpp) *
         (step + crossing / (inside ? a.scaleup_bandwidth : a.scaleout_bandwidth));
     e.time.pipeline_p2p = e.communication.pipeline_p2p;
+  }
+  // Context parallelism: per layer and micro-batch the ranks of a sequence gather its keys and
+  // values for the forward and again for the backward, and reduce-scatter their gradients (one
+  // more gather where the forward is rerun); counted whole, not hidden behind attention.
+  if (l.cp > 1) {
+    const double kv_bytes = tokens_per_micro_batch * double(l.cp) * 2.0 *
+                            double(c.kv_heads() * c.head_dim()) / double(l.tp) * activation_element;
+    const double calls = double(micro_batches) * layers_per_chip;
+    const int64_t per_domain = std::max<int64_t>(1, domain / l.tp);
+    const auto ring = [&](CollectiveKind kind, double passes) {
+      return collective_time({.kind = kind,
+                              .bytes = passes * calls * kv_bytes,
+                              .messages = passes * calls,
+                              .ranks = l.cp,
+                              .per_domain = per_domain},
+                             a)
+          .seconds;
+    };
+    e.communication.context_parallel =
+        ring(CollectiveKind::kAllGather, l.recompute == Recompute::kFull ? 3 : 2) +
+        ring(CollectiveKind::kReduceScatter, 1);
+    e.time.context_parallel = e.communication.context_parallel;
   }
   // Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
   if (l.ep > 1) {
@@ -274,7 +303,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
     }
   };
   e.communication.data_parallel =
-      dp_seconds(dense_per_chip, l.dp) + dp_seconds(experts_per_chip, l.dp / l.ep);
+      dp_seconds(dense_per_chip, l.dp * l.cp) + dp_seconds(experts_per_chip, l.dp * l.cp / l.ep);
   // The bucketed all-reduce of ZeRO 0 and 1 hides behind the last micro-batch's backward.
   const double last_backward = (e.time.compute / double(micro_batches)) * 2.0 / 3.0;
   if (l.zero <= 1) {

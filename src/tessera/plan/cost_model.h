@@ -85,17 +85,18 @@ dist::TrainingShape training_shape(const Layout& layout, const Workload& workloa
 // added to compute; the data-parallel reduction of ZeRO 0 and 1 overlaps the last micro-batch's
 // backward, as the engine's bucketed all-reduce does.
 struct StepTime {
-  double compute = 0, bubble = 0, tensor_parallel = 0, pipeline_p2p = 0, expert_all_to_all = 0,
-         data_parallel = 0, optimizer = 0;
+  double compute = 0, bubble = 0, tensor_parallel = 0, context_parallel = 0, pipeline_p2p = 0,
+         expert_all_to_all = 0, data_parallel = 0, optimizer = 0;
   double total() const {
-    return compute + bubble + tensor_parallel + pipeline_p2p + expert_all_to_all + data_parallel +
-           optimizer;
+    return compute + bubble + tensor_parallel + context_parallel + pipeline_p2p +
+           expert_all_to_all + data_parallel + optimizer;
   }
 };
 
 // Seconds per optimizer step each kind of collective takes, whether or not compute hides it.
 struct CommunicationTime {
-  double tensor_parallel = 0, pipeline_p2p = 0, expert_all_to_all = 0, data_parallel = 0;
+  double tensor_parallel = 0, context_parallel = 0, pipeline_p2p = 0, expert_all_to_all = 0,
+         data_parallel = 0;
 };
 
 struct Estimate {

@@ -7,9 +7,11 @@
 namespace tessera::plan {
 
 std::string Layout::str() const {
-  return fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={},sp={}", dp, tp, pp,
-                     ep, zero, micro_batch, model::recompute_name(recompute), vpp,
-                     int(sequence_parallel));
+  std::string s =
+      fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={},sp={}", dp, tp, pp, ep,
+                  zero, micro_batch, model::recompute_name(recompute), vpp, int(sequence_parallel));
+  if (cp > 1) s += fmt::format(",cp={}", cp);
+  return s;
 }
 
 namespace {
@@ -43,6 +45,8 @@ Layout parse_layout(std::string_view text) {
       layout.ep = positive(key, value);
     } else if (key == "mb") {
       layout.micro_batch = positive(key, value);
+    } else if (key == "cp") {
+      layout.cp = positive(key, value);
     } else if (key == "vpp") {
       layout.vpp = positive(key, value);
     } else if (key == "zero") {
@@ -55,7 +59,8 @@ Layout parse_layout(std::string_view text) {
       check(value == "0" || value == "1", "--layout: sp={} must be 0 or 1", value);
       layout.sequence_parallel = value == "1";
     } else {
-      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp, sp)", key);
+      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp, sp, cp)",
+           key);
     }
   }
   return layout;

@@ -20,10 +20,14 @@ struct Layout {
   model::Recompute recompute = model::Recompute::kSelective;
   int64_t vpp = 1;
   bool sequence_parallel = true;
+  // Context parallelism: each sequence split over cp ranks, which exchange keys and values for
+  // attention (ring attention, as Megatron-LM and torchtitan run it); a planning dimension the
+  // engine does not train with.
+  int64_t cp = 1;
 
-  int64_t chips() const { return dp * tp * pp; }
+  int64_t chips() const { return dp * tp * pp * cp; }
   // "dp=64,tp=8,pp=4,ep=1,zero=1,mb=1,recompute=selective,vpp=1,sp=1", the form parse_layout
-  // reads.
+  // reads, with ",cp=N" where cp > 1.
   std::string str() const;
 };
 

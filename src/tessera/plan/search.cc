@@ -6,6 +6,10 @@ namespace tessera::plan {
 
 namespace {
 
+// Context parallelism splits a sequence into 2 x cp chunks; below this many tokens per rank its
+// key and value exchange costs more than the memory it saves is worth, so the search stops.
+constexpr int64_t kMinContextChunk = 8192;
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> d;
   for (int64_t i = 1; i <= n; ++i) {
@@ -23,34 +27,42 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
                     RankBy rank_by) {
   const model::ModelConfig& c = planned.config();
   SearchResult result;
+  std::vector<int64_t> cps;
+  for (int64_t cp = 1; cp == 1 || w.seq_len / cp >= kMinContextChunk; cp *= 2) {
+    if (w.seq_len % (2 * cp) == 0 || cp == 1) cps.push_back(cp);
+  }
   for (int64_t tp : divisors(c.n_head)) {
     if (tp > a.scaleup_domain || chips % tp != 0) continue;
-    // Every depth that divides the chips, also where it does not divide the layers: the engine
-    // splits them unevenly (Llama 3 405B: 126 blocks on 16 stages).
-    for (int64_t pp : divisors(chips / tp)) {
-      if (pp > c.n_layer) break;
-      const int64_t dp = chips / tp / pp;
-      for (int64_t ep = 1; ep <= (c.is_moe() ? dp : 1); ep *= 2) {
-        for (int zero = 0; zero <= 3; ++zero) {
-          for (int64_t mb : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
-            for (model::Recompute r :
-                 {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
-              for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
-                if (vpp > 1 && c.n_layer % (pp * vpp) != 0) continue;
-                Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
-                // Sequence parallelism where tp divides the micro-batch's tokens, else without.
-                l.sequence_parallel = (mb * w.seq_len) % tp == 0;
-                Estimate e = estimate(planned, a, l, w);
-                if (!e.invalid.empty()) continue;
-                ++result.evaluated;
-                if (e.fits) {
-                  result.ranked.push_back(std::move(e));
-                  continue;
-                }
-                ++result.too_big;
-                if (!result.smallest_misfit ||
-                    e.memory.total() < result.smallest_misfit->memory.total()) {
-                  result.smallest_misfit = std::move(e);
+    for (int64_t cp : cps) {
+      if (chips % (tp * cp) != 0) continue;
+      // Every depth that divides the chips, also where it does not divide the layers: the engine
+      // splits them unevenly (Llama 3 405B: 126 blocks on 16 stages).
+      for (int64_t pp : divisors(chips / tp / cp)) {
+        if (pp > c.n_layer) break;
+        const int64_t dp = chips / tp / cp / pp;
+        for (int64_t ep = 1; ep <= (c.is_moe() ? dp : 1); ep *= 2) {
+          for (int zero = 0; zero <= 3; ++zero) {
+            for (int64_t mb : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+              for (model::Recompute r : {model::Recompute::kNone, model::Recompute::kSelective,
+                                         model::Recompute::kFull}) {
+                for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
+                  if (vpp > 1 && c.n_layer % (pp * vpp) != 0) continue;
+                  Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
+                  l.cp = cp;
+                  // Sequence parallelism where tp divides the micro-batch's tokens, else without.
+                  l.sequence_parallel = (mb * w.seq_len / cp) % tp == 0;
+                  Estimate e = estimate(planned, a, l, w);
+                  if (!e.invalid.empty()) continue;
+                  ++result.evaluated;
+                  if (e.fits) {
+                    result.ranked.push_back(std::move(e));
+                    continue;
+                  }
+                  ++result.too_big;
+                  if (!result.smallest_misfit ||
+                      e.memory.total() < result.smallest_misfit->memory.total()) {
+                    result.smallest_misfit = std::move(e);
+                  }
                 }
               }
             }
