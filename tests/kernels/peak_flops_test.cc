@@ -29,8 +29,15 @@ double sgemm_rate() {
 }
 
 TEST(PeakFlops, NoMatmulBeatsTheF32Peak) {
-  const PeakFlops peak = measure_peak_flops(std::nullopt);
-  const double sgemm = sgemm_rate();
+  // The two are taken in turn, three times, and each keeps its best: another process that takes
+  // a core for a moment then slows both or neither, not the peak alone.
+  PeakFlops peak = measure_peak_flops(std::nullopt);
+  double sgemm = sgemm_rate();
+  for (int round = 1; round < 3; ++round) {
+    const PeakFlops again = measure_peak_flops(std::nullopt);
+    if (again.flops_per_second > peak.flops_per_second) peak = again;
+    sgemm = std::max(sgemm, sgemm_rate());
+  }
   std::printf("f32 peak %.1f GFLOP/s (%s); sgemm 512^3 %.1f GFLOP/s = %.0f%% of it\n",
               peak.flops_per_second / 1e9, peak.how.c_str(), sgemm / 1e9,
               100 * sgemm / peak.flops_per_second);
