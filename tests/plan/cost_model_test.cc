@@ -231,6 +231,36 @@ TEST(CostModel, ContextParallelismSplitsTheSequence) {
   EXPECT_FALSE(cps.contains(16)) << "4,096 tokens per rank";
 }
 
+// Recomputing half the blocks (Megatron-LM's --recompute-num-layers): the FLOPs, the activations
+// and the tensor-parallel traffic fall between keeping every block and recomputing every one.
+TEST(CostModel, ARecomputedShareOfTheBlocksLiesBetweenNoneAndAll) {
+  const model::ModelConfig c = gpt_1t();
+  const Workload w{.global_batch = 1536, .seq_len = 2048, .tokens = 1e12};
+  const Accelerator a = test_gpu();
+  auto at = [&](const char* layout) {
+    const Estimate e = estimate(c, a, parse_layout(layout), w);
+    EXPECT_EQ(e.invalid, "") << layout;
+    return e;
+  };
+  const Estimate none = at("dp=8,tp=8,pp=16,zero=1,mb=1,recompute=none");
+  const Estimate half = at("dp=8,tp=8,pp=16,zero=1,mb=1,recompute=full,rf=0.5");
+  const Estimate full = at("dp=8,tp=8,pp=16,zero=1,mb=1,recompute=full");
+  EXPECT_NEAR(half.flops.hardware, (none.flops.hardware + full.flops.hardware) / 2, 1e-6);
+  EXPECT_EQ(half.flops.model, full.flops.model);
+  EXPECT_NEAR(half.memory.activations, (none.memory.activations + full.memory.activations) / 2,
+              1.0);
+  EXPECT_GT(half.time.tensor_parallel, none.time.tensor_parallel);
+  EXPECT_LT(half.time.tensor_parallel, full.time.tensor_parallel);
+  EXPECT_NE(estimate(c, a, parse_layout("dp=8,tp=8,pp=16,recompute=none,rf=0.5"), w)
+                .invalid.find("recompute=selective or full"),
+            std::string::npos);
+  std::set<double> shares;
+  for (const Estimate& e : search_layouts(c, a, 1024, w, RankBy::kTime).ranked) {
+    shares.insert(e.layout.recompute_fraction);
+  }
+  EXPECT_EQ(shares, (std::set<double>{0.5, 1.0}));
+}
+
 TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   const Layout l{.dp = 6,
                  .tp = 8,
@@ -246,6 +276,10 @@ TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   EXPECT_EQ(parse_layout("dp=4").str(), Layout{.dp = 4}.str());
   EXPECT_EQ(parse_layout("dp=4,cp=16").str(),
             "dp=4,tp=1,pp=1,ep=1,zero=1,mb=1,recompute=selective,vpp=1,sp=1,cp=16");
+  EXPECT_EQ(parse_layout("recompute=full,rf=0.25").str(),
+            "dp=1,tp=1,pp=1,ep=1,zero=1,mb=1,recompute=full,vpp=1,sp=1,rf=0.25");
+  testing::expect_error([] { parse_layout("rf=0"); }, {"rf=0", "(0, 1]"});
+  testing::expect_error([] { parse_layout("rf=1.5"); }, {"rf=1.5", "(0, 1]"});
   testing::expect_error([] { parse_layout("dp=4,tp"); }, {"'tp' is not key=value"});
   testing::expect_error([] { parse_layout("dp=0"); }, {"dp=0 is not a positive integer"});
   testing::expect_error([] { parse_layout("zero=4"); }, {"zero=4 must be 0, 1, 2 or 3"});

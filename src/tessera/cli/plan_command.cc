@@ -141,9 +141,10 @@ int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
                  const std::optional<int64_t>& global_batch, plan::RankBy rank_by, bool json,
                  std::optional<double> deadline_days) {
   nlohmann::json out = nlohmann::json::array();
-  std::string table = fmt::format(
-      "{:<10} {:>7} {:<66} {:>6} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "hardware", "chips",
-      "best layout", "MFU", "goodput", "days", "on-demand", "spot", "1y", "3y");
+  std::string table =
+      fmt::format("{:<10} {:>7} {:<{}} {:>6} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "hardware",
+                  "chips", "best layout", plan::kLayoutColumn, "MFU", "goodput", "days",
+                  "on-demand", "spot", "1y", "3y");
   std::string notes;
   struct Best {
     std::string name;
@@ -174,8 +175,8 @@ int run_frontier(const PlanInputs& base, const plan::HardwareCatalog& catalog,
       out.push_back(j);
       if (auto warning = plan::mfu_warning(e, a)) notes += *warning + "\n";
       table += fmt::format(
-          "{:<10} {:>7} {:<66} {:>5.1f}% {:>7.1f}% {:>8.1f} {:>10} {:>10} {:>10} {:>10}\n", name,
-          chips, e.layout.str(), 100 * e.mfu, 100 * e.goodput.fraction, e.days,
+          "{:<10} {:>7} {:<{}} {:>5.1f}% {:>7.1f}% {:>8.1f} {:>10} {:>10} {:>10} {:>10}\n", name,
+          chips, e.layout.str(), plan::kLayoutColumn, 100 * e.mfu, 100 * e.goodput.fraction, e.days,
           price_cell(e.cost_on_demand), price_cell(e.cost_spot), price_cell(e.cost_1y),
           price_cell(e.cost_3y));
       if (deadline_days && e.days <= *deadline_days) {

@@ -119,6 +119,11 @@ std::string check_layout(const model::ModelConfig& c, const Layout& l, const Wor
   if (l.ep > 1 && (!c.is_moe() || l.dp % l.ep != 0 || c.moe.n_experts % l.ep != 0)) {
     return fmt::format("ep={} needs an MoE model whose experts and dp={} it divides", l.ep, l.dp);
   }
+  if (l.recompute_fraction < 1 && l.recompute == Recompute::kNone) {
+    return fmt::format(
+        "rf={:g} recomputes a share of the blocks: it needs recompute=selective or full",
+        l.recompute_fraction);
+  }
   if (l.cp > 1 && w.seq_len % (2 * l.cp) != 0) {
     return fmt::format(
         "cp={} splits each sequence into 2 x cp balanced chunks, which {} tokens do not divide",
@@ -165,6 +170,12 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const std::vector<int64_t> boundaries =
       dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
   const dist::TrainingShape shape = training_shape(l, w);
+  // The share of blocks that recompute (rf); the rest keep everything, their activations and
+  // FLOPs those of recompute = none, as Megatron-LM's --recompute-num-layers leaves them.
+  const double recomputed = l.recompute == Recompute::kNone ? 0 : l.recompute_fraction;
+  const double fully_recomputed = l.recompute == Recompute::kFull ? recomputed : 0;
+  dist::TrainingShape keeping = shape;
+  keeping.activations.recompute = Recompute::kNone;
   // The engine's split, even or not (70 layers on 12 stages): the rank with the most blocks
   // paces the pipeline.
   int64_t busiest_blocks = 0;
@@ -174,7 +185,11 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
     int64_t blocks = 0;
     for (const model::Sharding& stage : work.stages) blocks += stage.block_end - stage.block_begin;
     busiest_blocks = std::max(busiest_blocks, blocks);
-    const dist::RankMemory m = planned.memory().rank(work, shape);
+    dist::RankMemory m = planned.memory().rank(work, shape);
+    if (recomputed < 1) {
+      m.activations = recomputed * m.activations +
+                      (1 - recomputed) * planned.memory().rank(work, keeping).activations;
+    }
     if (m.total() > e.memory.total()) e.memory = m;
   }
   const double layers_per_chip = double(busiest_blocks);
@@ -186,6 +201,11 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // shapes; a pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches)
   // of that).
   e.flops = model::flops_per_token(c, planned.weights(), w.seq_len, l.recompute);
+  if (recomputed < 1) {
+    const double kept =
+        model::flops_per_token(c, planned.weights(), w.seq_len, Recompute::kNone).hardware;
+    e.flops.hardware = recomputed * e.flops.hardware + (1 - recomputed) * kept;
+  }
   const double step_tokens = double(w.global_batch * w.seq_len);
   const double width = std::min(double(c.d_model), double(c.ffn()) / double(l.tp));
   e.matmul_efficiency = a.matmul.at_width(width);
@@ -196,7 +216,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
     // written, the fused scale-mask-softmax and the dropout each reading and writing them, the
     // mask, the product with V reading them), 17 backward, 13 more where the forward is rerun.
     // Every token of a sequence has seq_len scores per head, causal or not.
-    const double bytes_per_score = l.recompute == Recompute::kNone ? 30 : 43;
+    const double bytes_per_score = 30 + 13 * recomputed;
     const double scores = step_tokens / double(l.dp * l.cp) * double(w.seq_len) *
                           double(c.n_head / l.tp) * layers_per_chip;
     e.time.compute += scores * bytes_per_score / a.hbm_bandwidth;
@@ -207,8 +227,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
   const double activation_element = w.precision == model::Precision::kF32 ? 4 : 2;
   const double activation_bytes = tokens_per_micro_batch * double(c.d_model) * activation_element;
-  const double tp_calls =
-      double(micro_batches) * layers_per_chip * (l.recompute == Recompute::kFull ? 6 : 4);
+  const double tp_calls = double(micro_batches) * layers_per_chip * (4 + 2 * fully_recomputed);
   const int64_t domain = a.scaleup_domain;
   e.communication.tensor_parallel = collective_time({.kind = CollectiveKind::kAllReduce,
                                                      .bytes = tp_calls * activation_bytes,
@@ -245,9 +264,8 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
                              a)
           .seconds;
     };
-    e.communication.context_parallel =
-        ring(CollectiveKind::kAllGather, l.recompute == Recompute::kFull ? 3 : 2) +
-        ring(CollectiveKind::kReduceScatter, 1);
+    e.communication.context_parallel = ring(CollectiveKind::kAllGather, 2 + fully_recomputed) +
+                                       ring(CollectiveKind::kReduceScatter, 1);
     e.time.context_parallel = e.communication.context_parallel;
   }
   // Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
@@ -293,7 +311,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
                run(CollectiveKind::kAllGather, 1, layers_per_chip);
       default:
         if (w.gather_per_tensor) {
-          const double gathers = l.recompute == Recompute::kNone ? 2 : 3;
+          const double gathers = 2 + recomputed;
           return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
                  run(CollectiveKind::kAllGather, gathers * m,
                      layers_per_chip * planned.tensors_per_block());

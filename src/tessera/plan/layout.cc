@@ -11,6 +11,7 @@ std::string Layout::str() const {
       fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={},sp={}", dp, tp, pp, ep,
                   zero, micro_batch, model::recompute_name(recompute), vpp, int(sequence_parallel));
   if (cp > 1) s += fmt::format(",cp={}", cp);
+  if (recompute_fraction < 1) s += fmt::format(",rf={:g}", recompute_fraction);
   return s;
 }
 
@@ -45,6 +46,12 @@ Layout parse_layout(std::string_view text) {
       layout.ep = positive(key, value);
     } else if (key == "mb") {
       layout.micro_batch = positive(key, value);
+    } else if (key == "rf") {
+      double f = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), f);
+      check(ec == std::errc() && end == value.data() + value.size() && f > 0 && f <= 1,
+            "--layout: rf={} is the share of blocks that recompute, in (0, 1]", value);
+      layout.recompute_fraction = f;
     } else if (key == "cp") {
       layout.cp = positive(key, value);
     } else if (key == "vpp") {
@@ -59,8 +66,10 @@ Layout parse_layout(std::string_view text) {
       check(value == "0" || value == "1", "--layout: sp={} must be 0 or 1", value);
       layout.sequence_parallel = value == "1";
     } else {
-      fail("--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, vpp, sp, cp)",
-           key);
+      fail(
+          "--layout: unknown key '{}' (known: dp, tp, pp, ep, zero, mb, recompute, rf, vpp, sp, "
+          "cp)",
+          key);
     }
   }
   return layout;

@@ -24,10 +24,12 @@ struct Layout {
   // attention (ring attention, as Megatron-LM and torchtitan run it); a planning dimension the
   // engine does not train with.
   int64_t cp = 1;
+  // The share of blocks that recompute with `recompute`, in (0, 1]; the others keep everything.
+  double recompute_fraction = 1;
 
   int64_t chips() const { return dp * tp * pp * cp; }
   // "dp=64,tp=8,pp=4,ep=1,zero=1,mb=1,recompute=selective,vpp=1,sp=1", the form parse_layout
-  // reads, with ",cp=N" where cp > 1.
+  // reads, with ",cp=N" where cp > 1 and ",rf=F" where F < 1.
   std::string str() const;
 };
 

@@ -31,16 +31,16 @@ std::optional<std::string> mfu_warning(const Estimate& e, const Accelerator& a) 
 }
 
 std::string layout_table(const std::vector<Estimate>& estimates) {
-  std::string out =
-      fmt::format("{:>3}  {:<66} {:>10} {:>9} {:>6} {:>10} {:>7} {:>9} {:>10}\n", "#", "layout",
-                  "mem/chip", "step", "MFU", "tokens/s", "goodput", "days", "on-demand");
+  std::string out = fmt::format("{:>3}  {:<{}} {:>10} {:>9} {:>6} {:>10} {:>7} {:>9} {:>10}\n", "#",
+                                "layout", kLayoutColumn, "mem/chip", "step", "MFU", "tokens/s",
+                                "goodput", "days", "on-demand");
   for (size_t i = 0; i < estimates.size(); ++i) {
     const Estimate& e = estimates[i];
-    out +=
-        fmt::format("{:>3}  {:<66} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>6.1f}% {:>9.1f} {:>10}\n",
-                    i + 1, e.layout.str(), human_bytes(e.memory.total()), e.time.total(),
-                    100 * e.mfu, human_count(e.tokens_per_s), 100 * e.goodput.fraction, e.days,
-                    e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
+    out += fmt::format(
+        "{:>3}  {:<{}} {:>10} {:>8.2f}s {:>5.1f}% {:>10} {:>6.1f}% {:>9.1f} {:>10}\n", i + 1,
+        e.layout.str(), kLayoutColumn, human_bytes(e.memory.total()), e.time.total(), 100 * e.mfu,
+        human_count(e.tokens_per_s), 100 * e.goodput.fraction, e.days,
+        e.cost_on_demand ? human_dollars(*e.cost_on_demand) : "-");
   }
   return out;
 }

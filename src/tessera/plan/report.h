@@ -11,6 +11,9 @@
 namespace tessera::plan {
 
 // One row per estimate: layout, memory per chip, step time, MFU, tokens/s, days, on-demand cost.
+// Characters of a table's layout column: a layout with cp and rf as well.
+constexpr int kLayoutColumn = 80;
+
 std::string layout_table(const std::vector<Estimate>& estimates);
 // Every figure of one estimate: memory parts, step-time parts, per-chip TFLOP/s (model and
 // hardware), MFU, HFU, tokens/s, days and cost at each published price.

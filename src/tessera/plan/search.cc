@@ -45,23 +45,27 @@ SearchResult search(PlannedModel& planned, const Accelerator& a, int64_t chips, 
             for (int64_t mb : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
               for (model::Recompute r : {model::Recompute::kNone, model::Recompute::kSelective,
                                          model::Recompute::kFull}) {
-                for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
-                  if (vpp > 1 && c.n_layer % (pp * vpp) != 0) continue;
-                  Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
-                  l.cp = cp;
-                  // Sequence parallelism where tp divides the micro-batch's tokens, else without.
-                  l.sequence_parallel = (mb * w.seq_len / cp) % tp == 0;
-                  Estimate e = estimate(planned, a, l, w);
-                  if (!e.invalid.empty()) continue;
-                  ++result.evaluated;
-                  if (e.fits) {
-                    result.ranked.push_back(std::move(e));
-                    continue;
-                  }
-                  ++result.too_big;
-                  if (!result.smallest_misfit ||
-                      e.memory.total() < result.smallest_misfit->memory.total()) {
-                    result.smallest_misfit = std::move(e);
+                for (double rf : {1.0, 0.5}) {
+                  if (rf < 1 && r == model::Recompute::kNone) continue;
+                  for (int64_t vpp = 1; vpp <= (pp == 1 ? 1 : 8); ++vpp) {
+                    if (vpp > 1 && c.n_layer % (pp * vpp) != 0) continue;
+                    Layout l{dp, tp, pp, ep, zero, mb, r, vpp};
+                    l.cp = cp;
+                    l.recompute_fraction = rf;
+                    // Sequence parallelism where tp divides the micro-batch's tokens, else without.
+                    l.sequence_parallel = (mb * w.seq_len / cp) % tp == 0;
+                    Estimate e = estimate(planned, a, l, w);
+                    if (!e.invalid.empty()) continue;
+                    ++result.evaluated;
+                    if (e.fits) {
+                      result.ranked.push_back(std::move(e));
+                      continue;
+                    }
+                    ++result.too_big;
+                    if (!result.smallest_misfit ||
+                        e.memory.total() < result.smallest_misfit->memory.total()) {
+                      result.smallest_misfit = std::move(e);
+                    }
                   }
                 }
               }
