@@ -84,17 +84,17 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < a.size(); ++i) a[i] = float(rng.normal(i));
       for (size_t i = 0; i < b.size(); ++i) b[i] = float(rng.normal(a.size() + i));
       std::vector<uint16_t> a_low(a.size()), b_low(b.size());
-      kernels::cast_to_low(a.data(), a_low.data(), int64_t(a.size()), p);
-      kernels::cast_to_low(b.data(), b_low.data(), int64_t(b.size()), p);
+      kernels::cast_to_low(kernels::kCpuContext, a.data(), a_low.data(), int64_t(a.size()), p);
+      kernels::cast_to_low(kernels::kCpuContext, b.data(), b_low.data(), int64_t(b.size()), p);
       auto f32 = [&] {
-        kernels::gemm<float>(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(),
-                             ldb, 0.0f, c.data(), s.N);
+        kernels::gemm<float>(kernels::kCpuContext, s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f,
+                             a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.N);
       };
       auto on = [&](kernels::LowPrecisionGemmPath path) {
         return [&, path] {
           kernels::set_low_precision_gemm_path(path);
-          kernels::gemm_low(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a_low.data(), lda,
-                            b_low.data(), ldb, 0.0f, c.data(), s.N, p);
+          kernels::gemm_low(kernels::kCpuContext, s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f,
+                            a_low.data(), lda, b_low.data(), ldb, 0.0f, c.data(), s.N, p);
         };
       };
       const auto low = on(kernels::LowPrecisionGemmPath::kOneDnn);

@@ -21,11 +21,12 @@ TYPED_TEST(KernelGradient, Linear) {
        b = random_vector<T>(out, 3), r = random_vector<T>(M * out, 4);
   std::vector<T> y(M * out), dx(M * in), dw(out * in), db(out);
   auto loss = [&] {
-    linear_forward<T>(x.data(), w.data(), b.data(), y.data(), M, in, out);
+    linear_forward<T>(kCpuContext, x.data(), w.data(), b.data(), y.data(), M, in, out);
     return weighted_sum(y, r);
   };
   loss();
-  linear_backward<T>(r.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), M, in, out);
+  linear_backward<T>(kCpuContext, r.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), M,
+                     in, out);
   EXPECT_GRADIENT(x, loss, dx);
   EXPECT_GRADIENT(w, loss, dw);
   EXPECT_GRADIENT(b, loss, db);
@@ -38,12 +39,13 @@ TYPED_TEST(KernelGradient, LayerNorm) {
        r = random_vector<T>(M * C, 8);
   std::vector<T> y(M * C), mean(M), rstd(M), dx(M * C), dg(C), db(C);
   auto loss = [&] {
-    layernorm_forward<T>(x.data(), g.data(), bt.data(), y.data(), mean.data(), rstd.data(), M, C);
+    layernorm_forward<T>(kCpuContext, x.data(), g.data(), bt.data(), y.data(), mean.data(),
+                         rstd.data(), M, C);
     return weighted_sum(y, r);
   };
   loss();
-  layernorm_backward<T>(r.data(), x.data(), g.data(), mean.data(), rstd.data(), dx.data(),
-                        dg.data(), db.data(), M, C);
+  layernorm_backward<T>(kCpuContext, r.data(), x.data(), g.data(), mean.data(), rstd.data(),
+                        dx.data(), dg.data(), db.data(), M, C);
   EXPECT_GRADIENT(x, loss, dx);
   EXPECT_GRADIENT(g, loss, dg);
   EXPECT_GRADIENT(bt, loss, db);
@@ -55,10 +57,10 @@ TYPED_TEST(KernelGradient, Gelu) {
   auto x = random_vector<T>(n, 9, 2.0), r = random_vector<T>(n, 10);
   std::vector<T> y(n), dx(n);
   auto loss = [&] {
-    gelu_forward<T>(x.data(), y.data(), n);
+    gelu_forward<T>(kCpuContext, x.data(), y.data(), n);
     return weighted_sum(y, r);
   };
-  gelu_backward<T>(r.data(), x.data(), dx.data(), n);
+  gelu_backward<T>(kCpuContext, r.data(), x.data(), dx.data(), n);
   EXPECT_GRADIENT(x, loss, dx);
 }
 
@@ -70,10 +72,10 @@ TYPED_TEST(KernelGradient, Embedding) {
        r = random_vector<T>(B * Tn * C, 13);
   std::vector<T> x(B * Tn * C), dwte(V * C), dwpe(Tn * C);
   auto loss = [&] {
-    embedding_forward<T>(tokens.data(), wte.data(), wpe.data(), x.data(), B, Tn, C);
+    embedding_forward<T>(kCpuContext, tokens.data(), wte.data(), wpe.data(), x.data(), B, Tn, C);
     return weighted_sum(x, r);
   };
-  embedding_backward<T>(r.data(), tokens.data(), dwte.data(), dwpe.data(), B, Tn, C);
+  embedding_backward<T>(kCpuContext, r.data(), tokens.data(), dwte.data(), dwpe.data(), B, Tn, C);
   EXPECT_GRADIENT(wte, loss, dwte);
   EXPECT_GRADIENT(wpe, loss, dwpe);
 }
@@ -85,12 +87,13 @@ TYPED_TEST(KernelGradient, CausalAttention) {
   std::vector<T> out(B * Tn * C), lse(B * H * Tn), dqkv(qkv.size());
   std::vector<T> scratch(attention_scratch_size(Tn) * omp_get_max_threads());
   auto loss = [&] {
-    attention_forward<T>(qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, H, H, C / H);
+    attention_forward<T>(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, H,
+                         H, C / H);
     return weighted_sum(out, r);
   };
   loss();
-  attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, H, H,
-                        C / H);
+  attention_backward<T>(kCpuContext, r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(),
+                        B, Tn, H, H, C / H);
   EXPECT_GRADIENT(qkv, loss, dqkv);
 }
 
@@ -102,13 +105,14 @@ TYPED_TEST(KernelGradient, SoftmaxCrossEntropy) {
   std::vector<T> work(M * V), losses(M);
   auto loss = [&] {
     work = logits;
-    softmax_cross_entropy<T>(work.data(), targets.data(), losses.data(), M, V, T(0));
+    softmax_cross_entropy<T>(kCpuContext, work.data(), targets.data(), losses.data(), M, V, T(0));
     double mean = 0;
     for (T l : losses) mean += double(l) / M;
     return mean;
   };
   work = logits;
-  softmax_cross_entropy<T>(work.data(), targets.data(), losses.data(), M, V, T(1.0 / M));
+  softmax_cross_entropy<T>(kCpuContext, work.data(), targets.data(), losses.data(), M, V,
+                           T(1.0 / M));
   std::vector<T> grad = work;
   EXPECT_GRADIENT(logits, loss, grad);
 }
@@ -118,7 +122,7 @@ TYPED_TEST(KernelGradient, Add) {
   auto a = random_vector<T>(10, 17), b = random_vector<T>(10, 18), r = random_vector<T>(10, 19);
   std::vector<T> out(10);
   auto loss = [&] {
-    add<T>(a.data(), b.data(), out.data(), 10);
+    add<T>(kCpuContext, a.data(), b.data(), out.data(), 10);
     return weighted_sum(out, r);
   };
   EXPECT_GRADIENT(a, loss, r);

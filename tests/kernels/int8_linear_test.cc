@@ -78,7 +78,7 @@ TEST(LinearForwardInt8, MatchesTheDequantizedProductInDouble) {
         SCOPED_TRACE(::testing::Message() << "in " << in << " M " << M << " bias " << !!bias);
         const std::vector<float> x = random_vector<float>(M * in, 4 + M);
         std::vector<float> y(M * out, -1.0f);
-        linear_forward_int8(x.data(), matrix, bias, y.data(), M, scratch.data());
+        linear_forward_int8(kCpuContext, x.data(), matrix, bias, y.data(), M, scratch.data());
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t j = 0; j < out; ++j) {
             double want = bias != nullptr ? bias[j] : 0.0, magnitude = std::fabs(want);

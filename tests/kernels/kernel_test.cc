@@ -21,8 +21,10 @@ TEST(Gemm, FloatMatchesDoubleForEveryTransposeCombination) {
       std::vector<double> cd = c0;
       std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(c0.begin(), c0.end());
       int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      gemm<double>(ta, tb, M, N, K, 0.5, a.data(), lda, b.data(), ldb, 2.0, cd.data(), N);
-      gemm<float>(ta, tb, M, N, K, 0.5f, af.data(), lda, bf.data(), ldb, 2.0f, cf.data(), N);
+      gemm<double>(kCpuContext, ta, tb, M, N, K, 0.5, a.data(), lda, b.data(), ldb, 2.0, cd.data(),
+                   N);
+      gemm<float>(kCpuContext, ta, tb, M, N, K, 0.5f, af.data(), lda, bf.data(), ldb, 2.0f,
+                  cf.data(), N);
       // Reference by definition for the double path.
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
@@ -51,20 +53,21 @@ TEST(SoftmaxCrossEntropy, LossOfUniformLogitsIsLogV) {
   const int64_t V = 1000;
   std::vector<float> logits(V, 3.0f), losses(1);
   std::vector<int32_t> target = {7};
-  softmax_cross_entropy<float>(logits.data(), target.data(), losses.data(), 1, V, 0.0f);
+  softmax_cross_entropy<float>(kCpuContext, logits.data(), target.data(), losses.data(), 1, V,
+                               0.0f);
   EXPECT_NEAR(losses[0], std::log(1000.0), 1e-5);
 }
 
 TEST(AdamW, MatchesTheClosedFormOfTwoSteps) {
   AdamWParams p{0.1, 0.9, 0.99, 1e-8, 0.5, 1};
   std::vector<double> param = {1.0}, grad = {0.5}, m = {0}, v = {0};
-  adamw_update<double>(param.data(), grad.data(), m.data(), v.data(), 1, p);
+  adamw_update<double>(kCpuContext, param.data(), grad.data(), m.data(), v.data(), 1, p);
   // Step 1: mhat = g, vhat = g^2, update = g/|g| = 1.
   EXPECT_NEAR(param[0], 1.0 * (1 - 0.1 * 0.5) - 0.1 * 0.5 / (0.5 + 1e-8), 1e-12);
   double p1 = param[0];
   grad[0] = -0.25;
   p.step = 2;
-  adamw_update<double>(param.data(), grad.data(), m.data(), v.data(), 1, p);
+  adamw_update<double>(kCpuContext, param.data(), grad.data(), m.data(), v.data(), 1, p);
   double m2 = 0.9 * 0.05 + 0.1 * -0.25, v2 = 0.99 * 0.0025 + 0.01 * 0.0625;
   double mhat = m2 / (1 - 0.81), vhat = v2 / (1 - 0.9801);
   EXPECT_NEAR(param[0], p1 * (1 - 0.05) - 0.1 * mhat / (std::sqrt(vhat) + 1e-8), 1e-12);
@@ -72,10 +75,10 @@ TEST(AdamW, MatchesTheClosedFormOfTwoSteps) {
 
 TEST(SumSquares, IsIndependentOfThreadCount) {
   auto x = random_vector<float>(100000, 5);
-  double two = sum_squares<float>(x.data(), x.size());
+  double two = sum_squares<float>(kCpuContext, x.data(), x.size());
   int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  double one = sum_squares<float>(x.data(), x.size());
+  double one = sum_squares<float>(kCpuContext, x.data(), x.size());
   omp_set_num_threads(saved);
   EXPECT_EQ(one, two);
   double ref = 0;

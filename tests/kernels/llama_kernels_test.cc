@@ -29,10 +29,10 @@ TYPED_TEST(LlamaKernelGradient, SwiGlu) {
   auto gate_up = random_vector<T>(M * 2 * F, 21, 2.0), r = random_vector<T>(M * F, 22);
   std::vector<T> out(M * F), dgate_up(M * 2 * F);
   auto loss = [&] {
-    swiglu_forward<T>(gate_up.data(), out.data(), M, F);
+    swiglu_forward<T>(kCpuContext, gate_up.data(), out.data(), M, F);
     return weighted_sum(out, r);
   };
-  swiglu_backward<T>(r.data(), gate_up.data(), dgate_up.data(), M, F);
+  swiglu_backward<T>(kCpuContext, r.data(), gate_up.data(), dgate_up.data(), M, F);
   EXPECT_GRADIENT(gate_up, loss, dgate_up);
 }
 
@@ -45,11 +45,12 @@ TYPED_TEST(LlamaKernelGradient, RmsNorm) {
        dg0 = random_vector<T>(C, 27);
   std::vector<T> y(M * C), rstd(M), dx = dx0, dg = dg0;
   auto loss = [&] {
-    rmsnorm_forward<T>(x.data(), g.data(), y.data(), rstd.data(), M, C, T(1e-5));
+    rmsnorm_forward<T>(kCpuContext, x.data(), g.data(), y.data(), rstd.data(), M, C, T(1e-5));
     return weighted_sum(y, r);
   };
   loss();
-  rmsnorm_backward<T>(r.data(), x.data(), g.data(), rstd.data(), dx.data(), dg.data(), M, C);
+  rmsnorm_backward<T>(kCpuContext, r.data(), x.data(), g.data(), rstd.data(), dx.data(), dg.data(),
+                      M, C);
   for (int64_t i = 0; i < M * C; ++i) dx[i] -= dx0[i];
   for (int64_t c = 0; c < C; ++c) dg[c] -= dg0[c];
   EXPECT_GRADIENT(x, loss, dx);
@@ -65,11 +66,11 @@ TYPED_TEST(LlamaKernelGradient, Rope) {
   std::vector<T> work;
   auto loss = [&] {
     work = qkv;
-    rope_forward<T>(work.data(), B, Tn, H, KVH, hd, pos0, theta);
+    rope_forward<T>(kCpuContext, work.data(), B, Tn, H, KVH, hd, pos0, theta);
     return weighted_sum(work, r);
   };
   std::vector<T> grad = r;
-  rope_backward<T>(grad.data(), B, Tn, H, KVH, hd, pos0, theta);
+  rope_backward<T>(kCpuContext, grad.data(), B, Tn, H, KVH, hd, pos0, theta);
   EXPECT_GRADIENT(qkv, loss, grad);
 }
 
@@ -82,12 +83,13 @@ TYPED_TEST(LlamaKernelGradient, GroupedQueryAttention) {
     std::vector<T> out(r.size()), lse(B * H * Tn), dqkv(qkv.size());
     std::vector<T> scratch(attention_scratch_size(Tn) * omp_get_max_threads());
     auto loss = [&] {
-      attention_forward<T>(qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, H, KVH, hd);
+      attention_forward<T>(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn,
+                           H, KVH, hd);
       return weighted_sum(out, r);
     };
     loss();
-    attention_backward<T>(r.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B, Tn, H,
-                          KVH, hd);
+    attention_backward<T>(kCpuContext, r.data(), qkv.data(), lse.data(), dqkv.data(),
+                          scratch.data(), B, Tn, H, KVH, hd);
     EXPECT_GRADIENT(qkv, loss, dqkv) << "KVH=" << KVH;
   }
 }
@@ -96,8 +98,8 @@ TEST(Rope, BackwardIsTheExactAdjointAndLeavesValuesAlone) {
   const int64_t B = 2, Tn = 4, H = 4, KVH = 2, hd = 8, ld = (H + 2 * KVH) * hd;
   auto x = random_vector<double>(B * Tn * ld, 32), y = random_vector<double>(x.size(), 33);
   std::vector<double> rx = x, ry = y;
-  rope_forward<double>(rx.data(), B, Tn, H, KVH, hd, 7, 500000.0);
-  rope_backward<double>(ry.data(), B, Tn, H, KVH, hd, 7, 500000.0);
+  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 7, 500000.0);
+  rope_backward<double>(kCpuContext, ry.data(), B, Tn, H, KVH, hd, 7, 500000.0);
   EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-12);
   for (int64_t row = 0; row < B * Tn; ++row) {
     for (int64_t c = (H + KVH) * hd; c < ld; ++c) {
@@ -111,7 +113,7 @@ TEST(Rope, PreservesTheNormOfEveryPair) {
   const int64_t B = 1, Tn = 6, H = 2, KVH = 2, hd = 10, ld = (H + 2 * KVH) * hd;
   auto x = random_vector<double>(B * Tn * ld, 34);
   std::vector<double> rx = x;
-  rope_forward<double>(rx.data(), B, Tn, H, KVH, hd, 1000, 10000.0);
+  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 1000, 10000.0);
   for (int64_t row = 0; row < B * Tn; ++row) {
     for (int64_t head = 0; head < H + KVH; ++head) {
       for (int64_t i = 0; i < hd / 2; ++i) {
@@ -131,7 +133,7 @@ TEST(Rope, TurnsAPairByTheKnownAngle) {
     row[head * hd + 1] = 1.0;
     row[head * hd + 1 + hd / 2] = 2.0;
   }
-  rope_forward<double>(qkv.data(), 1, 2, H, KVH, hd, 3, 10000.0);
+  rope_forward<double>(kCpuContext, qkv.data(), 1, 2, H, KVH, hd, 3, 10000.0);
   const double c = std::cos(0.4), s = std::sin(0.4);
   for (int64_t head : {0, 1}) {
     EXPECT_NEAR(row[head * hd + 1], 1.0 * c - 2.0 * s, 1e-14);
@@ -141,9 +143,10 @@ TEST(Rope, TurnsAPairByTheKnownAngle) {
 
 TEST(Rope, RejectsAnOddOrOversizedHeadDimension) {
   std::vector<double> qkv(3 * 2 * (kRopeMaxHeadDim + 2));
-  EXPECT_THROW(rope_forward<double>(qkv.data(), 1, 1, 1, 1, 3, 0, 10000.0), Error);
-  EXPECT_THROW(rope_forward<double>(qkv.data(), 1, 1, 1, 1, kRopeMaxHeadDim + 2, 0, 10000.0),
-               Error);
+  EXPECT_THROW(rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, 3, 0, 10000.0), Error);
+  EXPECT_THROW(
+      rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, kRopeMaxHeadDim + 2, 0, 10000.0),
+      Error);
 }
 
 // Grouped-query attention must be plain multi-head attention over key/value heads repeated to H.
@@ -167,16 +170,16 @@ TEST(GroupedQueryAttention, EqualsAttentionOverRepeatedKeyValueHeads) {
     std::vector<double> scratch(attention_scratch_size(Tn) * omp_get_max_threads());
     std::vector<double> out(B * Tn * C), out_full(out.size()), lse(B * H * Tn),
         lse_full(lse.size()), dqkv(qkv.size()), dfull(full.size());
-    attention_forward<double>(qkv.data(), out.data(), lse.data(), scratch.data(), B, Tn, H, KVH,
-                              hd);
-    attention_forward<double>(full.data(), out_full.data(), lse_full.data(), scratch.data(), B, Tn,
-                              H, H, hd);
+    attention_forward<double>(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(), B,
+                              Tn, H, KVH, hd);
+    attention_forward<double>(kCpuContext, full.data(), out_full.data(), lse_full.data(),
+                              scratch.data(), B, Tn, H, H, hd);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out_full[i], 1e-12) << i;
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse_full[i], 1e-12) << i;
 
-    attention_backward<double>(dout.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(), B,
-                               Tn, H, KVH, hd);
-    attention_backward<double>(dout.data(), full.data(), lse_full.data(), dfull.data(),
+    attention_backward<double>(kCpuContext, dout.data(), qkv.data(), lse.data(), dqkv.data(),
+                               scratch.data(), B, Tn, H, KVH, hd);
+    attention_backward<double>(kCpuContext, dout.data(), full.data(), lse_full.data(), dfull.data(),
                                scratch.data(), B, Tn, H, H, hd);
     for (int64_t row = 0; row < B * Tn; ++row) {
       const double* d = dqkv.data() + row * ld;
@@ -200,9 +203,9 @@ TEST(GroupedQueryAttention, EqualsAttentionOverRepeatedKeyValueHeads) {
 TEST(GroupedQueryAttention, RejectsHeadsThatDoNotGroupEvenly) {
   std::vector<double> qkv(7 * 2), out(3 * 2), lse(3),
       scratch(attention_scratch_size(1) * omp_get_max_threads());
-  EXPECT_THROW(
-      attention_forward<double>(qkv.data(), out.data(), lse.data(), scratch.data(), 1, 1, 3, 2, 2),
-      Error);
+  EXPECT_THROW(attention_forward<double>(kCpuContext, qkv.data(), out.data(), lse.data(),
+                                         scratch.data(), 1, 1, 3, 2, 2),
+               Error);
 }
 
 }  // namespace

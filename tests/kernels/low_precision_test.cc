@@ -26,25 +26,25 @@ std::string name_of(LowPrecision p) { return p == LowPrecision::kBf16 ? "bf16" :
 
 uint16_t to_low(float x, LowPrecision p) {
   uint16_t y;
-  cast_to_low(&x, &y, 1, p);
+  cast_to_low(kCpuContext, &x, &y, 1, p);
   return y;
 }
 
 float from_low(uint16_t x, LowPrecision p) {
   float y;
-  cast_from_low(&x, &y, 1, p);
+  cast_from_low(kCpuContext, &x, &y, 1, p);
   return y;
 }
 
 std::vector<uint16_t> to_low(const std::vector<float>& x, LowPrecision p) {
   std::vector<uint16_t> y(x.size());
-  cast_to_low(x.data(), y.data(), int64_t(x.size()), p);
+  cast_to_low(kCpuContext, x.data(), y.data(), int64_t(x.size()), p);
   return y;
 }
 
 std::vector<float> from_low(const std::vector<uint16_t>& x, LowPrecision p) {
   std::vector<float> y(x.size());
-  cast_from_low(x.data(), y.data(), int64_t(x.size()), p);
+  cast_from_low(kCpuContext, x.data(), y.data(), int64_t(x.size()), p);
   return y;
 }
 
@@ -187,11 +187,13 @@ void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
   std::vector<float> fast = c0, portable = c0;
   {
     PathScope scope(LowPrecisionGemmPath::kOneDnn);
-    gemm_low(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, fast.data(), ldc, p);
+    gemm_low(kCpuContext, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, fast.data(),
+             ldc, p);
   }
   {
     PathScope scope(LowPrecisionGemmPath::kPortable);
-    gemm_low(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, portable.data(), ldc, p);
+    gemm_low(kCpuContext, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+             portable.data(), ldc, p);
   }
   const std::string where = fmt::format("{} ta={} tb={} M={} N={} K={} alpha={} beta={} padded={}",
                                         name_of(p), ta, tb, M, N, K, alpha, beta, padded);
@@ -236,7 +238,7 @@ TEST(GemmLow, MatchesF64ForEveryTransposeSizeAndScale) {
 
 TEST(GemmLow, EmptySumScalesC) {
   std::vector<float> c = {1.0f, 2.0f};
-  gemm_low(false, false, 1, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2,
+  gemm_low(kCpuContext, false, false, 1, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2,
            LowPrecision::kBf16);
   EXPECT_EQ(c, (std::vector<float>{0.5f, 1.0f}));
 }
@@ -244,8 +246,8 @@ TEST(GemmLow, EmptySumScalesC) {
 TEST(GemmLow, RejectsLeadingDimensionsSmallerThanTheRows) {
   std::vector<uint16_t> a(16), b(16);
   std::vector<float> c(16);
-  EXPECT_THROW(gemm_low(false, false, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4, 0.0f, c.data(), 4,
-                        LowPrecision::kBf16),
+  EXPECT_THROW(gemm_low(kCpuContext, false, false, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4, 0.0f,
+                        c.data(), 4, LowPrecision::kBf16),
                Error);
 }
 
@@ -274,21 +276,21 @@ TEST(LinearLow, MatchesTheF32KernelsOnRoundedInputs) {
     std::vector<float> xr = from_low(x, p), wr = from_low(w, p), dyr = from_low(dy_low, p);
 
     std::vector<float> y(M * out), y_ref(M * out);
-    linear_forward_low(x.data(), w.data(), b.data(), y.data(), M, in, out, p);
-    linear_forward<float>(xr.data(), wr.data(), b.data(), y_ref.data(), M, in, out);
+    linear_forward_low(kCpuContext, x.data(), w.data(), b.data(), y.data(), M, in, out, p);
+    linear_forward<float>(kCpuContext, xr.data(), wr.data(), b.data(), y_ref.data(), M, in, out);
     for (int64_t i = 0; i < M * out; ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-4) << name_of(p) << i;
-    linear_forward_low(x.data(), w.data(), nullptr, y.data(), M, in, out, p);
-    linear_forward<float>(xr.data(), wr.data(), nullptr, y_ref.data(), M, in, out);
+    linear_forward_low(kCpuContext, x.data(), w.data(), nullptr, y.data(), M, in, out, p);
+    linear_forward<float>(kCpuContext, xr.data(), wr.data(), nullptr, y_ref.data(), M, in, out);
     for (int64_t i = 0; i < M * out; ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-4) << name_of(p) << i;
 
     // dw and db accumulate onto what is there; dx is overwritten.
     std::vector<float> dx(M * in, 9.0f), dw = random_vector<float>(out * in, 5),
                                          db = random_vector<float>(out, 6);
     std::vector<float> dx_ref(M * in), dw_ref = dw, db_ref = db;
-    linear_backward_low(dy.data(), dy_low.data(), x.data(), w.data(), dx.data(), dw.data(),
-                        db.data(), M, in, out, p);
-    linear_backward<float>(dyr.data(), xr.data(), wr.data(), dx_ref.data(), dw_ref.data(), nullptr,
-                           M, in, out);
+    linear_backward_low(kCpuContext, dy.data(), dy_low.data(), x.data(), w.data(), dx.data(),
+                        dw.data(), db.data(), M, in, out, p);
+    linear_backward<float>(kCpuContext, dyr.data(), xr.data(), wr.data(), dx_ref.data(),
+                           dw_ref.data(), nullptr, M, in, out);
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t j = 0; j < out; ++j) db_ref[j] += dy[m * out + j];  // the f32 dy, in row order
     }
@@ -297,14 +299,14 @@ TEST(LinearLow, MatchesTheF32KernelsOnRoundedInputs) {
     EXPECT_EQ(db, db_ref) << name_of(p);
 
     std::vector<float> dw_before = dw;
-    linear_backward_low(nullptr, dy_low.data(), x.data(), w.data(), dx.data(), dw.data(), nullptr,
-                        M, in, out, p);
+    linear_backward_low(kCpuContext, nullptr, dy_low.data(), x.data(), w.data(), dx.data(),
+                        dw.data(), nullptr, M, in, out, p);
     EXPECT_NE(dw, dw_before);
   }
 }
 
 TEST(AllFinite, FindsInfAndNanAnywhere) {
-  EXPECT_TRUE(all_finite(nullptr, 0));
+  EXPECT_TRUE(all_finite(kCpuContext, nullptr, 0));
   const float bad[] = {std::numeric_limits<float>::infinity(),
                        -std::numeric_limits<float>::infinity(),
                        std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0xff800001u)};
@@ -312,12 +314,12 @@ TEST(AllFinite, FindsInfAndNanAnywhere) {
     std::vector<float> x = random_vector<float>(n, 8, 1e3);
     x[0] = std::numeric_limits<float>::max();
     x[n / 2] = std::numeric_limits<float>::denorm_min();
-    ASSERT_TRUE(all_finite(x.data(), n)) << n;
+    ASSERT_TRUE(all_finite(kCpuContext, x.data(), n)) << n;
     for (int64_t at : {int64_t(0), n / 3, n - 1}) {
       for (float v : bad) {
         float saved = x[at];
         x[at] = v;
-        ASSERT_FALSE(all_finite(x.data(), n)) << n << " " << at << " " << v;
+        ASSERT_FALSE(all_finite(kCpuContext, x.data(), n)) << n << " " << at << " " << v;
         x[at] = saved;
       }
     }

@@ -20,7 +20,8 @@ double sgemm_rate() {
   double best = 0;
   for (int i = 0; i < 5; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    gemm<float>(kCpuContext, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                n);
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, 2.0 * n * n * n / s);

@@ -43,9 +43,9 @@ TEST(FewRowLinear, F32MatchesTheProductInDouble) {
       SCOPED_TRACE(::testing::Message() << "in " << in << " M " << M);
       const std::vector<float> x = random_vector<float>(M * in, 3 + M);
       std::vector<float> y(M * out);
-      linear_forward<float>(x.data(), w.data(), b.data(), y.data(), M, in, out);
+      linear_forward<float>(kCpuContext, x.data(), w.data(), b.data(), y.data(), M, in, out);
       expect_product(y, x, w, b.data(), M, in, out);
-      linear_forward<float>(x.data(), w.data(), nullptr, y.data(), M, in, out);
+      linear_forward<float>(kCpuContext, x.data(), w.data(), nullptr, y.data(), M, in, out);
       expect_product(y, x, w, nullptr, M, in, out);
     }
   }
@@ -56,18 +56,19 @@ TEST(FewRowLinear, LowPrecisionMatchesTheProductOfTheRoundedValuesInDouble) {
   for (LowPrecision p : {LowPrecision::kBf16, LowPrecision::kF16}) {
     for (int64_t in : {45, 300}) {
       std::vector<uint16_t> w(out * in);
-      cast_to_low(random_vector<float>(out * in, 1, 0.1).data(), w.data(), out * in, p);
+      cast_to_low(kCpuContext, random_vector<float>(out * in, 1, 0.1).data(), w.data(), out * in,
+                  p);
       std::vector<float> wr(out * in);
-      cast_from_low(w.data(), wr.data(), out * in, p);
+      cast_from_low(kCpuContext, w.data(), wr.data(), out * in, p);
       const std::vector<float> b = random_vector<float>(out, 2);
       for (int64_t M : {1, 2, 3, 5, 31, 32}) {
         SCOPED_TRACE(::testing::Message()
                      << (p == LowPrecision::kBf16 ? "bf16" : "f16") << " in " << in << " M " << M);
         std::vector<uint16_t> x(M * in);
-        cast_to_low(random_vector<float>(M * in, 3 + M).data(), x.data(), M * in, p);
+        cast_to_low(kCpuContext, random_vector<float>(M * in, 3 + M).data(), x.data(), M * in, p);
         std::vector<float> xr(M * in), y(M * out);
-        cast_from_low(x.data(), xr.data(), M * in, p);
-        linear_forward_low(x.data(), w.data(), b.data(), y.data(), M, in, out, p);
+        cast_from_low(kCpuContext, x.data(), xr.data(), M * in, p);
+        linear_forward_low(kCpuContext, x.data(), w.data(), b.data(), y.data(), M, in, out, p);
         expect_product(y, xr, wr, b.data(), M, in, out);
       }
     }

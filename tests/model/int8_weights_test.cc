@@ -194,7 +194,8 @@ TEST(Int8Weights, RefusesWhatItCannotServe) {
                     {.precision = Precision::kBf16, .weights = WeightFormat::kInt8});
       },
       {"int8", "precision f32", "bf16"});
-  ResidentParameters store(model_layout(gpt2), std::nullopt, /*with_gradients=*/false);
+  ResidentParameters store(kernels::kCpuContext, model_layout(gpt2), std::nullopt,
+                           /*with_gradients=*/false);
   testing::expect_error(
       [&] {
         Transformer(gpt2, 1, 16, /*training=*/false,

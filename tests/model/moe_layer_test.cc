@@ -239,14 +239,16 @@ TYPED_TEST(MoeSingleExpert, EqualsPlainSwiGluMlp) {
 
   std::vector<T> h(N * 2 * F), a(N * F), want_y(N * C), da(N * F), dh(N * 2 * F), want_dx(N * C),
       want_dgate_up(2 * F * C), want_ddown(C * F);
-  kernels::linear_forward<T>(x.data(), p.gate_up.data(), nullptr, h.data(), N, C, 2 * F);
-  kernels::swiglu_forward<T>(h.data(), a.data(), N, F);
-  kernels::linear_forward<T>(a.data(), p.down.data(), nullptr, want_y.data(), N, F, C);
-  kernels::linear_backward<T>(dy.data(), a.data(), p.down.data(), da.data(), want_ddown.data(),
-                              nullptr, N, F, C);
-  kernels::swiglu_backward<T>(da.data(), h.data(), dh.data(), N, F);
-  kernels::linear_backward<T>(dh.data(), x.data(), p.gate_up.data(), want_dx.data(),
-                              want_dgate_up.data(), nullptr, N, C, 2 * F);
+  kernels::linear_forward<T>(kernels::kCpuContext, x.data(), p.gate_up.data(), nullptr, h.data(), N,
+                             C, 2 * F);
+  kernels::swiglu_forward<T>(kernels::kCpuContext, h.data(), a.data(), N, F);
+  kernels::linear_forward<T>(kernels::kCpuContext, a.data(), p.down.data(), nullptr, want_y.data(),
+                             N, F, C);
+  kernels::linear_backward<T>(kernels::kCpuContext, dy.data(), a.data(), p.down.data(), da.data(),
+                              want_ddown.data(), nullptr, N, F, C);
+  kernels::swiglu_backward<T>(kernels::kCpuContext, da.data(), h.data(), dh.data(), N, F);
+  kernels::linear_backward<T>(kernels::kCpuContext, dh.data(), x.data(), p.gate_up.data(),
+                              want_dx.data(), want_dgate_up.data(), nullptr, N, C, 2 * F);
 
   EXPECT_EQ(y, want_y);
   EXPECT_EQ(dx, want_dx);

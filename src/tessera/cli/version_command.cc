@@ -1,12 +1,13 @@
-#include <dnnl.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <dnnl.hpp>
 #include <string>
 #include <vector>
 
 #include "tessera/cli/flags.h"
 #include "tessera/core/cpu_model.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::cli {
@@ -62,6 +63,20 @@ std::vector<CpuFeature> cpu_features() {
   };
 }
 
+// Whether the CUDA backend is in this build, and the devices it sees here.
+std::string cuda_line() {
+  if (!kernels::cuda_backend_built()) return "not compiled in (this build runs on the CPU only)";
+  std::string line = "compiled in (sm_80, sm_90; cuBLASLt, NCCL)";
+  const int devices = kernels::cuda_device_count();
+  if (devices == 0) return line + "; " + kernels::cuda_unavailable_reason();
+  for (int d = 0; d < devices; ++d) {
+    const kernels::CudaDeviceInfo info = kernels::cuda_device_info(d);
+    line += fmt::format("; device {}: {} (sm_{}{}, {:.0f} GiB)", d, info.name, info.compute_major,
+                        info.compute_minor, double(info.memory_bytes) / double(1 << 30));
+  }
+  return line;
+}
+
 }  // namespace
 
 int version_command() {
@@ -81,9 +96,8 @@ int version_command() {
                 missing.c_str());
   }
   std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s\n", dnnl->major, dnnl->minor,
-              dnnl->patch,
-              kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str());
-  std::printf("CUDA:         not compiled in (this build runs on the CPU only)\n");
+              dnnl->patch, kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str());
+  std::printf("CUDA:         %s\n", cuda_line().c_str());
   return 0;
 }
 

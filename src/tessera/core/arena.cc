@@ -14,6 +14,15 @@ Arena::Arena(size_t capacity_bytes) : capacity_(capacity_bytes), counting_(false
         capacity_bytes / 1048576.0);
   std::memset(p, 0, rounded);
   storage_.reset(p);
+  base_ = p;
+}
+
+Arena Arena::over(std::byte* storage, size_t capacity_bytes) {
+  Arena a;
+  a.capacity_ = capacity_bytes;
+  a.counting_ = false;
+  a.base_ = storage;
+  return a;
 }
 
 Tensor Arena::allocate(const Shape& shape, DType dtype) {
@@ -22,7 +31,7 @@ Tensor Arena::allocate(const Shape& shape, DType dtype) {
   if (!counting_) {
     check(used_ + bytes <= capacity_, "arena exhausted: {} bytes requested with {} of {} used",
           bytes, used_, capacity_);
-    t.data = storage_.get() + used_;
+    t.data = base_ + used_;
   }
   used_ += bytes;
   return t;

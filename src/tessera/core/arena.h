@@ -16,6 +16,8 @@ class Arena {
 
   static Arena counting() { return Arena(); }
   explicit Arena(size_t capacity_bytes);
+  // An arena over zeroed memory the caller owns (a device's), which must outlive it.
+  static Arena over(std::byte* storage, size_t capacity_bytes);
 
   // Zero-initialised storage for a tensor of this shape; a counting arena returns null data.
   Tensor allocate(const Shape& shape, DType dtype);
@@ -27,7 +29,8 @@ class Arena {
   struct FreeDeleter {
     void operator()(std::byte* p) const;
   };
-  std::unique_ptr<std::byte, FreeDeleter> storage_;
+  std::unique_ptr<std::byte, FreeDeleter> storage_;  // null over the caller's memory
+  std::byte* base_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;
   bool counting_ = true;

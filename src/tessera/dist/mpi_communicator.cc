@@ -48,7 +48,7 @@ std::string mpi_error_string(int code) {
 // Widens n bf16 values into `wide`, whose capacity only grows.
 float* widen(const void* bf16, int64_t n, std::vector<float>& wide) {
   wide.resize(n);
-  kernels::cast_from_low(static_cast<const uint16_t*>(bf16), wide.data(), n,
+  kernels::cast_from_low(kernels::kCpuContext, static_cast<const uint16_t*>(bf16), wide.data(), n,
                          kernels::LowPrecision::kBf16);
   return wide.data();
 }
@@ -363,7 +363,8 @@ void MpiCommunicator::finish(Slot& slot) {
   if (slot.round_to != nullptr) {
     const float* result =
         slot.what.op == Op::kReduceScatter ? slot.wide_out.data() : slot.wide_in.data();
-    kernels::cast_to_low(result, slot.round_to, slot.round_count, kernels::LowPrecision::kBf16);
+    kernels::cast_to_low(kernels::kCpuContext, result, slot.round_to, slot.round_count,
+                         kernels::LowPrecision::kBf16);
   }
   if (slot.what.op == Op::kRecv) {
     int received = 0;

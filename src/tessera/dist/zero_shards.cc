@@ -130,12 +130,12 @@ model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
     void* recv = low_ ? static_cast<void*>(s.low.data()) : s.f32.data();
     group_.all_gather(param_storage(first), recv, counts, low_ ? dtype_of(*low_) : DType::f32);
     if (!low_) return {s.f32.data(), nullptr};
-    k::cast_from_low(s.low.data(), s.f32.data(), x.size(), *low_);
+    k::cast_from_low(k::kCpuContext, s.low.data(), s.f32.data(), x.size(), *low_);
     return {s.f32.data(), s.low.data()};
   }
   if (!low_) return {params_f32_.data() + (x.begin - params_base_), nullptr};
   const uint16_t* low = params_low_.data() + (x.begin - params_base_);
-  k::cast_from_low(low, s.f32.data(), x.size(), *low_);
+  k::cast_from_low(k::kCpuContext, low, s.f32.data(), x.size(), *low_);
   return {s.f32.data(), low};
 }
 
@@ -150,15 +150,15 @@ float* ZeroShards::gradients(int64_t u) {
 void ZeroShards::accumulate_gradients(int64_t flat, const float* g, int64_t n) {
   if (!low_grads_) {
     float* dst = grads_f32_.data() + (flat - grads_base_);
-    k::add(dst, g, dst, n);
+    k::add(k::kCpuContext, dst, g, dst, n);
     return;
   }
   for (int64_t done = 0; done < n; done += kChunk) {
     const int64_t m = std::min(kChunk, n - done);
     uint16_t* dst = grads_low_.data() + (flat + done - grads_base_);
-    k::cast_from_low(dst, chunk_.data(), m, k::LowPrecision::kBf16);
-    k::add(chunk_.data(), g + done, chunk_.data(), m);
-    k::cast_to_low(chunk_.data(), dst, m, k::LowPrecision::kBf16);
+    k::cast_from_low(k::kCpuContext, dst, chunk_.data(), m, k::LowPrecision::kBf16);
+    k::add(k::kCpuContext, chunk_.data(), g + done, chunk_.data(), m);
+    k::cast_to_low(k::kCpuContext, chunk_.data(), dst, m, k::LowPrecision::kBf16);
   }
 }
 
@@ -190,14 +190,16 @@ void ZeroShards::all_reduce_gradients(int64_t flat, int64_t n, Communicator& gro
 
 const float* ZeroShards::gradient_chunk(int64_t flat, int64_t n) {
   if (!low_grads_) return grads_f32_.data() + (flat - grads_base_);
-  k::cast_from_low(grads_low_.data() + (flat - grads_base_), chunk_.data(), n,
+  k::cast_from_low(k::kCpuContext, grads_low_.data() + (flat - grads_base_), chunk_.data(), n,
                    k::LowPrecision::kBf16);
   return chunk_.data();
 }
 
 void ZeroShards::publish() {
   const int64_t b = owned_begin_, n = owned_end_ - b;
-  if (low_) k::cast_to_low(master_.data(), static_cast<uint16_t*>(param_storage(b)), n, *low_);
+  if (low_)
+    k::cast_to_low(k::kCpuContext, master_.data(), static_cast<uint16_t*>(param_storage(b)), n,
+                   *low_);
   if ((stage_ == 1 || stage_ == 2) && group_.size() > 1) {
     for (int r = 0; r < group_.size(); ++r) counts_[r] = shard_bounds_[r + 1] - shard_bounds_[r];
     group_.all_gather(param_storage(b), param_storage(begin_), counts_,

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
+
 namespace tessera::kernels {
 
 // w[r][c] is approximately scales[r] * q[r * cols + c].
@@ -23,7 +25,7 @@ int64_t int8_linear_scratch_size(int64_t in);
 
 // y[M, w.rows] = x[M, w.cols] * dequant(w)^T + b (b may be null). Small M (decoding) converts the
 // weights in registers; large M (prefill) dequantises blocks of rows into scratch for sgemm.
-void linear_forward_int8(const float* x, const Int8Matrix& w, const float* b, float* y, int64_t M,
-                         float* scratch);
+void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w, const float* b,
+                         float* y, int64_t M, float* scratch);
 
 }  // namespace tessera::kernels

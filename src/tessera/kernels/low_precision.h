@@ -12,36 +12,38 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/kernels/context.h"
+
 namespace tessera::kernels {
 
 enum class LowPrecision { kBf16, kF16 };
 
 // Round to nearest even; NaN stays NaN, f16 overflow gives inf, subnormals are kept (not
 // flushed), so the result is the same bit pattern on every build and at every array position.
-void cast_to_low(const float* x, uint16_t* y, int64_t n, LowPrecision p);
+void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p);
 // Exact: every bf16 and f16 value is an f32.
-void cast_from_low(const uint16_t* x, float* y, int64_t n, LowPrecision p);
+void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, LowPrecision p);
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op transposes when the flag is set. A and
 // B are low precision, C is f32 and the sums are accumulated in f32. With beta 0, C is not read.
-void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
-              int64_t ldc, LowPrecision p);
+void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+              float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+              float beta, float* C, int64_t ldc, LowPrecision p);
 
 // y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null). Fewer than 32 rows (decoding) skip
 // gemm_low for a path that reads each weight once, multiplying bf16 pairs exactly with
 // AVX512_BF16 where the CPU has it.
-void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
-                        int64_t in, int64_t out, LowPrecision p);
+void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w, const float* b,
+                        float* y, int64_t M, int64_t in, int64_t out, LowPrecision p);
 // dy_low is dy rounded to p. dx = dy * w (written); dw += dy^T * x; db += column sums of the f32
 // dy, so the bias gradient does not lose precision. As in linear_backward, dx, dw and db may each
 // be null (dy with db, x with dw, w with dx) to run the input and weight gradients apart.
-void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
-                         const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
-                         int64_t out, LowPrecision p);
+void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy_low,
+                         const uint16_t* x, const uint16_t* w, float* dx, float* dw, float* db,
+                         int64_t M, int64_t in, int64_t out, LowPrecision p);
 
 // True when no element is inf or NaN: dynamic loss scaling skips the step otherwise.
-bool all_finite(const float* x, int64_t n);
+bool all_finite(const Context& ctx, const float* x, int64_t n);
 
 // Which implementation gemm_low uses. kAuto takes oneDNN's matmul where the CPU's low-precision
 // dot products beat f32 FMAs (AMX, or AVX512_BF16 on AMD) and the portable path elsewhere; tests

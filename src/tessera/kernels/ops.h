@@ -12,89 +12,94 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
+
 namespace tessera::kernels {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major; op transposes when the flag is set.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
 // y[M,out] = x[M,in] * w[out,in]^T + b[out] (b may be null). In float, fewer than 16 rows
 // (decoding) skip the GEMM for a path that reads each weight once.
 template <typename T>
-void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out);
+void linear_forward(const Context& ctx, const T* x, const T* w, const T* b, T* y, int64_t M,
+                    int64_t in, int64_t out);
 // dx = dy * w (written); dw += dy^T * x; db += column sums of dy. Any of dx, dw and db may be
 // null, and x with dw or w with dx: a schedule that takes the weight gradient later (zero-bubble)
 // runs the input gradient and the weight gradient in two calls.
 template <typename T>
-void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
-                     int64_t in, int64_t out);
+void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
+                     int64_t M, int64_t in, int64_t out);
 
 // Row-wise LayerNorm over C channels with eps 1e-5; saves mean and 1/std per row for backward.
 template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t M,
-                       int64_t C);
+void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* beta, T* y, T* mean,
+                       T* rstd, int64_t M, int64_t C);
 // dx accumulates (+=): the residual stream's gradient flows through it.
 template <typename T>
-void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
-                        T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C);
+void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* mean,
+                        const T* rstd, T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C);
 
 // Row-wise RMSNorm over C channels, y = x * rstd * gamma with rstd = 1/sqrt(mean(x^2) + eps),
 // as Llama uses; saves rstd[M] for backward.
 template <typename T>
-void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64_t C, T eps);
+void rmsnorm_forward(const Context& ctx, const T* x, const T* gamma, T* y, T* rstd, int64_t M,
+                     int64_t C, T eps);
 // dx accumulates (+=) like layernorm_backward: the residual stream's gradient flows through it.
 template <typename T>
-void rmsnorm_backward(const T* dy, const T* x, const T* gamma, const T* rstd, T* dx, T* dgamma,
-                      int64_t M, int64_t C);
+void rmsnorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* rstd,
+                      T* dx, T* dgamma, int64_t M, int64_t C);
 
 // GELU with the tanh approximation, as GPT-2 uses.
 template <typename T>
-void gelu_forward(const T* x, T* y, int64_t n);
+void gelu_forward(const Context& ctx, const T* x, T* y, int64_t n);
 template <typename T>
-void gelu_backward(const T* dy, const T* x, T* dx, int64_t n);
+void gelu_backward(const Context& ctx, const T* dy, const T* x, T* dx, int64_t n);
 
 // gate_up[M, 2F] holds gate (first F columns) then up (last F columns) per row; out[M,F] =
 // silu(gate) * up.
 template <typename T>
-void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F);
+void swiglu_forward(const Context& ctx, const T* gate_up, T* out, int64_t M, int64_t F);
 // dgate_up is written.
 template <typename T>
-void swiglu_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t M, int64_t F);
+void swiglu_backward(const Context& ctx, const T* dout, const T* gate_up, T* dgate_up, int64_t M,
+                     int64_t F);
 
 // out = a + b (out may alias a or b).
 template <typename T>
-void add(const T* a, const T* b, T* out, int64_t n);
+void add(const Context& ctx, const T* a, const T* b, T* out, int64_t n);
 
 // x[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null for models without learned
 // positions. Token ids must already be checked against the vocab.
 template <typename T>
-void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
-                       int64_t T_, int64_t C);
+void embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte, const T* wpe, T* x,
+                       int64_t B, int64_t T_, int64_t C);
 template <typename T>
-void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
-                        int64_t C);
+void embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte, T* dwpe,
+                        int64_t B, int64_t T_, int64_t C);
 
 // A vocabulary split over tensor-parallel ranks: wte holds the `count` ids from `first`.
 // x[i] = wte[tokens[i] - first] for the tokens this shard holds, 0 for the others, so the ranks'
 // rows sum to the embedding. Backward accumulates this shard's rows of dwte.
 template <typename T>
-void vocab_shard_embedding_forward(const int32_t* tokens, const T* wte, int64_t first,
-                                   int64_t count, T* x, int64_t N, int64_t C);
+void vocab_shard_embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte,
+                                   int64_t first, int64_t count, T* x, int64_t N, int64_t C);
 template <typename T>
-void vocab_shard_embedding_backward(const T* dx, const int32_t* tokens, T* dwte, int64_t first,
-                                    int64_t count, int64_t N, int64_t C);
+void vocab_shard_embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte,
+                                    int64_t first, int64_t count, int64_t N, int64_t C);
 // x[r] += wpe[(first_row + r) % T] for `rows` rows of a [B, T] batch flattened from first_row;
 // backward accumulates dwpe.
 template <typename T>
-void position_embedding_forward(const T* wpe, T* x, int64_t first_row, int64_t rows, int64_t T_,
-                                int64_t C);
+void position_embedding_forward(const Context& ctx, const T* wpe, T* x, int64_t first_row,
+                                int64_t rows, int64_t T_, int64_t C);
 template <typename T>
-void position_embedding_backward(const T* dx, T* dwpe, int64_t first_row, int64_t rows, int64_t T_,
-                                 int64_t C);
+void position_embedding_backward(const Context& ctx, const T* dx, T* dwpe, int64_t first_row,
+                                 int64_t rows, int64_t T_, int64_t C);
 // y[m] += b for each of M rows of C.
 template <typename T>
-void add_bias(T* y, const T* b, int64_t M, int64_t C);
+void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C);
 
 // Rotary position embeddings in the Hugging Face Llama "rotate_half" layout: within a head of hd
 // channels, channel i < hd/2 pairs with channel i + hd/2 and turns by pos * theta^(-2i/hd).
@@ -103,13 +108,13 @@ void add_bias(T* y, const T* b, int64_t M, int64_t C);
 // kRopeMaxHeadDim.
 constexpr int64_t kRopeMaxHeadDim = 512;
 template <typename T>
-void rope_forward(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
-                  double theta);
+void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
+                  int64_t hd, int64_t pos0, double theta);
 // The inverse rotation, in place on dqkv (gradient of the rotated q and k becomes gradient of the
 // unrotated ones).
 template <typename T>
-void rope_backward(T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
-                   double theta);
+void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
+                   int64_t hd, int64_t pos0, double theta);
 
 // Causal grouped-query self-attention over qkv[B, T, (H + 2*KVH) * hd] (the rope layout above)
 // into out[B, T, H*hd]; query head h reads key/value head h / (H/KVH). With KVH == H this is
@@ -119,18 +124,18 @@ void rope_backward(T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64
 // threads.
 int64_t attention_scratch_size(int64_t T_);
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t H,
-                       int64_t KVH, int64_t hd);
+void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
+                       int64_t T_, int64_t H, int64_t KVH, int64_t hd);
 template <typename T>
-void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch, int64_t B,
-                        int64_t T_, int64_t H, int64_t KVH, int64_t hd);
+void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
+                        T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd);
 
 // Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
 // When grad_scale is non-zero the logits are overwritten by their gradient,
 // grad_scale * (softmax - onehot(target)), so the [M,V] matrix is touched only twice.
 template <typename T>
-void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t M, int64_t V,
-                           T grad_scale);
+void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets, T* losses,
+                           int64_t M, int64_t V, T grad_scale);
 
 // Softmax cross-entropy over a vocabulary split over ranks: logits[M, ld] hold this shard's V
 // ids from `first` (columns V..ld are padding). The ranks exchange per-row values between the
@@ -139,20 +144,23 @@ void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t
 // logits by exp(logit - max) for the gradient pass, which writes
 // grad_scale * (softmax - onehot(target)) and zeroes the padding.
 template <typename T>
-void vocab_shard_row_max(const T* logits, int64_t M, int64_t V, int64_t ld, T* max);
+void vocab_shard_row_max(const Context& ctx, const T* logits, int64_t M, int64_t V, int64_t ld,
+                         T* max);
 template <typename T>
-void vocab_shard_exp_sums(T* logits, const T* max, const int32_t* targets, int64_t first, int64_t M,
-                          int64_t V, int64_t ld, T* sums, T* target_logits, bool keep_exponentials);
+void vocab_shard_exp_sums(const Context& ctx, T* logits, const T* max, const int32_t* targets,
+                          int64_t first, int64_t M, int64_t V, int64_t ld, T* sums,
+                          T* target_logits, bool keep_exponentials);
 template <typename T>
-void vocab_shard_softmax_grad(T* exponentials, const int32_t* targets, int64_t first, const T* sums,
-                              int64_t M, int64_t V, int64_t ld, T grad_scale);
+void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t* targets,
+                              int64_t first, const T* sums, int64_t M, int64_t V, int64_t ld,
+                              T grad_scale);
 
 // Sum of squares of x, accumulated in double over fixed-size chunks so the result does not
 // depend on the thread count.
 template <typename T>
-double sum_squares(const T* x, int64_t n);
+double sum_squares(const Context& ctx, const T* x, int64_t n);
 template <typename T>
-void scale(T* x, T factor, int64_t n);
+void scale(const Context& ctx, T* x, T factor, int64_t n);
 
 struct AdamWParams {
   double lr, beta1, beta2, eps, weight_decay;
@@ -160,6 +168,7 @@ struct AdamWParams {
 };
 // Decoupled weight decay as torch.optim.AdamW: p -= lr*wd*p, then the Adam step.
 template <typename T>
-void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p);
+void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64_t n,
+                  const AdamWParams& p);
 
 }  // namespace tessera::kernels

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
+
 namespace tessera::kernels {
 
 // Keys and values of one layer: k and v are [blocks][block_tokens][kv_heads * head_dim], row p of
@@ -22,8 +24,8 @@ struct PagedChunk {
 };
 
 // Stores the chunk's keys and values (k and v rows i at k + i * ld, v + i * ld) at its positions.
-void paged_kv_write(const float* k, const float* v, int64_t ld, const PagedKv& kv,
-                    const PagedChunk& chunk);
+void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t ld,
+                    const PagedKv& kv, const PagedChunk& chunk);
 
 // For every chunk and query head h (reading key/value head h / (H / kv_heads)), causal attention
 // of each query over positions [0, its own] with scale 1/sqrt(head_dim): query i of head h is read
@@ -31,8 +33,8 @@ void paged_kv_write(const float* k, const float* v, int64_t ld, const PagedKv& k
 // values must already be written. scratch: paged_attention_scratch_size(max_context) floats for
 // each of omp_get_max_threads() threads, max_context bounding every start + n.
 int64_t paged_attention_scratch_size(int64_t max_context);
-void paged_attention_forward(const float* q, int64_t ldq, float* out, int64_t ldo,
-                             const PagedKv& kv, const PagedChunk* chunks, int64_t num_chunks,
-                             int64_t H, float* scratch, int64_t max_context);
+void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, float* out,
+                             int64_t ldo, const PagedKv& kv, const PagedChunk* chunks,
+                             int64_t num_chunks, int64_t H, float* scratch, int64_t max_context);
 
 }  // namespace tessera::kernels

@@ -6,19 +6,21 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-Attention::Attention(const AttentionGeometry& geometry, int64_t C, int64_t heads, int64_t kv_heads,
-                     const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
-                     MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
-                     float* int8_scratch, std::optional<SharedHeads> shared,
-                     float* scratch_per_thread, float* decode_scratch, int64_t max_context)
-    : g_(geometry),
+Attention::Attention(const kernels::Context& ctx, const AttentionGeometry& geometry, int64_t C,
+                     int64_t heads, int64_t kv_heads, const PartTable& parts,
+                     const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
+                     const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
+                     std::optional<SharedHeads> shared, float* scratch_per_thread,
+                     float* decode_scratch, int64_t max_context)
+    : ctx_(ctx),
+      g_(geometry),
       heads_(heads),
       kv_heads_(kv_heads),
       head_dim_(geometry.head_dim),
-      qkv_(C, (heads + 2 * kv_heads) * geometry.head_dim, parts[PartId::kQkv], tp, tp_group, format,
-           scratch, dy_low, int8_scratch, shared),
-      proj_(heads * geometry.head_dim, C, parts[PartId::kAttentionOut], tp, format, scratch, dy_low,
-            int8_scratch),
+      qkv_(ctx, C, (heads + 2 * kv_heads) * geometry.head_dim, parts[PartId::kQkv], tp, tp_group,
+           format, scratch, dy_low, int8_scratch, shared),
+      proj_(ctx, heads * geometry.head_dim, C, parts[PartId::kAttentionOut], tp, format, scratch,
+            dy_low, int8_scratch),
       format_(format),
       scratch_(scratch_per_thread),
       decode_scratch_(decode_scratch),
@@ -28,9 +30,9 @@ void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const f
                         const AttentionActivations& a, float* out, int64_t B, int64_t T) const {
   const int64_t N = B * T;
   qkv_.forward(p, normed, a.qkv, N);
-  if (g_.rope) k::rope_forward(a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
-  k::attention_forward(a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_);
-  format_.finish(a.out, N * heads_ * head_dim_);
+  if (g_.rope) k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_);
+  format_.finish(ctx_, a.out, N * heads_ * head_dim_);
   proj_.forward(p, a.out, residual, out, N);
 }
 
@@ -42,12 +44,12 @@ void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const fl
   for (const k::PagedChunk& chunk : chunks) {
     float* rows = a.qkv + chunk.row * Q;
     if (g_.rope)
-      k::rope_forward(rows, 1, chunk.n, heads_, kv_heads_, hd, chunk.start, g_.rope_theta);
-    k::paged_kv_write(rows + heads_ * hd, rows + (heads_ + kv_heads_) * hd, Q, kv, chunk);
+      k::rope_forward(ctx_, rows, 1, chunk.n, heads_, kv_heads_, hd, chunk.start, g_.rope_theta);
+    k::paged_kv_write(ctx_, rows + heads_ * hd, rows + (heads_ + kv_heads_) * hd, Q, kv, chunk);
   }
-  k::paged_attention_forward(a.qkv, Q, a.out.f32, heads_ * hd, kv, chunks.data(),
+  k::paged_attention_forward(ctx_, a.qkv, Q, a.out.f32, heads_ * hd, kv, chunks.data(),
                              int64_t(chunks.size()), heads_, decode_scratch_, max_context_);
-  format_.finish(a.out, N * heads_ * hd);
+  format_.finish(ctx_, a.out, N * heads_ * hd);
   proj_.forward(p, a.out, residual, out, N);
 }
 
@@ -57,9 +59,9 @@ const float* Attention::backward(const ParamAccess& p, const float* d_out,
                                  const AttentionHeld* held) const {
   const int64_t N = B * T;
   proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
-  k::attention_backward(d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
+  k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
                         head_dim_);
-  if (g_.rope) k::rope_backward(d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  if (g_.rope) k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
   return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <span>
 
+#include "tessera/kernels/context.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/model/block_spec.h"
 #include "tessera/model/layer.h"
@@ -28,11 +29,11 @@ struct AttentionHeld {
 class Attention {
  public:
   // heads and kv_heads are this rank's; shared says which kv rows it holds alike with others.
-  Attention(const AttentionGeometry& geometry, int64_t C, int64_t heads, int64_t kv_heads,
-            const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
-            MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
-            float* int8_scratch, std::optional<SharedHeads> shared, float* scratch_per_thread,
-            float* decode_scratch, int64_t max_context);
+  Attention(const kernels::Context& ctx, const AttentionGeometry& geometry, int64_t C,
+            int64_t heads, int64_t kv_heads, const PartTable& parts, const TensorParallel& tp,
+            Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch,
+            uint16_t* dy_low, float* int8_scratch, std::optional<SharedHeads> shared,
+            float* scratch_per_thread, float* decode_scratch, int64_t max_context);
 
   // normed: this rank's rows of the attention norm's output; out = residual + attention.
   void forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
@@ -53,6 +54,7 @@ class Attention {
   int64_t qkv_width() const { return (heads_ + 2 * kv_heads_) * head_dim_; }
 
  private:
+  const kernels::Context& ctx_;
   AttentionGeometry g_;
   int64_t heads_, kv_heads_, head_dim_;
   ColumnParallelLinear qkv_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::model {
@@ -34,26 +35,28 @@ std::optional<SharedHeads> shared_kv_heads(const BlockSpec& spec, const BlockWid
 
 }  // namespace
 
-Block::Block(const ModelSpec& spec, const ModelLayout& layout, int64_t layer,
-             const ModelParallel& parallel, MatmulFormat format, const BlockWorkspace& workspace,
-             const BlockActivations& activations, MoeLayer<float>* moe, int64_t max_context)
-    : w_(spec.block, layout.sharding),
+Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayout& layout,
+             int64_t layer, const ModelParallel& parallel, MatmulFormat format,
+             const BlockWorkspace& workspace, const BlockActivations& activations,
+             MoeLayer<float>* moe, int64_t max_context)
+    : ctx_(ctx),
+      w_(spec.block, layout.sharding),
       parts_(layout.blocks[layer]),
       tp_(parallel, spec.block.d_model),
       format_(format),
       ws_(workspace),
       a_(activations),
-      ln1_(spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kAttentionNorm], format,
+      ln1_(ctx, spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kAttentionNorm], format,
            tp_.sequence_parallel() ? parallel.tp : nullptr),
-      ln2_(spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kMlpNorm], format,
+      ln2_(ctx, spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kMlpNorm], format,
            tp_.sequence_parallel() ? parallel.tp : nullptr),
-      attention_(spec.block.attention, w_.C, w_.heads, w_.kv_heads, parts_, tp_, parallel.tp,
+      attention_(ctx, spec.block.attention, w_.C, w_.heads, w_.kv_heads, parts_, tp_, parallel.tp,
                  format, ws_.parallel, ws_.dy_low, ws_.int8_scratch,
                  shared_kv_heads(spec.block, w_, layout.sharding), ws_.attention_scratch,
                  ws_.decode_scratch, max_context),
       moe_(moe) {
   if (!spec.block.moe) {
-    mlp_ = std::make_unique<Mlp>(spec.block.activation, w_.C, w_.ffn, parts_, tp_, parallel.tp,
+    mlp_ = std::make_unique<Mlp>(ctx, spec.block.activation, w_.C, w_.ffn, parts_, tp_, parallel.tp,
                                  format, ws_.parallel, ws_.dy_low, ws_.int8_scratch);
   }
 }
@@ -89,8 +92,8 @@ double Block::moe_forward(const ParamAccess& p, int64_t N) {
   const float* in = tp_.gather(a_.ln2.f32, ws_.parallel.partial, N);
   float* out = sp ? ws_.parallel.d_input : a_.res_out;
   const double aux = moe_->forward(in, out, N, moe_weights(p));
-  if (sp) std::memcpy(a_.res_out, out + tp_.first_row(N) * C, sizeof(float) * R * C);
-  k::add(a_.res_mid, a_.res_out, a_.res_out, R * C);
+  if (sp) k::copy_on_device(ctx_, a_.res_out, out + tp_.first_row(N) * C, sizeof(float) * R * C);
+  k::add(ctx_, a_.res_mid, a_.res_out, a_.res_out, R * C);
   return aux;
 }
 

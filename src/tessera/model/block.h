@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/kernels/context.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/model/attention.h"
 #include "tessera/model/block_spec.h"
@@ -59,9 +60,10 @@ struct BlockWorkspace {
 class Block {
  public:
   // max_context: the longest sequence decode attends over (model.max_seq).
-  Block(const ModelSpec& spec, const ModelLayout& layout, int64_t layer,
-        const ModelParallel& parallel, MatmulFormat format, const BlockWorkspace& workspace,
-        const BlockActivations& activations, MoeLayer<float>* moe, int64_t max_context);
+  Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayout& layout,
+        int64_t layer, const ModelParallel& parallel, MatmulFormat format,
+        const BlockWorkspace& workspace, const BlockActivations& activations, MoeLayer<float>* moe,
+        int64_t max_context);
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
 
@@ -84,6 +86,7 @@ class Block {
   void bind(const BlockActivations& activations, MoeLayer<float>* moe);
 
  private:
+  const kernels::Context& ctx_;
   void recompute_selected(const ParamAccess& p, const float* x, int64_t N);
   AttentionActivations attention_activations() const { return {a_.qkv, a_.lse, a_.atty}; }
   MlpActivations mlp_activations() const { return {a_.fch, a_.act}; }

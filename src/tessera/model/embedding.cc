@@ -8,9 +8,11 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-Embedding::Embedding(const ModelLayout& layout, const TensorParallel& tp, Collectives* tp_group,
+Embedding::Embedding(const kernels::Context& ctx, const ModelLayout& layout,
+                     const TensorParallel& tp, Collectives* tp_group,
                      const ParallelScratch& scratch, float* position_grads)
-    : tokens_(layout.outer[PartId::kTokenEmbedding]),
+    : ctx_(ctx),
+      tokens_(layout.outer[PartId::kTokenEmbedding]),
       positions_(layout.outer[PartId::kPositionEmbedding]),
       vocab_(layout.vocab),
       C_(layout.spec.block.d_model),
@@ -25,19 +27,20 @@ void Embedding::forward(const ParamAccess& p, const int32_t* tokens, float* x, i
   const float* wpe = positions_.weight >= 0 ? p.f32(positions_.weight) : nullptr;
   const float* wte = p.f32(tokens_.weight);
   if (!tp_.active()) {
-    k::embedding_forward(tokens, wte, wpe, x, B, T, C_);
+    k::embedding_forward(ctx_, tokens, wte, wpe, x, B, T, C_);
     return;
   }
   float* rows = tp_.sequence_parallel() ? scratch_.partial : x;
-  k::vocab_shard_embedding_forward(tokens, wte, vocab_.begin, vocab_.real(), rows, N, C_);
+  k::vocab_shard_embedding_forward(ctx_, tokens, wte, vocab_.begin, vocab_.real(), rows, N, C_);
   tp_.complete(rows, x, N);
-  if (wpe != nullptr) k::position_embedding_forward(wpe, x, tp_.first_row(N), tp_.rows(N), T, C_);
+  if (wpe != nullptr)
+    k::position_embedding_forward(ctx_, wpe, x, tp_.first_row(N), tp_.rows(N), T, C_);
 }
 
 void Embedding::forward_chunk(const ParamAccess& p, const int32_t* tokens, int64_t n, int64_t start,
                               float* x) const {
   const float* wpe = positions_.weight >= 0 ? p.f32(positions_.weight) + start * C_ : nullptr;
-  k::embedding_forward(tokens, p.f32(tokens_.weight), wpe, x, 1, n, C_);
+  k::embedding_forward(ctx_, tokens, p.f32(tokens_.weight), wpe, x, 1, n, C_);
 }
 
 void Embedding::backward(const ParamAccess& p, const float* dx, const int32_t* tokens, int64_t B,
@@ -46,20 +49,20 @@ void Embedding::backward(const ParamAccess& p, const float* dx, const int32_t* t
   float* dwpe = positions_.weight >= 0 ? p.grad(positions_.weight) : nullptr;
   float* dwte = p.grad(tokens_.weight);
   if (!tp_.active()) {
-    k::embedding_backward(dx, tokens, dwte, dwpe, B, T, C_);
+    k::embedding_backward(ctx_, dx, tokens, dwte, dwpe, B, T, C_);
     return;
   }
   if (dwpe != nullptr && tp_.sequence_parallel()) {
     // Each rank's rows give part of the positions' gradients: summed over tp first.
     std::fill(position_grads_, position_grads_ + T * C_, 0.0f);
-    k::position_embedding_backward(dx, position_grads_, tp_.first_row(N), tp_.rows(N), T, C_);
+    k::position_embedding_backward(ctx_, dx, position_grads_, tp_.first_row(N), tp_.rows(N), T, C_);
     tp_group_->all_reduce(position_grads_, T * C_);
-    k::add(dwpe, position_grads_, dwpe, T * C_);
+    k::add(ctx_, dwpe, position_grads_, dwpe, T * C_);
   } else if (dwpe != nullptr) {
-    k::position_embedding_backward(dx, dwpe, 0, N, T, C_);
+    k::position_embedding_backward(ctx_, dx, dwpe, 0, N, T, C_);
   }
   const float* d_all = tp_.gather(dx, scratch_.full.f32, N);
-  k::vocab_shard_embedding_backward(d_all, tokens, dwte, vocab_.begin, vocab_.real(), N, C_);
+  k::vocab_shard_embedding_backward(ctx_, d_all, tokens, dwte, vocab_.begin, vocab_.real(), N, C_);
 }
 
 }  // namespace tessera::model

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/model_layout.h"
@@ -17,8 +18,8 @@ class Embedding {
  public:
   // position_grads: [max_seq, C] scratch for the positions' partial gradients under sequence
   // parallelism (else unused).
-  Embedding(const ModelLayout& layout, const TensorParallel& tp, Collectives* tp_group,
-            const ParallelScratch& scratch, float* position_grads);
+  Embedding(const kernels::Context& ctx, const ModelLayout& layout, const TensorParallel& tp,
+            Collectives* tp_group, const ParallelScratch& scratch, float* position_grads);
 
   // tokens [B, T] (checked); x: this rank's rows of their embeddings.
   void forward(const ParamAccess& p, const int32_t* tokens, float* x, int64_t B, int64_t T) const;
@@ -30,6 +31,7 @@ class Embedding {
                 int64_t T) const;
 
  private:
+  const kernels::Context& ctx_;
   PartOffsets tokens_, positions_;
   VocabShard vocab_;
   int64_t C_;

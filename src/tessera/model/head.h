@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/model_layout.h"
@@ -21,6 +22,7 @@ struct HeadBuffers {
   float* logits = nullptr;
   float* losses = nullptr;
   float *row_stats = nullptr, *rank_maxima = nullptr;
+  float* host_losses = nullptr;  // [N] on the host, for losses computed on another device
 };
 
 // The final norm, the output projection over this rank's vocabulary slice (column-parallel over
@@ -29,9 +31,9 @@ struct HeadBuffers {
 // the logits.
 class Head {
  public:
-  Head(const ModelLayout& layout, const TensorParallel& tp, Collectives* tp_group,
-       MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
-       const HeadBuffers& buffers);
+  Head(const kernels::Context& ctx, const ModelLayout& layout, const TensorParallel& tp,
+       Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
+       float* int8_scratch, const HeadBuffers& buffers);
 
   // x: this rank's rows of the last block's output, normed into buffers.normed.
   void norm(const ParamAccess& p, const float* x, int64_t R) const;
@@ -46,6 +48,7 @@ class Head {
   void backward(const ParamAccess& p, const float* x, float* d_res, int64_t N);
 
  private:
+  const kernels::Context& ctx_;
   VocabShard vocab_;
   int64_t C_;
   const TensorParallel& tp_;

@@ -35,7 +35,7 @@ void Int8Weights::refresh(int64_t unit, const float* f32) {
   for (const Entry& e : entries_) {
     if (e.unit != unit) continue;
     const float* w = f32 + (e.offset - units_[unit].begin);
-    check(kernels::all_finite(w, e.rows * e.cols),
+    check(kernels::all_finite(kernels::kCpuContext, w, e.rows * e.cols),
           "parameter {} holds inf or NaN and cannot be quantised to int8", e.name);
     kernels::quantize_int8_rows(w, e.rows, e.cols, q_.data() + e.q_at, scales_.data() + e.scale_at);
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 
@@ -35,11 +36,12 @@ struct MatmulFormat {
 
   // Fills x.low from x.f32 when the format is low and x keeps a low copy (sequence-parallel norm
   // outputs keep only f32).
-  void finish(const MatmulInput& x, int64_t n) const;
+  void finish(const kernels::Context& ctx, const MatmulInput& x, int64_t n) const;
 };
 
 // Copies into `to` the fields it has (what a matmul, or the gather before it, reads) from the same
 // fields of `from`, unless they are the same buffers: n elements each.
-void keep_matmul_input(const MatmulInput& from, const MatmulInput& to, int64_t n);
+void keep_matmul_input(const kernels::Context& ctx, const MatmulInput& from, const MatmulInput& to,
+                       int64_t n);
 
 }  // namespace tessera::model

@@ -2,24 +2,31 @@
 
 #include <algorithm>
 
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::model {
 
 namespace k = kernels;
 
-void MatmulFormat::finish(const MatmulInput& x, int64_t n) const {
-  if (low && x.low != nullptr) k::cast_to_low(x.f32, x.low, n, precision);
+void MatmulFormat::finish(const k::Context& ctx, const MatmulInput& x, int64_t n) const {
+  if (low && x.low != nullptr) k::cast_to_low(ctx, x.f32, x.low, n, precision);
 }
 
-void keep_matmul_input(const MatmulInput& from, const MatmulInput& to, int64_t n) {
-  if (to.low != nullptr && to.low != from.low) std::copy_n(from.low, n, to.low);
-  if (to.f32 != nullptr && to.f32 != from.f32) std::copy_n(from.f32, n, to.f32);
+void keep_matmul_input(const k::Context& ctx, const MatmulInput& from, const MatmulInput& to,
+                       int64_t n) {
+  if (to.low != nullptr && to.low != from.low) {
+    k::copy_on_device(ctx, to.low, from.low, sizeof(uint16_t) * size_t(n));
+  }
+  if (to.f32 != nullptr && to.f32 != from.f32) {
+    k::copy_on_device(ctx, to.f32, from.f32, sizeof(float) * size_t(n));
+  }
 }
 
-Linear::Linear(int64_t in, int64_t out, PartOffsets params, MatmulFormat format, uint16_t* dy_low,
-               float* int8_scratch)
-    : in_(in),
+Linear::Linear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
+               MatmulFormat format, uint16_t* dy_low, float* int8_scratch)
+    : ctx_(ctx),
+      in_(in),
       out_(out),
       params_(params),
       format_(format),
@@ -30,20 +37,21 @@ void Linear::forward(const ParamAccess& p, const MatmulInput& x, float* y, int64
                      bool with_bias) const {
   const float* bias = with_bias && params_.bias >= 0 ? p.f32(params_.bias) : nullptr;
   if (p.int8_weights()) {
-    k::linear_forward_int8(x.f32, p.int8(params_.weight), bias, y, N, int8_scratch_);
+    k::linear_forward_int8(ctx_, x.f32, p.int8(params_.weight), bias, y, N, int8_scratch_);
   } else if (format_.low) {
-    k::linear_forward_low(x.low, p.low(params_.weight), bias, y, N, in_, out_, format_.precision);
+    k::linear_forward_low(ctx_, x.low, p.low(params_.weight), bias, y, N, in_, out_,
+                          format_.precision);
   } else {
-    k::linear_forward(x.f32, p.f32(params_.weight), bias, y, N, in_, out_);
+    k::linear_forward(ctx_, x.f32, p.f32(params_.weight), bias, y, N, in_, out_);
   }
 }
 
 MatmulInput Linear::output_gradient(const float* dy, const MatmulInput& into, int64_t N) const {
   if (format_.low) {
-    k::cast_to_low(dy, into.low, N * out_, format_.precision);
+    k::cast_to_low(ctx_, dy, into.low, N * out_, format_.precision);
     return {nullptr, into.low};
   }
-  if (into.f32 != dy) std::copy_n(dy, N * out_, into.f32);
+  if (into.f32 != dy) k::copy_on_device(ctx_, into.f32, dy, sizeof(float) * N * out_);
   return {into.f32, nullptr};
 }
 
@@ -55,10 +63,10 @@ void Linear::input_backward(const ParamAccess& p, const float* dy, const MatmulI
                             int64_t N) const {
   float* db = params_.bias >= 0 ? p.grad(params_.bias) : nullptr;
   if (format_.low) {
-    k::linear_backward_low(dy, g.low, nullptr, p.low(params_.weight), dx, nullptr, db, N, in_, out_,
-                           format_.precision);
+    k::linear_backward_low(ctx_, dy, g.low, nullptr, p.low(params_.weight), dx, nullptr, db, N, in_,
+                           out_, format_.precision);
   } else {
-    k::linear_backward(g.f32, static_cast<const float*>(nullptr), p.f32(params_.weight), dx,
+    k::linear_backward(ctx_, g.f32, static_cast<const float*>(nullptr), p.f32(params_.weight), dx,
                        static_cast<float*>(nullptr), db, N, in_, out_);
   }
 }
@@ -66,10 +74,10 @@ void Linear::input_backward(const ParamAccess& p, const float* dy, const MatmulI
 void Linear::weight_backward(const MatmulInput& g, const MatmulInput& x, float* dw,
                              int64_t N) const {
   if (format_.low) {
-    k::linear_backward_low(nullptr, g.low, x.low, nullptr, nullptr, dw, nullptr, N, in_, out_,
+    k::linear_backward_low(ctx_, nullptr, g.low, x.low, nullptr, nullptr, dw, nullptr, N, in_, out_,
                            format_.precision);
   } else {
-    k::linear_backward(g.f32, x.f32, static_cast<const float*>(nullptr),
+    k::linear_backward(ctx_, g.f32, x.f32, static_cast<const float*>(nullptr),
                        static_cast<float*>(nullptr), dw, static_cast<float*>(nullptr), N, in_,
                        out_);
   }

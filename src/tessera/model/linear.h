@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/model_layout.h"
 
@@ -22,8 +23,8 @@ class Linear {
  public:
   // dy_low: working space of at least N * out halves for low-precision backward; int8_scratch:
   // kernels::int8_linear_scratch_size(in) floats for int8 weights. Either may be null when unused.
-  Linear(int64_t in, int64_t out, PartOffsets params, MatmulFormat format, uint16_t* dy_low,
-         float* int8_scratch);
+  Linear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
+         MatmulFormat format, uint16_t* dy_low, float* int8_scratch);
 
   // A row-parallel slice leaves its bias to be added once the ranks' sums are complete.
   void forward(const ParamAccess& p, const MatmulInput& x, float* y, int64_t N,
@@ -44,6 +45,7 @@ class Linear {
   const PartOffsets& params() const { return params_; }
 
  private:
+  const kernels::Context& ctx_;
   int64_t in_, out_;
   PartOffsets params_;
   MatmulFormat format_;

@@ -6,23 +6,24 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-Mlp::Mlp(Activation activation, int64_t C, int64_t ffn, const PartTable& parts,
-         const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
-         const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch)
-    : activation_(activation),
+Mlp::Mlp(const kernels::Context& ctx, Activation activation, int64_t C, int64_t ffn,
+         const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
+         MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch)
+    : ctx_(ctx),
+      activation_(activation),
       ffn_(ffn),
-      in_(C, activation == Activation::kSwiglu ? 2 * ffn : ffn, parts[PartId::kMlpIn], tp, tp_group,
-          format, scratch, dy_low, int8_scratch),
-      out_(ffn, C, parts[PartId::kMlpOut], tp, format, scratch, dy_low, int8_scratch),
+      in_(ctx, C, activation == Activation::kSwiglu ? 2 * ffn : ffn, parts[PartId::kMlpIn], tp,
+          tp_group, format, scratch, dy_low, int8_scratch),
+      out_(ctx, ffn, C, parts[PartId::kMlpOut], tp, format, scratch, dy_low, int8_scratch),
       format_(format) {}
 
 void Mlp::recompute(const MlpActivations& a, int64_t N) const {
   if (activation_ == Activation::kGelu) {
-    k::gelu_forward(a.hidden, a.act.f32, N * ffn_);
+    k::gelu_forward(ctx_, a.hidden, a.act.f32, N * ffn_);
   } else {
-    k::swiglu_forward(a.hidden, a.act.f32, N, ffn_);
+    k::swiglu_forward(ctx_, a.hidden, a.act.f32, N, ffn_);
   }
-  format_.finish(a.act, N * ffn_);
+  format_.finish(ctx_, a.act, N * ffn_);
 }
 
 void Mlp::forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
@@ -39,9 +40,9 @@ const float* Mlp::backward(const ParamAccess& p, const float* d_out, const Matmu
   float* d_pre = activation_ == Activation::kGelu ? d_hidden : d_hidden + N * ffn_;
   out_.backward(p, d_out, a.act, d_act, N, held != nullptr ? &held->out : nullptr);
   if (activation_ == Activation::kGelu) {
-    k::gelu_backward(d_act, a.hidden, d_pre, N * ffn_);
+    k::gelu_backward(ctx_, d_act, a.hidden, d_pre, N * ffn_);
   } else {
-    k::swiglu_backward(d_act, a.hidden, d_pre, N, ffn_);
+    k::swiglu_backward(ctx_, d_act, a.hidden, d_pre, N, ffn_);
   }
   return in_.backward(p, d_pre, normed, N, held != nullptr ? &held->in : nullptr);
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/block_spec.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/parallel_linear.h"
@@ -24,8 +25,8 @@ struct MlpHeld {
 // gate and up), GELU or SwiGLU, and the row-parallel second matmul into the residual stream.
 class Mlp {
  public:
-  Mlp(Activation activation, int64_t C, int64_t ffn, const PartTable& parts,
-      const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
+  Mlp(const kernels::Context& ctx, Activation activation, int64_t C, int64_t ffn,
+      const PartTable& parts, const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
       const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch);
 
   // normed: this rank's rows of the MLP norm's output; out = residual + MLP.
@@ -41,6 +42,7 @@ class Mlp {
   void weight_backward(const ParamAccess& p, const MlpHeld& held, int64_t N) const;
 
  private:
+  const kernels::Context& ctx_;
   Activation activation_;
   int64_t ffn_;
   ColumnParallelLinear in_;

@@ -8,9 +8,10 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-Norm::Norm(NormKind kind, double eps, int64_t C, PartOffsets params, MatmulFormat format,
-           Collectives* partial_over)
-    : kind_(kind),
+Norm::Norm(const kernels::Context& ctx, NormKind kind, double eps, int64_t C, PartOffsets params,
+           MatmulFormat format, Collectives* partial_over)
+    : ctx_(ctx),
+      kind_(kind),
       eps_(float(eps)),
       C_(C),
       params_(params),
@@ -21,11 +22,12 @@ Norm::Norm(NormKind kind, double eps, int64_t C, PartOffsets params, MatmulForma
 void Norm::forward(const ParamAccess& p, const float* x, const MatmulInput& y, float* mean,
                    float* rstd, int64_t N) const {
   if (kind_ == NormKind::kLayerNorm) {
-    k::layernorm_forward(x, p.f32(params_.weight), p.f32(params_.bias), y.f32, mean, rstd, N, C_);
+    k::layernorm_forward(ctx_, x, p.f32(params_.weight), p.f32(params_.bias), y.f32, mean, rstd, N,
+                         C_);
   } else {
-    k::rmsnorm_forward(x, p.f32(params_.weight), y.f32, rstd, N, C_, eps_);
+    k::rmsnorm_forward(ctx_, x, p.f32(params_.weight), y.f32, rstd, N, C_, eps_);
   }
-  format_.finish(y, N * C_);
+  format_.finish(ctx_, y, N * C_);
 }
 
 void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const float* mean,
@@ -39,18 +41,18 @@ void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const
     dbeta = layer ? partial_.data() + C_ : nullptr;
   }
   if (layer) {
-    k::layernorm_backward(dy, x, p.f32(params_.weight), mean, rstd, dx, dgamma, dbeta, N, C_);
+    k::layernorm_backward(ctx_, dy, x, p.f32(params_.weight), mean, rstd, dx, dgamma, dbeta, N, C_);
   } else {
-    k::rmsnorm_backward(dy, x, p.f32(params_.weight), rstd, dx, dgamma, N, C_);
+    k::rmsnorm_backward(ctx_, dy, x, p.f32(params_.weight), rstd, dx, dgamma, N, C_);
   }
   if (partial_over_ == nullptr) return;
   const int64_t n = layer ? 2 * C_ : C_;
   partial_over_->all_reduce(partial_.data(), n);
   float* g = p.grad(params_.weight);
-  k::add(g, partial_.data(), g, C_);
+  k::add(ctx_, g, partial_.data(), g, C_);
   if (layer) {
     float* b = p.grad(params_.bias);
-    k::add(b, partial_.data() + C_, b, C_);
+    k::add(ctx_, b, partial_.data() + C_, b, C_);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/block_spec.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
@@ -16,8 +17,8 @@ class Norm {
   // With sequence parallelism each tensor-parallel rank normalises its own rows, so its gain and
   // bias gradients are partial: `partial_over` is then the tensor-parallel group, over which
   // each backward's contribution is summed before it is added (null: the gradients are whole).
-  Norm(NormKind kind, double eps, int64_t C, PartOffsets params, MatmulFormat format,
-       Collectives* partial_over);
+  Norm(const kernels::Context& ctx, NormKind kind, double eps, int64_t C, PartOffsets params,
+       MatmulFormat format, Collectives* partial_over);
 
   // mean is unused (and may be null) for RMSNorm.
   void forward(const ParamAccess& p, const float* x, const MatmulInput& y, float* mean, float* rstd,
@@ -30,6 +31,7 @@ class Norm {
   static int64_t stats_per_row(NormKind kind) { return kind == NormKind::kLayerNorm ? 2 : 1; }
 
  private:
+  const kernels::Context& ctx_;
   NormKind kind_;
   float eps_;
   int64_t C_;

@@ -9,12 +9,13 @@ namespace tessera::model {
 
 namespace k = kernels;
 
-ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, PartOffsets params,
-                                           const TensorParallel& tp, Collectives* tp_group,
-                                           MatmulFormat format, const ParallelScratch& scratch,
-                                           uint16_t* dy_low, float* int8_scratch,
-                                           std::optional<SharedHeads> shared)
-    : linear_(in, out, params, format, dy_low, int8_scratch),
+ColumnParallelLinear::ColumnParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out,
+                                           PartOffsets params, const TensorParallel& tp,
+                                           Collectives* tp_group, MatmulFormat format,
+                                           const ParallelScratch& scratch, uint16_t* dy_low,
+                                           float* int8_scratch, std::optional<SharedHeads> shared)
+    : ctx_(ctx),
+      linear_(ctx, in, out, params, format, dy_low, int8_scratch),
       tp_(tp),
       tp_group_(tp_group),
       format_(format),
@@ -26,7 +27,7 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, PartOffsets 
 MatmulInput ColumnParallelLinear::input(const MatmulInput& rows, int64_t N) const {
   if (!tp_.sequence_parallel()) return rows;
   tp_.gather(rows.f32, scratch_.full.f32, N);
-  format_.finish(scratch_.full, N * linear_.in());
+  format_.finish(ctx_, scratch_.full, N * linear_.in());
   return scratch_.full;
 }
 
@@ -42,7 +43,7 @@ const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* d
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, scratch_.d_input, N);
   if (held != nullptr) {
-    keep_matmul_input(rows, held->x, tp_.rows(N) * linear_.in());
+    keep_matmul_input(ctx_, rows, held->x, tp_.rows(N) * linear_.in());
   } else {
     weight_backward(p, g, input(rows, N), N);
   }
@@ -84,20 +85,23 @@ void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const Ma
   tp_group_->all_reduce(summed, s.segments * all_heads);
   float* dw = p.grad(linear_.params().weight);
   const int64_t own = s.first_row * C;  // the rows before the shared ones are this rank's alone
-  k::add(dw, mine, dw, own);
+  k::add(ctx_, dw, mine, dw, own);
   for (int64_t j = 0; j < s.segments; ++j) {
     float* rows = dw + (s.first_row + j * s.head_rows) * C;
-    k::add(rows, summed + j * all_heads + s.head * head, rows, head);
+    k::add(ctx_, rows, summed + j * all_heads + s.head * head, rows, head);
   }
   const int64_t after = (s.first_row + s.segments * s.head_rows) * C;
-  k::add(dw + after, mine + after, dw + after, local - after);
+  k::add(ctx_, dw + after, mine + after, dw + after, local - after);
 }
 
-RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, PartOffsets params,
-                                     const TensorParallel& tp, MatmulFormat format,
-                                     const ParallelScratch& scratch, uint16_t* dy_low,
-                                     float* int8_scratch)
-    : linear_(in, out, params, format, dy_low, int8_scratch), tp_(tp), scratch_(scratch) {}
+RowParallelLinear::RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out,
+                                     PartOffsets params, const TensorParallel& tp,
+                                     MatmulFormat format, const ParallelScratch& scratch,
+                                     uint16_t* dy_low, float* int8_scratch)
+    : ctx_(ctx),
+      linear_(ctx, in, out, params, format, dy_low, int8_scratch),
+      tp_(tp),
+      scratch_(scratch) {}
 
 void RowParallelLinear::forward(const ParamAccess& p, const MatmulInput& in, const float* residual,
                                 float* out, int64_t N) const {
@@ -108,9 +112,9 @@ void RowParallelLinear::forward(const ParamAccess& p, const MatmulInput& in, con
     float* partial = tp_.sequence_parallel() ? scratch_.partial : out;
     linear_.forward(p, in, partial, N, /*with_bias=*/false);
     tp_.complete(partial, out, N);
-    if (linear_.params().bias >= 0) k::add_bias(out, p.f32(linear_.params().bias), R, C);
+    if (linear_.params().bias >= 0) k::add_bias(ctx_, out, p.f32(linear_.params().bias), R, C);
   }
-  k::add(residual, out, out, R * C);
+  k::add(ctx_, residual, out, out, R * C);
 }
 
 // The bias gradient comes from the whole dL/d(out) every rank gathers, so it needs no sum.
@@ -121,7 +125,7 @@ void RowParallelLinear::backward(const ParamAccess& p, const float* d_out, const
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, dx, N);
   if (held != nullptr) {
-    keep_matmul_input(in, held->x, N * linear_.in());
+    keep_matmul_input(ctx_, in, held->x, N * linear_.in());
   } else {
     linear_.weight_backward(g, in, p.grad(linear_.params().weight), N);
   }

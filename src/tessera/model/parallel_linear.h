@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/linear.h"
@@ -34,9 +35,9 @@ struct SharedHeads {
 // the ranks complete (TensorParallel).
 class ColumnParallelLinear {
  public:
-  ColumnParallelLinear(int64_t in, int64_t out, PartOffsets params, const TensorParallel& tp,
-                       Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch,
-                       uint16_t* dy_low, float* int8_scratch,
+  ColumnParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
+                       const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
+                       const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
                        std::optional<SharedHeads> shared = std::nullopt);
 
   // rows: this rank's rows of the input (all N without sequence parallelism); y [N, out].
@@ -51,6 +52,7 @@ class ColumnParallelLinear {
   MatmulInput input(const MatmulInput& rows, int64_t N) const;
 
  private:
+  const kernels::Context& ctx_;
   void weight_backward(const ParamAccess& p, const MatmulInput& g, const MatmulInput& x,
                        int64_t N) const;
   void weight_backward_shared(const ParamAccess& p, const MatmulInput& g, const MatmulInput& x,
@@ -69,9 +71,9 @@ class ColumnParallelLinear {
 // sequence parallelism) before the bias, once, and the residual are added.
 class RowParallelLinear {
  public:
-  RowParallelLinear(int64_t in, int64_t out, PartOffsets params, const TensorParallel& tp,
-                    MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low,
-                    float* int8_scratch);
+  RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
+                    const TensorParallel& tp, MatmulFormat format, const ParallelScratch& scratch,
+                    uint16_t* dy_low, float* int8_scratch);
 
   // in [N, in]; out, this rank's rows, = residual + the completed sum + bias.
   void forward(const ParamAccess& p, const MatmulInput& in, const float* residual, float* out,
@@ -83,6 +85,7 @@ class RowParallelLinear {
   void held_weight_backward(const ParamAccess& p, const HeldGradient& held, int64_t N) const;
 
  private:
+  const kernels::Context& ctx_;
   Linear linear_;
   const TensorParallel& tp_;
   ParallelScratch scratch_;

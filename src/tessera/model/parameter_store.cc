@@ -7,22 +7,30 @@
 
 namespace tessera::model {
 
-ResidentParameters::ResidentParameters(const ModelLayout& layout,
+ResidentParameters::ResidentParameters(const kernels::Context& ctx, const ModelLayout& layout,
                                        std::optional<kernels::LowPrecision> low,
                                        bool with_gradients)
-    : units_(layout.units),
+    : ctx_(ctx),
+      units_(layout.units),
       low_(low),
       params_(layout.params.total()),
-      grads_(with_gradients ? layout.params.total() : 0),
-      low_params_(low ? layout.params.total() : 0) {}
+      low_params_(ctx, low ? layout.params.total() : 0),
+      grads_(ctx, with_gradients ? layout.params.total() : 0) {
+  if (ctx.on_cuda()) device_params_ = kernels::DeviceArray<float>(ctx, layout.params.total());
+}
 
 ParameterStore::Weights ResidentParameters::acquire(int64_t unit) {
-  if (low_ && low_stale_) {
-    kernels::cast_to_low(params_.data(), low_params_.data(), int64_t(params_.size()), *low_);
-    low_stale_ = false;
+  const float* read = ctx_.on_cuda() ? device_params_.data() : params_.data();
+  if (stale_) {
+    const int64_t n = int64_t(params_.size());
+    if (ctx_.on_cuda()) {
+      kernels::copy_to_device(ctx_, device_params_.data(), params_.data(), sizeof(float) * n);
+    }
+    if (low_) kernels::cast_to_low(ctx_, read, low_params_.data(), n, *low_);
+    stale_ = false;
   }
   const int64_t begin = units_[unit].begin;
-  return {params_.data() + begin, low_ ? low_params_.data() + begin : nullptr};
+  return {read + begin, low_ ? low_params_.data() + begin : nullptr};
 }
 
 void initial_parameters(const ModelLayout& layout, uint64_t seed, int64_t begin, int64_t end,

@@ -5,6 +5,8 @@
 #include <span>
 #include <vector>
 
+#include "tessera/kernels/context.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/model/model_layout.h"
 
@@ -32,18 +34,21 @@ class ParameterStore {
 };
 
 // Every parameter and gradient in f32 in this process, plus the low-precision copy of the
-// parameters when the model multiplies in low precision: inference, tests and tools.
+// parameters when the model multiplies in low precision: inference, tests and tools. The
+// writable parameters are host memory; on another device the model reads a copy there, made
+// again on the first acquire after a write, and the gradients live on that device.
 class ResidentParameters final : public ParameterStore {
  public:
-  ResidentParameters(const ModelLayout& layout, std::optional<kernels::LowPrecision> low,
-                     bool with_gradients);
+  ResidentParameters(const kernels::Context& ctx, const ModelLayout& layout,
+                     std::optional<kernels::LowPrecision> low, bool with_gradients);
 
-  // Writable parameters; the low-precision copy is refreshed on the next acquire.
+  // Writable parameters, on the host; the device's copies are refreshed on the next acquire.
   std::span<float> params() {
-    low_stale_ = true;
+    stale_ = true;
     return params_;
   }
-  std::span<float> grads() { return grads_; }
+  // The gradients, on the model's device.
+  std::span<float> grads() { return {grads_.data(), size_t(grads_.size())}; }
 
   Weights acquire(int64_t unit) override;
   void release(int64_t) override {}
@@ -51,11 +56,15 @@ class ResidentParameters final : public ParameterStore {
   void gradients_done(int64_t) override {}
 
  private:
+  const kernels::Context& ctx_;
   std::vector<ParameterUnit> units_;
   std::optional<kernels::LowPrecision> low_;
-  std::vector<float> params_, grads_;
-  std::vector<uint16_t> low_params_;
-  bool low_stale_ = true;
+  std::vector<float> params_;
+  // The parameters as the model reads them: params_ itself on the CPU, else a device copy.
+  kernels::DeviceArray<float> device_params_;
+  kernels::DeviceArray<uint16_t> low_params_;
+  kernels::DeviceArray<float> grads_;
+  bool stale_ = true;
 };
 
 // The initial value of the flat parameters [begin, end) of any rank's layout: each element takes

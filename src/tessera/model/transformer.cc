@@ -9,6 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/trace.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -67,6 +68,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                          bool training, const ModelOptions& options)
     : config_(config),
       options_(options),
+      ctx_(options.context != nullptr ? *options.context : k::kCpuContext),
       parallel_(with_defaults(options.parallel, &alone_)),
       max_batch_(max_batch),
       max_seq_(max_seq),
@@ -102,6 +104,12 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
           "make batch x seq_len a multiple of mesh.tp",
           N, tp_.ranks());
   }
+  if (ctx_.on_cuda()) {
+    check(!tp_.active() && !config_.is_moe() && options_.weights == WeightFormat::kDense,
+          "on a CUDA device the model runs on one tensor-parallel rank with dense MLPs and dense "
+          "weights: tensor parallelism (mesh.tp), mixtures of experts (model.moe) and int8 "
+          "weights run on the CPU");
+  }
   if (options_.weights == WeightFormat::kInt8) {
     check(!training_, "int8 weights are for inference: build the model with training=false");
     check(!config_.is_moe(),
@@ -118,7 +126,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;
     if (format_.low) low = format_.precision;
-    resident_ = std::make_unique<ResidentParameters>(layout_, low, training_);
+    resident_ = std::make_unique<ResidentParameters>(ctx_, layout_, low, training_);
     store_ = resident_.get();
   }
   scratch_threads_ = omp_get_max_threads();
@@ -137,7 +145,14 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     Arena counting = Arena::counting();
     Allocator counter(counting);
     allocate_activations(config_, layout_, activation_options, counter);
-    arena_ = Arena(counting.used());
+    if (ctx_.on_cuda()) {
+      device_activations_ = k::DeviceArray<std::byte>(ctx_, int64_t(counting.used()));
+      arena_ = Arena::over(device_activations_.data(), counting.used());
+      device_tokens_ = k::DeviceArray<int32_t>(ctx_, 2 * N);
+      host_losses_.resize(N);
+    } else {
+      arena_ = Arena(counting.used());
+    }
   }
   Allocator real(arena_);
   acts_ = allocate_activations(config_, layout_, activation_options, real);
@@ -159,19 +174,21 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   }
   const BlockWorkspace& ws = acts_.workspace;
   if (layout_.has_embedding) {
-    embedding_ =
-        std::make_unique<Embedding>(layout_, tp_, parallel_.tp, ws.parallel, acts_.position_grads);
+    embedding_ = std::make_unique<Embedding>(ctx_, layout_, tp_, parallel_.tp, ws.parallel,
+                                             acts_.position_grads);
   }
   for (int64_t l = 0; l < blocks; ++l) {
     MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
-    blocks_.push_back(std::make_unique<Block>(layout_.spec, layout_, l, parallel_, format_, ws,
-                                              acts_.blocks[l], moe, config_.max_seq));
+    blocks_.push_back(std::make_unique<Block>(ctx_, layout_.spec, layout_, l, parallel_, format_,
+                                              ws, acts_.blocks[l], moe, config_.max_seq));
   }
   if (layout_.has_head) {
-    const HeadBuffers head{acts_.lnf,    acts_.lnf_mean,  acts_.lnf_rstd,   acts_.logits,
-                           acts_.losses, acts_.row_stats, acts_.rank_maxima};
-    head_ = std::make_unique<Head>(layout_, tp_, parallel_.tp, format_, ws.parallel, ws.dy_low,
-                                   ws.int8_scratch, head);
+    const HeadBuffers head{acts_.lnf,         acts_.lnf_mean,
+                           acts_.lnf_rstd,    acts_.logits,
+                           acts_.losses,      acts_.row_stats,
+                           acts_.rank_maxima, ctx_.on_cuda() ? host_losses_.data() : nullptr};
+    head_ = std::make_unique<Head>(ctx_, layout_, tp_, parallel_.tp, format_, ws.parallel,
+                                   ws.dy_low, ws.int8_scratch, head);
   }
 }
 
@@ -249,6 +266,13 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
           "token id {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
           config_.vocab_size);
   }
+}
+
+const int32_t* Transformer::tokens_for_kernels(const int32_t* tokens, int64_t n, int64_t at) {
+  if (!ctx_.on_cuda()) return tokens;
+  int32_t* on_device = device_tokens_.data() + at;
+  k::copy_to_device(ctx_, on_device, tokens, sizeof(int32_t) * size_t(n));
+  return on_device;
 }
 
 const float* Transformer::input_of(int64_t l) const {
@@ -339,7 +363,8 @@ void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   if (embedding_ != nullptr) {
     check_tokens(inputs, B * T);
     const trace::Span span("embedding forward", "compute");
-    embedding_->forward(*access_, inputs, acts_.slot_inputs[slot_], B, T);
+    embedding_->forward(*access_, tokens_for_kernels(inputs, B * T, 0), acts_.slot_inputs[slot_], B,
+                        T);
   }
   for_each_block([&](int64_t l) {
     const trace::Span span("block {} forward", "compute", layout_.first_block + l);
@@ -364,7 +389,7 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
     head_->logits(*access_, B * T);
     if (targets != nullptr) {
       check_tokens(targets, B * T);
-      loss = head_->loss(targets, B * T, 0.0f);
+      loss = head_->loss(tokens_for_kernels(targets, B * T, max_batch_ * max_seq_), B * T, 0.0f);
     }
   }
   release(0);
@@ -420,8 +445,8 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
   const Access& p = *access_;
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];
-    embedding_->forward_chunk(p, chunks[s].tokens, chunk.n, chunk.start,
-                              acts_.embedded + chunk.row * C);
+    embedding_->forward_chunk(p, tokens_for_kernels(chunks[s].tokens, chunk.n, chunk.row), chunk.n,
+                              chunk.start, acts_.embedded + chunk.row * C);
   }
   const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
   for_each_block([&](int64_t l) {
@@ -432,8 +457,9 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
   // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];
-    std::memcpy(acts_.embedded + s * C, acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
-                sizeof(float) * C);
+    k::copy_on_device(ctx_, acts_.embedded + s * C,
+                      acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
+                      sizeof(float) * C);
   }
   head_->norm(p, acts_.embedded, num_chunks);
   head_->logits_of_rows(p, 0, num_chunks);
@@ -443,7 +469,7 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
 
 void Transformer::zero_grad() {
   const std::span<float> g = grads();
-  std::fill(g.begin(), g.end(), 0.0f);
+  k::fill_zeros(ctx_, g.data(), sizeof(float) * g.size());
 }
 
 float Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
@@ -470,8 +496,8 @@ float Transformer::stage_forward(int64_t slot, const int32_t* inputs, const int3
   if (head_ != nullptr) {
     loss = head_loss_and_backward(targets, B * T, loss_scale);
     // The last block's output is spent: it keeps the head's input gradient until the backward.
-    std::memcpy(acts_.slot_blocks[slot].back().res_out, acts_.d_res,
-                sizeof(float) * stage_floats(B, T));
+    k::copy_on_device(ctx_, acts_.slot_blocks[slot].back().res_out, acts_.d_res,
+                      sizeof(float) * stage_floats(B, T));
   }
   release(0);
   enter(Phase::kIdle);
@@ -517,8 +543,8 @@ void Transformer::backward_slot(int64_t slot, const int32_t* inputs, bool hold_w
   const SlotState& state = slots_[slot];
   check(state.B > 0, "stage_backward of slot {}, which holds no forward", slot);
   if (head_ != nullptr) {
-    std::memcpy(acts_.d_res, acts_.slot_blocks[slot].back().res_out,
-                sizeof(float) * stage_floats(state.B, state.T));
+    k::copy_on_device(ctx_, acts_.d_res, acts_.slot_blocks[slot].back().res_out,
+                      sizeof(float) * stage_floats(state.B, state.T));
   }
   enter(Phase::kBackward);
   acquire(0);
@@ -534,7 +560,8 @@ float Transformer::head_loss_and_backward(const int32_t* targets, int64_t N, flo
   const trace::Span span("head, loss and head backward", "compute");
   head_->logits(*access_, N);
   check_tokens(targets, N);
-  const float loss = head_->loss(targets, N, loss_scale / float(N));
+  const float loss =
+      head_->loss(tokens_for_kernels(targets, N, max_batch_ * max_seq_), N, loss_scale / float(N));
   enter(Phase::kBackward);
   loss_scale_ = loss_scale;
   unit_grads_[0] = store_->gradients(0);
@@ -578,7 +605,7 @@ void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, b
   // Held since the head's backward when this stage has both ends.
   if (unit_grads_[0] == nullptr) unit_grads_[0] = store_->gradients(0);
   const trace::Span span("embedding backward", "compute");
-  embedding_->backward(p, acts_.d_res, inputs, B, T);
+  embedding_->backward(p, acts_.d_res, tokens_for_kernels(inputs, B * T, 0), B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;
 }

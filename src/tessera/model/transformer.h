@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "tessera/core/arena.h"
+#include "tessera/kernels/context.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/block.h"
@@ -25,6 +27,10 @@
 namespace tessera::model {
 
 struct ModelOptions {
+  // Where the model computes and keeps its activations and gradients (and reads a copy of its
+  // parameters); it must outlive the model. Null: the CPU. Buffers the model returns (logits,
+  // stage outputs, gradients) are on that device.
+  const kernels::Context* context = nullptr;
   Precision precision = Precision::kF32;
   WeightFormat weights = WeightFormat::kDense;
   Recompute recompute = Recompute::kNone;
@@ -164,6 +170,8 @@ class Transformer {
   class Access;
 
   void check_tokens(const int32_t* tokens, int64_t n) const;
+  // Host tokens where the kernels read them: on another device, copied to device_tokens_ + at.
+  const int32_t* tokens_for_kernels(const int32_t* tokens, int64_t n, int64_t at);
   ResidentParameters& resident();
   void acquire(int64_t unit);
   void release(int64_t unit);
@@ -187,6 +195,7 @@ class Transformer {
 
   ModelConfig config_;
   ModelOptions options_;
+  const kernels::Context& ctx_;
   SingleRank alone_;  // before parallel_, which may point at it
   ModelParallel parallel_;
   int64_t max_batch_, max_seq_;
@@ -194,7 +203,10 @@ class Transformer {
   MatmulFormat format_;
   ModelLayout layout_;
   TensorParallel tp_;
+  kernels::DeviceArray<std::byte> device_activations_;  // the arena's memory on another device
   Arena arena_;
+  kernels::DeviceArray<int32_t> device_tokens_;  // [2 N]: inputs (or decode chunks), targets
+  std::vector<float> host_losses_;               // [N], where another device's losses are summed
   ModelActivations acts_;
   ActivationBytes activation_bytes_;
   std::unique_ptr<ResidentParameters> resident_;

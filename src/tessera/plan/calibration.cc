@@ -170,8 +170,9 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
   for (const auto& [shape, m] : measured) {
     ids[shape] = timer.add([buffers, m] {
       const int64_t lda = m.trans_a ? m.m : m.k, ldb = m.trans_b ? m.k : m.n;
-      k::gemm<float>(m.trans_a, m.trans_b, m.m, m.n, m.k, 1.0f, buffers->a.data(), lda,
-                     buffers->b.data(), ldb, m.accumulate ? 1.0f : 0.0f, buffers->c.data(), m.n);
+      k::gemm<float>(k::kCpuContext, m.trans_a, m.trans_b, m.m, m.n, m.k, 1.0f, buffers->a.data(),
+                     lda, buffers->b.data(), ldb, m.accumulate ? 1.0f : 0.0f, buffers->c.data(),
+                     m.n);
     });
   }
   return [measured, ids](const KernelTimer& t, MachineRates& rates) {
@@ -198,12 +199,12 @@ RatesFrom time_attention(const ModelConfig& c, const StepShape& step, KernelTime
   b->lse.resize(N * H);
   b->scratch.resize(k::attention_scratch_size(T) * num_threads());
   const size_t forward = timer.add([=] {
-    k::attention_forward(b->qkv.data(), b->out.data(), b->lse.data(), b->scratch.data(),
-                         timed.batch, T, H, KVH, hd);
+    k::attention_forward(k::kCpuContext, b->qkv.data(), b->out.data(), b->lse.data(),
+                         b->scratch.data(), timed.batch, T, H, KVH, hd);
   });
   const size_t backward = timer.add([=] {
-    k::attention_backward(b->dout.data(), b->qkv.data(), b->lse.data(), b->dqkv.data(),
-                          b->scratch.data(), timed.batch, T, H, KVH, hd);
+    k::attention_backward(k::kCpuContext, b->dout.data(), b->qkv.data(), b->lse.data(),
+                          b->dqkv.data(), b->scratch.data(), timed.batch, T, H, KVH, hd);
   });
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.attention_seq = T;
@@ -226,13 +227,16 @@ RatesFrom time_mlp_activation(const ModelConfig& c, const StepShape& step, Kerne
   b->d_act = random_values(n, 7);
   size_t forward, backward;
   if (is_gpt2(c)) {
-    forward = timer.add([=] { k::gelu_forward(b->pre.data(), b->act.data(), n); });
-    backward =
-        timer.add([=] { k::gelu_backward(b->d_act.data(), b->pre.data(), b->d_pre.data(), n); });
+    forward = timer.add([=] { k::gelu_forward(k::kCpuContext, b->pre.data(), b->act.data(), n); });
+    backward = timer.add([=] {
+      k::gelu_backward(k::kCpuContext, b->d_act.data(), b->pre.data(), b->d_pre.data(), n);
+    });
   } else {
-    forward = timer.add([=] { k::swiglu_forward(b->pre.data(), b->act.data(), rows, F); });
-    backward = timer.add(
-        [=] { k::swiglu_backward(b->d_act.data(), b->pre.data(), b->d_pre.data(), rows, F); });
+    forward = timer.add(
+        [=] { k::swiglu_forward(k::kCpuContext, b->pre.data(), b->act.data(), rows, F); });
+    backward = timer.add([=] {
+      k::swiglu_backward(k::kCpuContext, b->d_act.data(), b->pre.data(), b->d_pre.data(), rows, F);
+    });
   }
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.mlp_activation_forward_rate = double(n) / t.seconds(forward);
@@ -245,8 +249,8 @@ RatesFrom time_rope(const ModelConfig& c, const StepShape& step, KernelTimer& ti
   auto qkv =
       std::make_shared<std::vector<float>>(random_values(batch * step.seq * c.qkv_width(), 8));
   const size_t id = timer.add([=] {
-    k::rope_forward(qkv->data(), batch, step.seq, c.n_head, c.kv_heads(), c.head_dim(), 0,
-                    c.rope_theta);
+    k::rope_forward(k::kCpuContext, qkv->data(), batch, step.seq, c.n_head, c.kv_heads(),
+                    c.head_dim(), 0, c.rope_theta);
   });
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.rope_rate = double(batch * step.seq) / t.seconds(id);
@@ -264,8 +268,8 @@ RatesFrom time_loss(const ModelConfig& c, const StepShape& step, KernelTimer& ti
   b->losses.resize(rows);
   for (int64_t r = 0; r < rows; ++r) b->targets.push_back(int32_t(r * 7919 % V));
   const size_t id = timer.add([=] {
-    k::softmax_cross_entropy(b->logits.data(), b->targets.data(), b->losses.data(), rows, V,
-                             1.0f / float(rows));
+    k::softmax_cross_entropy(k::kCpuContext, b->logits.data(), b->targets.data(), b->losses.data(),
+                             rows, V, 1.0f / float(rows));
   });
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.loss_rate = double(rows * V) / t.seconds(id);
@@ -283,15 +287,16 @@ RatesFrom time_bandwidths(KernelTimer& timer) {
   };
   auto b = std::make_shared<Buffers>();
   const size_t cached =
-      timer.add([=] { k::add(b->a.data(), b->b.data(), b->out.data(), n_cached); });
+      timer.add([=] { k::add(k::kCpuContext, b->a.data(), b->b.data(), b->out.data(), n_cached); });
   const auto dram = KernelTimer::Work::kFromDram;
-  const size_t streaming =
-      timer.add([=] { k::add(b->params.data(), b->grads.data(), b->m.data(), kDramSample); }, dram);
+  const size_t streaming = timer.add(
+      [=] { k::add(k::kCpuContext, b->params.data(), b->grads.data(), b->m.data(), kDramSample); },
+      dram);
   const size_t adamw = timer.add(
       [=] {
         const k::AdamWParams hyper{1e-4, 0.9, 0.95, 1e-8, 0.1, 1};
-        k::adamw_update(b->params.data(), b->grads.data(), b->m.data(), b->v.data(), kDramSample,
-                        hyper);
+        k::adamw_update(k::kCpuContext, b->params.data(), b->grads.data(), b->m.data(), b->v.data(),
+                        kDramSample, hyper);
       },
       dram);
   const size_t zeroing = timer.add([=] { std::fill(b->v.begin(), b->v.end(), 0.0f); }, dram);

@@ -37,7 +37,7 @@ void AdamW::update(int64_t first, int64_t n, float* params, const float* grads, 
                                   config_.eps,
                                   it->decay ? config_.weight_decay : 0.0,
                                   steps_taken_};
-    kernels::adamw_update<float>(params + (lo - first), grads + (lo - first),
+    kernels::adamw_update<float>(kernels::kCpuContext, params + (lo - first), grads + (lo - first),
                                  m_.data() + (lo - begin_), v_.data() + (lo - begin_), hi - lo, hp);
   }
 }

@@ -236,7 +236,7 @@ bool TrainState::gradients_finite() {
       for (int64_t b = g.shards->owned_begin(); b < g.shards->owned_end() && bad == 0;
            b += ZeroShards::kChunk) {
         const int64_t n = std::min(ZeroShards::kChunk, g.shards->owned_end() - b);
-        if (!k::all_finite(g.shards->gradient_chunk(b, n), n)) bad = 1;
+        if (!k::all_finite(k::kCpuContext, g.shards->gradient_chunk(b, n), n)) bad = 1;
       }
     }
   }
@@ -252,11 +252,12 @@ double TrainState::owned_square_sum(const Stage& s, Group& g) {
   for (int64_t b = lo; b < hi; b += ZeroShards::kChunk) {
     const int64_t n = std::min(ZeroShards::kChunk, hi - b);
     const float* chunk = g.shards->gradient_chunk(b, n);
-    sum += k::sum_squares<float>(chunk, n);
+    sum += k::sum_squares<float>(k::kCpuContext, chunk, n);
     for (const Copies& c : s.copies) {
       const int64_t from = std::max(b, c.begin), to = std::min(b + n, c.end);
       if (from >= to) continue;
-      sum -= (1.0 - 1.0 / double(c.copies)) * k::sum_squares<float>(chunk + (from - b), to - from);
+      sum -= (1.0 - 1.0 / double(c.copies)) *
+             k::sum_squares<float>(k::kCpuContext, chunk + (from - b), to - from);
     }
   }
   return sum;
@@ -287,7 +288,7 @@ void TrainState::update(double lr, float grad_multiplier) {
         const float* grad = g.shards->gradient_chunk(b, n);
         if (grad_multiplier != 1.0f) {
           std::memcpy(scaled_.data(), grad, sizeof(float) * n);
-          k::scale(scaled_.data(), grad_multiplier, n);
+          k::scale(k::kCpuContext, scaled_.data(), grad_multiplier, n);
           grad = scaled_.data();
         }
         g.adam->update(b, n, g.shards->master(b), grad, lr);

@@ -1,11 +1,13 @@
 #include <algorithm>
 #include <bit>
 
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::kernels {
 
-bool all_finite(const float* x, int64_t n) {
+bool all_finite(const Context& ctx, const float* x, int64_t n) {
+  TESSERA_ON_DEVICE(float, ctx, all_finite, x, n);
   constexpr uint32_t kExponent = 0x7f800000u;  // all ones only for inf and NaN
   constexpr int64_t kChunk = 1 << 15;
   const int64_t chunks = (n + kChunk - 1) / kChunk;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/ops.h"
 
@@ -38,8 +39,9 @@ void check_heads(int64_t H, int64_t KVH) {
 // a key/value head into one task instead, because they all add into the same dk and dv: one owner
 // per dk/dv slice keeps backward race-free and its sums in a fixed order.
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int64_t T_, int64_t H,
-                       int64_t KVH, int64_t hd) {
+void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
+                       int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
+  TESSERA_ON_DEVICE(T, ctx, attention_forward, qkv, out, lse, scratch, B, T_, H, KVH, hd);
   check_heads(H, KVH);
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
   const T scale = T(1) / std::sqrt(T(hd));
@@ -52,7 +54,7 @@ void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int6
     const T* k = row0 + (H + h / group) * hd;
     const T* v = k + KVH * hd;
     T* row_lse = lse + bh * T_;
-    gemm<T>(false, true, T_, T_, hd, scale, q, ld, k, ld, T(0), S, T_);
+    gemm<T>(ctx, false, true, T_, T_, hd, scale, q, ld, k, ld, T(0), S, T_);
     for (int64_t i = 0; i < T_; ++i) {
       const T* row = S + i * T_;
       T max = -std::numeric_limits<T>::infinity();
@@ -63,13 +65,14 @@ void attention_forward(const T* qkv, T* out, T* lse, T* scratch, int64_t B, int6
       row_lse[i] = max + std::log(sum);
     }
     causal_probabilities(S, row_lse, T_);
-    gemm<T>(false, false, T_, hd, T_, T(1), S, T_, v, ld, T(0), out + b * T_ * C + h * hd, C);
+    gemm<T>(ctx, false, false, T_, hd, T_, T(1), S, T_, v, ld, T(0), out + b * T_ * C + h * hd, C);
   }
 }
 
 template <typename T>
-void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* scratch, int64_t B,
-                        int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
+void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
+                        T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
+  TESSERA_ON_DEVICE(T, ctx, attention_backward, dout, qkv, lse, dqkv, scratch, B, T_, H, KVH, hd);
   check_heads(H, KVH);
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
   const T scale = T(1) / std::sqrt(T(hd));
@@ -88,9 +91,9 @@ void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* s
       const T* dO = dout + b * T_ * C + h * hd;
       T* dq = dqkv + b * T_ * ld + h * hd;
       const T kv_beta = h == g * group ? T(0) : T(1);
-      gemm<T>(false, true, T_, T_, hd, scale, q, ld, k, ld, T(0), P, T_);
+      gemm<T>(ctx, false, true, T_, T_, hd, scale, q, ld, k, ld, T(0), P, T_);
       causal_probabilities(P, lse + (b * H + h) * T_, T_);
-      gemm<T>(false, true, T_, T_, hd, T(1), dO, C, v, ld, T(0), dP, T_);
+      gemm<T>(ctx, false, true, T_, T_, hd, T(1), dO, C, v, ld, T(0), dP, T_);
       // dS = P * (dP - rowsum(P * dP)), written over dP.
       for (int64_t i = 0; i < T_; ++i) {
         const T* p = P + i * T_;
@@ -102,20 +105,22 @@ void attention_backward(const T* dout, const T* qkv, const T* lse, T* dqkv, T* s
         for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
         for (int64_t j = i + 1; j < T_; ++j) d[j] = T(0);
       }
-      gemm<T>(false, false, T_, hd, T_, scale, dP, T_, k, ld, T(0), dq, ld);
-      gemm<T>(true, false, T_, hd, T_, scale, dP, T_, q, ld, kv_beta, dk, ld);
-      gemm<T>(true, false, T_, hd, T_, T(1), P, T_, dO, C, kv_beta, dv, ld);
+      gemm<T>(ctx, false, false, T_, hd, T_, scale, dP, T_, k, ld, T(0), dq, ld);
+      gemm<T>(ctx, true, false, T_, hd, T_, scale, dP, T_, q, ld, kv_beta, dk, ld);
+      gemm<T>(ctx, true, false, T_, hd, T_, T(1), P, T_, dO, C, kv_beta, dv, ld);
     }
   }
 }
 
-template void attention_forward<float>(const float*, float*, float*, float*, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t);
-template void attention_forward<double>(const double*, double*, double*, double*, int64_t, int64_t,
-                                        int64_t, int64_t, int64_t);
-template void attention_backward<float>(const float*, const float*, const float*, float*, float*,
+template void attention_forward<float>(const Context&, const float*, float*, float*, float*,
+                                       int64_t, int64_t, int64_t, int64_t, int64_t);
+template void attention_forward<double>(const Context&, const double*, double*, double*, double*,
                                         int64_t, int64_t, int64_t, int64_t, int64_t);
-template void attention_backward<double>(const double*, const double*, const double*, double*,
-                                         double*, int64_t, int64_t, int64_t, int64_t, int64_t);
+template void attention_backward<float>(const Context&, const float*, const float*, const float*,
+                                        float*, float*, int64_t, int64_t, int64_t, int64_t,
+                                        int64_t);
+template void attention_backward<double>(const Context&, const double*, const double*,
+                                         const double*, double*, double*, int64_t, int64_t, int64_t,
+                                         int64_t, int64_t);
 
 }  // namespace tessera::kernels

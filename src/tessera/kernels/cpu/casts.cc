@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
 
@@ -10,7 +11,8 @@ namespace {
 constexpr int64_t kChunk = 1 << 15;
 }  // namespace
 
-void cast_to_low(const float* x, uint16_t* y, int64_t n, LowPrecision p) {
+void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p) {
+  TESSERA_ON_DEVICE(float, ctx, cast_to_low, x, y, n, p);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -19,7 +21,8 @@ void cast_to_low(const float* x, uint16_t* y, int64_t n, LowPrecision p) {
   }
 }
 
-void cast_from_low(const uint16_t* x, float* y, int64_t n, LowPrecision p) {
+void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, LowPrecision p) {
+  TESSERA_ON_DEVICE(float, ctx, cast_from_low, x, y, n, p);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {

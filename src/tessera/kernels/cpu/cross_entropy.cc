@@ -1,13 +1,15 @@
 #include <cmath>
 
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 template <typename T>
-void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t M, int64_t V,
-                           T grad_scale) {
+void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets, T* losses,
+                           int64_t M, int64_t V, T grad_scale) {
+  TESSERA_ON_DEVICE(T, ctx, softmax_cross_entropy, logits, targets, losses, M, V, grad_scale);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = logits + m * V;
@@ -36,8 +38,9 @@ void softmax_cross_entropy(T* logits, const int32_t* targets, T* losses, int64_t
   }
 }
 
-template void softmax_cross_entropy<float>(float*, const int32_t*, float*, int64_t, int64_t, float);
-template void softmax_cross_entropy<double>(double*, const int32_t*, double*, int64_t, int64_t,
-                                            double);
+template void softmax_cross_entropy<float>(const Context&, float*, const int32_t*, float*, int64_t,
+                                           int64_t, float);
+template void softmax_cross_entropy<double>(const Context&, double*, const int32_t*, double*,
+                                            int64_t, int64_t, double);
 
 }  // namespace tessera::kernels

@@ -1,3 +1,4 @@
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/ops.h"
 
@@ -12,7 +13,8 @@ constexpr int64_t kParallelFrom = 1 << 15;
 }  // namespace
 
 template <typename T>
-void gelu_forward(const T* x, T* y, int64_t n) {
+void gelu_forward(const Context& ctx, const T* x, T* y, int64_t n) {
+  TESSERA_ON_DEVICE(T, ctx, gelu_forward, x, y, n);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kGeluCubic) * x[i] * x[i] * x[i]);
@@ -21,7 +23,8 @@ void gelu_forward(const T* x, T* y, int64_t n) {
 }
 
 template <typename T>
-void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
+void gelu_backward(const Context& ctx, const T* dy, const T* x, T* dx, int64_t n) {
+  TESSERA_ON_DEVICE(T, ctx, gelu_backward, dy, x, dx, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     T xi = x[i];
@@ -33,19 +36,22 @@ void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
 }
 
 template <typename T>
-void add(const T* a, const T* b, T* out, int64_t n) {
+void add(const Context& ctx, const T* a, const T* b, T* out, int64_t n) {
+  TESSERA_ON_DEVICE(T, ctx, add, a, b, out, n);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 template <typename T>
-void scale(T* x, T factor, int64_t n) {
+void scale(const Context& ctx, T* x, T factor, int64_t n) {
+  TESSERA_ON_DEVICE(T, ctx, scale, x, factor, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
 template <typename T>
-double sum_squares(const T* x, int64_t n) {
+double sum_squares(const Context& ctx, const T* x, int64_t n) {
+  TESSERA_ON_DEVICE(T, ctx, sum_squares, x, n);
   constexpr int64_t kChunk = 1 << 14;
   int64_t chunks = (n + kChunk - 1) / kChunk;
   double total = 0;
@@ -62,7 +68,9 @@ double sum_squares(const T* x, int64_t n) {
 }
 
 template <typename T>
-void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWParams& p) {
+void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64_t n,
+                  const AdamWParams& p) {
+  TESSERA_ON_DEVICE(T, ctx, adamw_update, param, grad, m, v, n, p);
   const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps);
   const T decay = T(1.0 - p.lr * p.weight_decay);
   const T bias1 = T(1.0 / (1.0 - std::pow(p.beta1, double(p.step))));
@@ -78,13 +86,13 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPar
   }
 }
 
-#define TESSERA_INSTANTIATE(T)                                     \
-  template void gelu_forward<T>(const T*, T*, int64_t);            \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t); \
-  template void add<T>(const T*, const T*, T*, int64_t);           \
-  template void scale<T>(T*, T, int64_t);                          \
-  template double sum_squares<T>(const T*, int64_t);               \
-  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, const AdamWParams&);
+#define TESSERA_INSTANTIATE(T)                                                     \
+  template void gelu_forward<T>(const Context&, const T*, T*, int64_t);            \
+  template void gelu_backward<T>(const Context&, const T*, const T*, T*, int64_t); \
+  template void add<T>(const Context&, const T*, const T*, T*, int64_t);           \
+  template void scale<T>(const Context&, T*, T, int64_t);                          \
+  template double sum_squares<T>(const Context&, const T*, int64_t);               \
+  template void adamw_update<T>(const Context&, T*, const T*, T*, T*, int64_t, const AdamWParams&);
 TESSERA_INSTANTIATE(float)
 TESSERA_INSTANTIATE(double)
 #undef TESSERA_INSTANTIATE

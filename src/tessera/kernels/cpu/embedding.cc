@@ -1,13 +1,15 @@
 #include <algorithm>
 
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 template <typename T>
-void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, int64_t B,
-                       int64_t T_, int64_t C) {
+void embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte, const T* wpe, T* x,
+                       int64_t B, int64_t T_, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, embedding_forward, tokens, wte, wpe, x, B, T_, C);
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
@@ -24,8 +26,9 @@ void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* x, 
 }
 
 template <typename T>
-void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, int64_t B, int64_t T_,
-                        int64_t C) {
+void embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte, T* dwpe,
+                        int64_t B, int64_t T_, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, embedding_backward, dx, tokens, dwte, dwpe, B, T_, C);
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t bt = 0; bt < B * T_; ++bt) {
       const T* d = dx + bt * C;
@@ -38,13 +41,13 @@ void embedding_backward(const T* dx, const int32_t* tokens, T* dwte, T* dwpe, in
   });
 }
 
-template void embedding_forward<float>(const int32_t*, const float*, const float*, float*, int64_t,
-                                       int64_t, int64_t);
-template void embedding_forward<double>(const int32_t*, const double*, const double*, double*,
-                                        int64_t, int64_t, int64_t);
-template void embedding_backward<float>(const float*, const int32_t*, float*, float*, int64_t,
-                                        int64_t, int64_t);
-template void embedding_backward<double>(const double*, const int32_t*, double*, double*, int64_t,
-                                         int64_t, int64_t);
+template void embedding_forward<float>(const Context&, const int32_t*, const float*, const float*,
+                                       float*, int64_t, int64_t, int64_t);
+template void embedding_forward<double>(const Context&, const int32_t*, const double*,
+                                        const double*, double*, int64_t, int64_t, int64_t);
+template void embedding_backward<float>(const Context&, const float*, const int32_t*, float*,
+                                        float*, int64_t, int64_t, int64_t);
+template void embedding_backward<double>(const Context&, const double*, const int32_t*, double*,
+                                         double*, int64_t, int64_t, int64_t);
 
 }  // namespace tessera::kernels

@@ -1,15 +1,18 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 // float goes to oneDNN's JIT GEMM (measured fastest on this CPU family, see README).
 template <>
-void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
+void gemm<float>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+  TESSERA_ON_DEVICE(float, ctx, gemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
   dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
                                     lda, B, ldb, beta, C, ldc);
   check(status == dnnl_success, "oneDNN sgemm failed with status {} for M={} N={} K={}",
@@ -18,9 +21,10 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 
 // double exists for finite-difference gradient checks only: simple and exact, not fast.
 template <>
-void gemm<double>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                  const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
-                  double* C, int64_t ldc) {
+void gemm<double>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                  double beta, double* C, int64_t ldc) {
+  TESSERA_CPU_ONLY(ctx, gemm, "the CUDA backend's kernels are float");
 #pragma omp parallel for if (M * N * K > (1 << 15))
   for (int64_t i = 0; i < M; ++i) {
     double* c = C + i * ldc;

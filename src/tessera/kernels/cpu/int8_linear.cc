@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/ops.h"
 
@@ -37,7 +38,7 @@ void linear_dequantized(const float* x, const Int8Matrix& w, const float* b, flo
       for (int64_t m = 0; m < M; ++m) std::copy(b + r0, b + r0 + n, y + m * out + r0);
       beta = 1.0f;
     }
-    gemm<float>(false, true, M, n, in, 1.0f, x, in, scratch, in, beta, y + r0, out);
+    gemm<float>(kCpuContext, false, true, M, n, in, 1.0f, x, in, scratch, in, beta, y + r0, out);
   }
 }
 
@@ -62,8 +63,9 @@ void quantize_int8_rows(const float* w, int64_t rows, int64_t cols, int8_t* q, f
 
 int64_t int8_linear_scratch_size(int64_t in) { return kDequantizeBlockRows * in; }
 
-void linear_forward_int8(const float* x, const Int8Matrix& w, const float* b, float* y, int64_t M,
-                         float* scratch) {
+void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w, const float* b,
+                         float* y, int64_t M, float* scratch) {
+  TESSERA_CPU_ONLY(ctx, linear_forward_int8, "int8 weights are multiplied on the CPU only");
   check(M >= 1 && w.rows >= 1 && w.cols >= 1,
         "linear_forward_int8: empty product of {} rows by a {} x {} matrix", M, w.rows, w.cols);
   if (M < kDequantizeFromRows) {

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -10,8 +11,9 @@ constexpr double kLayerNormEps = 1e-5;
 }
 
 template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t M,
-                       int64_t C) {
+void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* beta, T* y, T* mean,
+                       T* rstd, int64_t M, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, layernorm_forward, x, gamma, beta, y, mean, rstd, M, C);
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -33,8 +35,9 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean,
 }
 
 template <typename T>
-void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
-                        T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C) {
+void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* mean,
+                        const T* rstd, T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, layernorm_backward, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, M, C);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* dyr = dy + m * C;
@@ -69,14 +72,15 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, 
   });
 }
 
-template void layernorm_forward<float>(const float*, const float*, const float*, float*, float*,
-                                       float*, int64_t, int64_t);
-template void layernorm_forward<double>(const double*, const double*, const double*, double*,
-                                        double*, double*, int64_t, int64_t);
-template void layernorm_backward<float>(const float*, const float*, const float*, const float*,
-                                        const float*, float*, float*, float*, int64_t, int64_t);
-template void layernorm_backward<double>(const double*, const double*, const double*, const double*,
-                                         const double*, double*, double*, double*, int64_t,
-                                         int64_t);
+template void layernorm_forward<float>(const Context&, const float*, const float*, const float*,
+                                       float*, float*, float*, int64_t, int64_t);
+template void layernorm_forward<double>(const Context&, const double*, const double*, const double*,
+                                        double*, double*, double*, int64_t, int64_t);
+template void layernorm_backward<float>(const Context&, const float*, const float*, const float*,
+                                        const float*, const float*, float*, float*, float*, int64_t,
+                                        int64_t);
+template void layernorm_backward<double>(const Context&, const double*, const double*,
+                                         const double*, const double*, const double*, double*,
+                                         double*, double*, int64_t, int64_t);
 
 }  // namespace tessera::kernels

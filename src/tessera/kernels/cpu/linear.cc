@@ -1,6 +1,7 @@
 #include <type_traits>
 
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/ops.h"
 
@@ -13,7 +14,9 @@ constexpr int64_t kSkinnyBelowRows = 16;
 }  // namespace
 
 template <typename T>
-void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t in, int64_t out) {
+void linear_forward(const Context& ctx, const T* x, const T* w, const T* b, T* y, int64_t M,
+                    int64_t in, int64_t out) {
+  TESSERA_ON_DEVICE(T, ctx, linear_forward, x, w, b, y, M, in, out);
   if constexpr (std::is_same_v<T, float>) {
     if (M < kSkinnyBelowRows) {
       skinny_linear<Widened<F32Operand, F32Operand>>(x, w, nullptr, b, y, M, in, out);
@@ -26,14 +29,15 @@ void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t M, int64_t
       for (int64_t j = 0; j < out; ++j) y[m * out + j] = b[j];
     }
   }
-  gemm<T>(false, true, M, out, in, T(1), x, in, w, in, b != nullptr ? T(1) : T(0), y, out);
+  gemm<T>(ctx, false, true, M, out, in, T(1), x, in, w, in, b != nullptr ? T(1) : T(0), y, out);
 }
 
 template <typename T>
-void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t M,
-                     int64_t in, int64_t out) {
-  if (dx != nullptr) gemm<T>(false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
-  if (dw != nullptr) gemm<T>(true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
+void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
+                     int64_t M, int64_t in, int64_t out) {
+  TESSERA_ON_DEVICE(T, ctx, linear_backward, dy, x, w, dx, dw, db, M, in, out);
+  if (dx != nullptr) gemm<T>(ctx, false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
+  if (dw != nullptr) gemm<T>(ctx, true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
   if (db == nullptr) return;
   for_column_blocks(out, [&](int64_t j0, int64_t j1) {
     for (int64_t m = 0; m < M; ++m) {
@@ -43,13 +47,13 @@ void linear_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, i
   });
 }
 
-template void linear_forward<float>(const float*, const float*, const float*, float*, int64_t,
-                                    int64_t, int64_t);
-template void linear_forward<double>(const double*, const double*, const double*, double*, int64_t,
-                                     int64_t, int64_t);
-template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
-                                     float*, int64_t, int64_t, int64_t);
-template void linear_backward<double>(const double*, const double*, const double*, double*, double*,
-                                      double*, int64_t, int64_t, int64_t);
+template void linear_forward<float>(const Context&, const float*, const float*, const float*,
+                                    float*, int64_t, int64_t, int64_t);
+template void linear_forward<double>(const Context&, const double*, const double*, const double*,
+                                     double*, int64_t, int64_t, int64_t);
+template void linear_backward<float>(const Context&, const float*, const float*, const float*,
+                                     float*, float*, float*, int64_t, int64_t, int64_t);
+template void linear_backward<double>(const Context&, const double*, const double*, const double*,
+                                      double*, double*, double*, int64_t, int64_t, int64_t);
 
 }  // namespace tessera::kernels

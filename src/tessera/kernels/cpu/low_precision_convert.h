@@ -3,14 +3,14 @@
 //
 // bf16 rounding is integer arithmetic on the f32 bits rather than AVX512_BF16's vcvtneps2bf16,
 // which flushes f32 subnormals to zero: this way every build, the vector body and the scalar
-// fallback all give tessera::f32_to_bf16's bit pattern. With AVX-512 the array tail goes through
+// fallback all give half_bits' bit patterns. With AVX-512 the array tail goes through
 // the vector code under a mask, so no element takes a different route.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/half_bits.h"
 #include "tessera/kernels/low_precision.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -65,52 +65,19 @@ inline void from_low_serial(const uint16_t* x, float* y, int64_t n, LowPrecision
 
 #else
 
-inline uint16_t f32_to_f16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t a = bits & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u | ((a >> 13) & 0x3ffu);
-  if (a >= 0x477ff000u) return sign | 0x7c00u;  // from 65520 up, the nearest even is inf
-  if (a >= 0x38800000u) {                       // normal in f16: rebias the exponent by 112
-    const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
-    return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
-  }
-  if (a < 0x33000000u) return sign;  // below 2^-25, which itself ties to zero
-  // Subnormal in f16: count units of 2^-24 and round the dropped bits to nearest even.
-  const uint32_t significand = (a & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126u - (a >> 23);
-  uint32_t q = significand >> shift;
-  const uint32_t rest = significand & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-  if (rest > half || (rest == half && (q & 1u))) ++q;
-  return sign | static_cast<uint16_t>(q);
-}
-
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0x1fu) {  // inf, or NaN made quiet as the hardware conversion does
-    const uint32_t quiet = mantissa != 0 ? 0x400000u : 0u;
-    return std::bit_cast<float>(sign | 0x7f800000u | quiet | (mantissa << 13));
-  }
-  if (exponent != 0)
-    return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // zero or subnormal, exact
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
-}
-
 inline void to_low_serial(const float* x, uint16_t* y, int64_t n, LowPrecision p) {
   if (p == LowPrecision::kBf16) {
-    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = half_bits::bf16_from_f32(x[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = half_bits::f16_from_f32(x[i]);
   }
 }
 
 inline void from_low_serial(const uint16_t* x, float* y, int64_t n, LowPrecision p) {
   if (p == LowPrecision::kBf16) {
-    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = half_bits::f32_from_bf16(x[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = half_bits::f32_from_f16(x[i]);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -159,14 +160,16 @@ void gemm_portable(Backend& be, bool trans_a, bool trans_b, int64_t M, int64_t N
   float* b = a + a_rows * a_cols;
   widen(A, a_rows, a_cols, lda, a, p);
   widen(B, b_rows, b_cols, ldb, b, p);
-  gemm<float>(trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  gemm<float>(kCpuContext, trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
 }
 
 }  // namespace
 
-void gemm_low(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
-              int64_t ldc, LowPrecision p) {
+void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+              float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+              float beta, float* C, int64_t ldc, LowPrecision p) {
+  TESSERA_ON_DEVICE(float, ctx, gemm_low, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc, p);
   check(M >= 0 && N >= 0 && K >= 0, "gemm_low: negative size M={} N={} K={}", M, N, K);
   check(lda >= std::max<int64_t>(1, trans_a ? M : K) &&
             ldb >= std::max<int64_t>(1, trans_b ? K : N) && ldc >= std::max<int64_t>(1, N),

@@ -1,5 +1,6 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/low_precision.h"
 
@@ -11,8 +12,9 @@ namespace {
 constexpr int64_t kSkinnyBelowRows = 32;
 }  // namespace
 
-void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, float* y, int64_t M,
-                        int64_t in, int64_t out, LowPrecision p) {
+void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w, const float* b,
+                        float* y, int64_t M, int64_t in, int64_t out, LowPrecision p) {
+  TESSERA_ON_DEVICE(float, ctx, linear_forward_low, x, w, b, y, M, in, out, p);
   if (M < kSkinnyBelowRows) {
     if (p == LowPrecision::kBf16) {
       skinny_linear<Bf16Product>(x, w, nullptr, b, y, M, in, out);
@@ -27,14 +29,17 @@ void linear_forward_low(const uint16_t* x, const uint16_t* w, const float* b, fl
       for (int64_t j = 0; j < out; ++j) y[m * out + j] = b[j];
     }
   }
-  gemm_low(false, true, M, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out, p);
+  gemm_low(ctx, false, true, M, out, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f, y, out, p);
 }
 
-void linear_backward_low(const float* dy, const uint16_t* dy_low, const uint16_t* x,
-                         const uint16_t* w, float* dx, float* dw, float* db, int64_t M, int64_t in,
-                         int64_t out, LowPrecision p) {
-  if (dx != nullptr) gemm_low(false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
-  if (dw != nullptr) gemm_low(true, false, out, in, M, 1.0f, dy_low, out, x, in, 1.0f, dw, in, p);
+void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy_low,
+                         const uint16_t* x, const uint16_t* w, float* dx, float* dw, float* db,
+                         int64_t M, int64_t in, int64_t out, LowPrecision p) {
+  TESSERA_ON_DEVICE(float, ctx, linear_backward_low, dy, dy_low, x, w, dx, dw, db, M, in, out, p);
+  if (dx != nullptr)
+    gemm_low(ctx, false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
+  if (dw != nullptr)
+    gemm_low(ctx, true, false, out, in, M, 1.0f, dy_low, out, x, in, 1.0f, dw, in, p);
   if (db == nullptr) return;
   check(dy != nullptr, "linear_backward_low: the bias gradient needs the f32 dy");
   for_column_blocks(out, [&](int64_t j0, int64_t j1) {

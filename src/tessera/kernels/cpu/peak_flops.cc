@@ -120,13 +120,15 @@ PeakFlops matmul_peak(LowPrecision p) {
   constexpr int64_t n = 1024;
   std::vector<uint16_t> a(n * n), b(n * n);
   std::vector<float> ones(n * n, 1.0f), c(n * n);
-  cast_to_low(ones.data(), a.data(), n * n, p);
-  cast_to_low(ones.data(), b.data(), n * n, p);
+  cast_to_low(kCpuContext, ones.data(), a.data(), n * n, p);
+  cast_to_low(kCpuContext, ones.data(), b.data(), n * n, p);
   double best = 0;
-  gemm_low(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, p);
+  gemm_low(kCpuContext, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n,
+           p);
   for (int attempt = 0; attempt < 2 * kRepeats; ++attempt) {
     const auto start = Clock::now();
-    gemm_low(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, p);
+    gemm_low(kCpuContext, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n,
+             p);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, 2.0 * double(n * n * n) / seconds);
   }

@@ -1,12 +1,15 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 template <typename T>
-void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64_t C, T eps) {
+void rmsnorm_forward(const Context& ctx, const T* x, const T* gamma, T* y, T* rstd, int64_t M,
+                     int64_t C, T eps) {
+  TESSERA_ON_DEVICE(T, ctx, rmsnorm_forward, x, gamma, y, rstd, M, C, eps);
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -25,8 +28,9 @@ void rmsnorm_forward(const T* x, const T* gamma, T* y, T* rstd, int64_t M, int64
 // With xhat = x * rstd, dx = rstd * (dy * gamma - xhat * mean(dy * gamma * xhat)): layernorm's
 // formula without the mean terms.
 template <typename T>
-void rmsnorm_backward(const T* dy, const T* x, const T* gamma, const T* rstd, T* dx, T* dgamma,
-                      int64_t M, int64_t C) {
+void rmsnorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* rstd,
+                      T* dx, T* dgamma, int64_t M, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, rmsnorm_backward, dy, x, gamma, rstd, dx, dgamma, M, C);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* dyr = dy + m * C;
@@ -52,13 +56,13 @@ void rmsnorm_backward(const T* dy, const T* x, const T* gamma, const T* rstd, T*
   });
 }
 
-template void rmsnorm_forward<float>(const float*, const float*, float*, float*, int64_t, int64_t,
-                                     float);
-template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t,
-                                      int64_t, double);
-template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
-                                      float*, float*, int64_t, int64_t);
-template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*,
-                                       double*, double*, int64_t, int64_t);
+template void rmsnorm_forward<float>(const Context&, const float*, const float*, float*, float*,
+                                     int64_t, int64_t, float);
+template void rmsnorm_forward<double>(const Context&, const double*, const double*, double*,
+                                      double*, int64_t, int64_t, double);
+template void rmsnorm_backward<float>(const Context&, const float*, const float*, const float*,
+                                      const float*, float*, float*, int64_t, int64_t);
+template void rmsnorm_backward<double>(const Context&, const double*, const double*, const double*,
+                                       const double*, double*, double*, int64_t, int64_t);
 
 }  // namespace tessera::kernels

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -47,24 +48,26 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
 }  // namespace
 
 template <typename T>
-void rope_forward(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
-                  double theta) {
+void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
+                  int64_t hd, int64_t pos0, double theta) {
+  TESSERA_ON_DEVICE(T, ctx, rope_forward, qkv, B, T_, H, KVH, hd, pos0, theta);
   rotate_qk(qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
 }
 
 template <typename T>
-void rope_backward(T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
-                   double theta) {
+void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
+                   int64_t hd, int64_t pos0, double theta) {
+  TESSERA_ON_DEVICE(T, ctx, rope_backward, dqkv, B, T_, H, KVH, hd, pos0, theta);
   rotate_qk(dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
 }
 
-template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                  double);
-template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                   double);
-template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                   double);
-template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                    double);
+template void rope_forward<float>(const Context&, float*, int64_t, int64_t, int64_t, int64_t,
+                                  int64_t, int64_t, double);
+template void rope_forward<double>(const Context&, double*, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, double);
+template void rope_backward<float>(const Context&, float*, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, double);
+template void rope_backward<double>(const Context&, double*, int64_t, int64_t, int64_t, int64_t,
+                                    int64_t, int64_t, double);
 
 }  // namespace tessera::kernels

@@ -1,10 +1,12 @@
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 template <typename T>
-void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F) {
+void swiglu_forward(const Context& ctx, const T* gate_up, T* out, int64_t M, int64_t F) {
+  TESSERA_ON_DEVICE(T, ctx, swiglu_forward, gate_up, out, M, F);
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -20,7 +22,9 @@ void swiglu_forward(const T* gate_up, T* out, int64_t M, int64_t F) {
 }
 
 template <typename T>
-void swiglu_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t M, int64_t F) {
+void swiglu_backward(const Context& ctx, const T* dout, const T* gate_up, T* dgate_up, int64_t M,
+                     int64_t F) {
+  TESSERA_ON_DEVICE(T, ctx, swiglu_backward, dout, gate_up, dgate_up, M, F);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* gate = gate_up + m * 2 * F;
@@ -38,9 +42,11 @@ void swiglu_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t M, in
   }
 }
 
-template void swiglu_forward<float>(const float*, float*, int64_t, int64_t);
-template void swiglu_forward<double>(const double*, double*, int64_t, int64_t);
-template void swiglu_backward<float>(const float*, const float*, float*, int64_t, int64_t);
-template void swiglu_backward<double>(const double*, const double*, double*, int64_t, int64_t);
+template void swiglu_forward<float>(const Context&, const float*, float*, int64_t, int64_t);
+template void swiglu_forward<double>(const Context&, const double*, double*, int64_t, int64_t);
+template void swiglu_backward<float>(const Context&, const float*, const float*, float*, int64_t,
+                                     int64_t);
+template void swiglu_backward<double>(const Context&, const double*, const double*, double*,
+                                      int64_t, int64_t);
 
 }  // namespace tessera::kernels

@@ -2,14 +2,16 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
+#include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
 template <typename T>
-void vocab_shard_embedding_forward(const int32_t* tokens, const T* wte, int64_t first,
-                                   int64_t count, T* x, int64_t N, int64_t C) {
+void vocab_shard_embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte,
+                                   int64_t first, int64_t count, T* x, int64_t N, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_forward, tokens, wte, first, count, x, N, C);
 #pragma omp parallel for schedule(static) if (N > 1)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t id = int64_t(tokens[i]) - first;
@@ -23,8 +25,9 @@ void vocab_shard_embedding_forward(const int32_t* tokens, const T* wte, int64_t 
 }
 
 template <typename T>
-void vocab_shard_embedding_backward(const T* dx, const int32_t* tokens, T* dwte, int64_t first,
-                                    int64_t count, int64_t N, int64_t C) {
+void vocab_shard_embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte,
+                                    int64_t first, int64_t count, int64_t N, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_backward, dx, tokens, dwte, first, count, N, C);
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t i = 0; i < N; ++i) {
       const int64_t id = int64_t(tokens[i]) - first;
@@ -37,8 +40,9 @@ void vocab_shard_embedding_backward(const T* dx, const int32_t* tokens, T* dwte,
 }
 
 template <typename T>
-void position_embedding_forward(const T* wpe, T* x, int64_t first_row, int64_t rows, int64_t T_,
-                                int64_t C) {
+void position_embedding_forward(const Context& ctx, const T* wpe, T* x, int64_t first_row,
+                                int64_t rows, int64_t T_, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, position_embedding_forward, wpe, x, first_row, rows, T_, C);
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const T* pos = wpe + ((first_row + r) % T_) * C;
@@ -49,8 +53,9 @@ void position_embedding_forward(const T* wpe, T* x, int64_t first_row, int64_t r
 }
 
 template <typename T>
-void position_embedding_backward(const T* dx, T* dwpe, int64_t first_row, int64_t rows, int64_t T_,
-                                 int64_t C) {
+void position_embedding_backward(const Context& ctx, const T* dx, T* dwpe, int64_t first_row,
+                                 int64_t rows, int64_t T_, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, position_embedding_backward, dx, dwpe, first_row, rows, T_, C);
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* d = dx + r * C;
@@ -61,7 +66,9 @@ void position_embedding_backward(const T* dx, T* dwpe, int64_t first_row, int64_
 }
 
 template <typename T>
-void vocab_shard_row_max(const T* logits, int64_t M, int64_t V, int64_t ld, T* max) {
+void vocab_shard_row_max(const Context& ctx, const T* logits, int64_t M, int64_t V, int64_t ld,
+                         T* max) {
+  TESSERA_ON_DEVICE(T, ctx, vocab_shard_row_max, logits, M, V, ld, max);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* row = logits + m * ld;
@@ -73,9 +80,11 @@ void vocab_shard_row_max(const T* logits, int64_t M, int64_t V, int64_t ld, T* m
 }
 
 template <typename T>
-void vocab_shard_exp_sums(T* logits, const T* max, const int32_t* targets, int64_t first, int64_t M,
-                          int64_t V, int64_t ld, T* sums, T* target_logits,
-                          bool keep_exponentials) {
+void vocab_shard_exp_sums(const Context& ctx, T* logits, const T* max, const int32_t* targets,
+                          int64_t first, int64_t M, int64_t V, int64_t ld, T* sums,
+                          T* target_logits, bool keep_exponentials) {
+  TESSERA_ON_DEVICE(T, ctx, vocab_shard_exp_sums, logits, max, targets, first, M, V, ld, sums,
+                    target_logits, keep_exponentials);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = logits + m * ld;
@@ -97,8 +106,11 @@ void vocab_shard_exp_sums(T* logits, const T* max, const int32_t* targets, int64
 }
 
 template <typename T>
-void vocab_shard_softmax_grad(T* exponentials, const int32_t* targets, int64_t first, const T* sums,
-                              int64_t M, int64_t V, int64_t ld, T grad_scale) {
+void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t* targets,
+                              int64_t first, const T* sums, int64_t M, int64_t V, int64_t ld,
+                              T grad_scale) {
+  TESSERA_ON_DEVICE(T, ctx, vocab_shard_softmax_grad, exponentials, targets, first, sums, M, V, ld,
+                    grad_scale);
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = exponentials + m * ld;
@@ -112,7 +124,8 @@ void vocab_shard_softmax_grad(T* exponentials, const int32_t* targets, int64_t f
 }
 
 template <typename T>
-void add_bias(T* y, const T* b, int64_t M, int64_t C) {
+void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C) {
+  TESSERA_ON_DEVICE(T, ctx, add_bias, y, b, M, C);
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
     T* row = y + m * C;
@@ -121,19 +134,21 @@ void add_bias(T* y, const T* b, int64_t M, int64_t C) {
   }
 }
 
-#define TESSERA_VOCAB_SHARD(T)                                                                    \
-  template void vocab_shard_embedding_forward<T>(const int32_t*, const T*, int64_t, int64_t, T*,  \
-                                                 int64_t, int64_t);                               \
-  template void vocab_shard_embedding_backward<T>(const T*, const int32_t*, T*, int64_t, int64_t, \
-                                                  int64_t, int64_t);                              \
-  template void position_embedding_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t);  \
-  template void position_embedding_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t); \
-  template void vocab_shard_row_max<T>(const T*, int64_t, int64_t, int64_t, T*);                  \
-  template void vocab_shard_exp_sums<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
-                                        int64_t, T*, T*, bool);                                   \
-  template void vocab_shard_softmax_grad<T>(T*, const int32_t*, int64_t, const T*, int64_t,       \
-                                            int64_t, int64_t, T);                                 \
-  template void add_bias<T>(T*, const T*, int64_t, int64_t);
+#define TESSERA_VOCAB_SHARD(T)                                                                     \
+  template void vocab_shard_embedding_forward<T>(const Context&, const int32_t*, const T*,         \
+                                                 int64_t, int64_t, T*, int64_t, int64_t);          \
+  template void vocab_shard_embedding_backward<T>(const Context&, const T*, const int32_t*, T*,    \
+                                                  int64_t, int64_t, int64_t, int64_t);             \
+  template void position_embedding_forward<T>(const Context&, const T*, T*, int64_t, int64_t,      \
+                                              int64_t, int64_t);                                   \
+  template void position_embedding_backward<T>(const Context&, const T*, T*, int64_t, int64_t,     \
+                                               int64_t, int64_t);                                  \
+  template void vocab_shard_row_max<T>(const Context&, const T*, int64_t, int64_t, int64_t, T*);   \
+  template void vocab_shard_exp_sums<T>(const Context&, T*, const T*, const int32_t*, int64_t,     \
+                                        int64_t, int64_t, int64_t, T*, T*, bool);                  \
+  template void vocab_shard_softmax_grad<T>(const Context&, T*, const int32_t*, int64_t, const T*, \
+                                            int64_t, int64_t, int64_t, T);                         \
+  template void add_bias<T>(const Context&, T*, const T*, int64_t, int64_t);
 TESSERA_VOCAB_SHARD(float)
 TESSERA_VOCAB_SHARD(double)
 #undef TESSERA_VOCAB_SHARD
