@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       } else {
         std::copy(weights.params.begin(), weights.params.end(), r.model->params().begin());
       }
-      r.cache = std::make_unique<serve::PagedKvCache>(mc, context);
+      r.cache = std::make_unique<serve::PagedKvCache>(kernels::kCpuContext, mc, context);
       r.run(prompt, steps);  // warm-up: quantises or casts the weights, touches every page
       runners.push_back(std::move(r));
     }

@@ -8,7 +8,10 @@
 // --tp N splits the model over N tensor-parallel ranks of the job (the rest are data parallel;
 // --sp 1 adds sequence parallelism); the result then holds the seconds per step the model's
 // tensor-parallel collectives took (model_comm_ms_mean). --probe-allreduce BYTES instead times
-// all-reduces of that many f32 bytes over the job and prints their mean seconds.
+// all-reduces of that many f32 bytes over the job and prints their mean seconds. --device cuda
+// trains on each rank's CUDA device (its local rank's) and adds the MFU over the device's dense
+// bf16 peak.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -22,6 +25,8 @@
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/model_parallel.h"
 #include "tessera/dist/single_communicator.h"
+#include "tessera/kernels/device.h"
+#include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/train_state.h"
 
@@ -29,7 +34,7 @@ using namespace tessera;
 
 int main(int argc, char** argv) {
   dist::Communicator& world = dist::init_world(argc, argv);
-  std::string comm = "overlap";
+  std::string comm = "overlap", device = "cpu";
   double bucket_mb = 4;
   model::ModelConfig mc;
   mc.vocab_size = 50257;
@@ -48,6 +53,10 @@ int main(int argc, char** argv) {
     }
     if (k == "--comm") {
       comm = argv[i + 1];
+      continue;
+    }
+    if (k == "--device") {
+      device = argv[i + 1];
       continue;
     }
     if (k == "--bucket-mb") {
@@ -110,6 +119,16 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
     return 0;
   }
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, got %s\n", device.c_str());
+    return 2;
+  }
+  const kernels::DeviceContext on(
+      device == "cpu"
+          ? kernels::Device{}
+          : kernels::Device{kernels::DeviceKind::kCuda,
+                            dist::local_rank() % std::max(1, kernels::cuda_device_count())});
+  const kernels::Context& ctx = on.context();
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
   tc.beta2 = 0.999;
@@ -120,8 +139,9 @@ int main(int argc, char** argv) {
   const dist::ModelGroups groups(mesh, mc, sp != 0);
   dist::Communicator& dp = mesh.dp();
   tc.zero = zero;
-  train::TrainState state(mc, tc, mesh, groups.parallel().sharding,
+  train::TrainState state(ctx, mc, tc, mesh, groups.parallel().sharding,
                           int64_t(bucket_mb * 1024 * 1024));
+  options.context = &ctx;
   options.store = &state.store();
   options.parallel = &groups.parallel();
   model::Transformer model(mc, B, T, true, options);
@@ -143,8 +163,10 @@ int main(int argc, char** argv) {
     state.begin_micro_step(comm == "overlap");
     float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp.size()));
     state.reduce_gradients();
+    kernels::synchronize(ctx);
     auto t1 = std::chrono::steady_clock::now();
     state.update(3e-4, 1.0f);
+    kernels::synchronize(ctx);
     auto t2 = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(t2 - t0).count();
     if (step >= warmup) optimizer_total += std::chrono::duration<double>(t2 - t1).count();
@@ -178,5 +200,15 @@ int main(int argc, char** argv) {
   r["model_state_bytes"] = memory.model_state();
   r["working_bytes"] = memory.working;
   r["bucket_mb"] = bucket_mb;
+  r["device"] = device;
+  if (ctx.on_cuda()) {
+    const std::string name = kernels::cuda_device_info(ctx.device.ordinal).name;
+    const double peak = kernels::cuda_dense_bf16_peak(name);
+    r["device_name"] = name;
+    r["peak_flops"] = peak;
+    const double flops = model::flops_per_token(mc, T, options.recompute).model;
+    r["flops_per_token"] = flops;
+    r["mfu"] = double(B * T) / mean * flops / peak;
+  }
   if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
 }

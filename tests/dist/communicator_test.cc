@@ -18,28 +18,10 @@ namespace {
 
 using testing::expect_error;
 
-std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<uint16_t> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = f32_to_bf16(x[i]);
-  return y;
-}
-
-std::vector<float> from_bf16(const std::vector<uint16_t>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_f32(x[i]);
-  return y;
-}
-
-// Per-rank counts with zeros in them: rank r gets 0 when r is odd, else r + 3.
-std::vector<int64_t> uneven_counts(int size) {
-  std::vector<int64_t> counts(size);
-  for (int r = 0; r < size; ++r) counts[r] = r % 2 == 1 ? 0 : r + 3;
-  return counts;
-}
-
-int64_t offset_of(const std::vector<int64_t>& counts, int rank) {
-  return std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
-}
+using testing::from_bf16;
+using testing::offset_of;
+using testing::to_bf16;
+using testing::uneven_counts;
 
 TEST(Communicator, AllReduceSumsF32AndI32) {
   Communicator& w = world();

@@ -49,7 +49,7 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
   train::TrainConfig tc;
   dist::SingleCommunicator alone;
   const dist::Mesh mesh(alone, {});
-  train::TrainState state(config, tc, mesh, {}, int64_t{4} << 20);
+  train::TrainState state(kernels::kCpuContext, config, tc, mesh, {}, int64_t{4} << 20);
   model::Transformer model(config, step.batch, step.seq, true,
                            {.recompute = step.recompute, .store = &state.store()});
   state.init(1337);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "tessera/kernels/device.h"
 #include "tests/expect_error.h"
 #include "tests/test_dir.h"
 
@@ -101,6 +102,19 @@ TEST(HardwareCatalog, BuiltinFiguresAreTheFilesInBaseUnits) {
   EXPECT_DOUBLE_EQ(*v5e.prices.committed_3y, 0.54);
   EXPECT_FALSE(v5e.prices.spot.has_value());
   EXPECT_DOUBLE_EQ(catalog.find("b200").peak_bf16_flops, 2250e12);
+}
+
+// A CUDA run's MFU divides by the same dense bf16 peak the planner uses for its chip.
+TEST(HardwareCatalog, GpuPeaksAreTheCudaRunsMfuPeaks) {
+  const HardwareCatalog catalog = HardwareCatalog::builtin();
+  for (const auto& [entry, device] :
+       {std::pair{"a100-40gb", "NVIDIA A100-SXM4-40GB"}, {"a100-80gb", "NVIDIA A100-SXM4-80GB"},
+        {"h100", "NVIDIA H100 80GB HBM3"}, {"h200", "NVIDIA H200"}, {"b200", "NVIDIA B200"}}) {
+    EXPECT_DOUBLE_EQ(kernels::cuda_dense_bf16_peak(device), catalog.find(entry).peak_bf16_flops)
+        << device;
+  }
+  expect_error([] { kernels::cuda_dense_bf16_peak("NVIDIA GeForce RTX 4090"); },
+               {"NVIDIA GeForce RTX 4090", "train.peak_flops"});
 }
 
 TEST(HardwareCatalog, BuiltinIsTheFileInTheSourceTree) {

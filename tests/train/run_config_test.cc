@@ -124,6 +124,7 @@ TEST(RunConfig, InvalidValuesNameTheirKey) {
       {"train.grad_clip=-1", "train.grad_clip"},
       {"train.weight_decay=-0.1", "train.weight_decay"},
       {"train.threads=-1", "train.threads"},
+      {"train.device=gpu", "train.device"},
       {"train.eval_every=-1", "train.eval_every"},
       {"data.val_fraction=0", "data.val_fraction"},
       {"data.val_fraction=1", "data.val_fraction"},

@@ -27,7 +27,8 @@ int generate_command(int argc, char** argv) {
                 "ones); 1 is off (default 1)"},
                {"seed", "S", "sampling seed (default 0)"},
                {"precision", "P", "f32 or bf16 matmuls (default f32)"},
-               {"quantize", "Q", "none or int8: int8 weight-only matmuls (default none)"}},
+               {"quantize", "Q", "none or int8: int8 weight-only matmuls (default none)"},
+               {"device", "D", "cpu or cuda: where the model runs (default cpu)"}},
               argc, argv);
   if (flags.has("help")) {
     std::fputs(
@@ -56,7 +57,8 @@ int generate_command(int argc, char** argv) {
   const int64_t max_tokens = flags.get_int("max-tokens", 256);
   serve::TextGenerator generator(
       *checkpoint,
-      serve::serving_format(flags.get_or("precision", "f32"), flags.get_or("quantize", "none")));
+      serve::serving_format(flags.get_or("precision", "f32"), flags.get_or("quantize", "none"),
+                            flags.get_or("device", "cpu")));
   std::fputs(prompt->c_str(), stdout);
   generator.generate(*prompt, flags.has("allow-special"), max_tokens, params,
                      [](std::string_view text) {

@@ -13,6 +13,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/stop_signals.h"
 #include "tessera/core/threading.h"
+#include "tessera/kernels/device.h"
 #include "tessera/serve/http_server.h"
 
 namespace tessera::cli {
@@ -78,6 +79,7 @@ int serve_command(int argc, char** argv) {
         "the model id clients ask for (default: the checkpoint's folder name)"},
        {"precision", "P", "f32 or bf16 matmuls (default f32)"},
        {"quantize", "Q", "none or int8: int8 weight-only matmuls (default none)"},
+       {"device", "D", "cpu or cuda: where the model runs (default cpu)"},
        {"kv-cache-tokens", "N",
         "tokens the paged KV cache holds (default: a context per running sequence, within 1 GiB)"},
        {"kv-cache-bytes", "N", "the paged KV cache's size in bytes, instead of --kv-cache-tokens"},
@@ -125,7 +127,8 @@ int serve_command(int argc, char** argv) {
   check(threads >= 1, "--threads must be at least 1, got {}", threads);
   set_num_threads(int(threads));
   const serve::ServingFormat format =
-      serve::serving_format(flags.get_or("precision", "f32"), flags.get_or("quantize", "none"));
+      serve::serving_format(flags.get_or("precision", "f32"), flags.get_or("quantize", "none"),
+                            flags.get_or("device", "cpu"));
   serve::EngineOptions engine_options;
   engine_options.kv_cache_tokens = flags.get_int("kv-cache-tokens", 0);
   engine_options.kv_cache_bytes = flags.get_int("kv-cache-bytes", 0);
@@ -185,13 +188,17 @@ int serve_command(int argc, char** argv) {
   const serve::PagedKvCache& cache = engine.cache();
   std::printf(
       "serving '%s' from %s: %s, %lld parameters, %s weights (%.1f MiB read per token), context "
-      "%lld tokens, %d threads\n",
+      "%lld tokens, on %s, %d threads\n",
       limits.model_name.c_str(), served.step_dir.string().c_str(),
       std::string(model::architecture_name(mc.arch)).c_str(),
       static_cast<long long>(served.model->num_parameters()),
       serve::serving_format_name(format).c_str(),
       double(served.model->matmul_weight_bytes_per_token()) / (1 << 20),
-      static_cast<long long>(mc.max_seq), num_threads());
+      static_cast<long long>(mc.max_seq),
+      served.context().on_cuda()
+          ? kernels::cuda_device_info(served.context().device.ordinal).name.c_str()
+          : "the CPU",
+      num_threads());
   std::printf("KV cache: %lld blocks of %lld tokens = %lld tokens, %.1f MiB, prefix caching %s\n",
               static_cast<long long>(cache.blocks_total()),
               static_cast<long long>(cache.block_tokens()),

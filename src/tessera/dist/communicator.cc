@@ -227,6 +227,22 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, std::strin
   return do_split(color, key, name);
 }
 
+FlightTicket Communicator::record_start(Op op, std::string_view type, int64_t count,
+                                        std::span<const int64_t> counts, int peer, int tag,
+                                        size_t element_bytes, int32_t flight_id) const {
+  int64_t elements = count;
+  if (op == Op::kAllGather) elements = counts[rank()];
+  if (op == Op::kAllToAll) elements = count * size();
+  return FlightRecorder::instance().begin({.op = op_name(op),
+                                           .dtype = type,
+                                           .communicator = flight_id,
+                                           .peer = peer,
+                                           .tag = tag,
+                                           .count = count,
+                                           .bytes = elements * int64_t(element_bytes)},
+                                          op != Op::kSend && op != Op::kRecv);
+}
+
 std::string_view Communicator::op_name(Op op) {
   switch (op) {
     case Op::kAllReduce:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
+#include "tessera/dist/flight_recorder.h"
 
 namespace tessera::dist {
 
@@ -137,6 +138,13 @@ class Communicator {
   virtual void do_all_reduce_f64(double* data, int64_t count) = 0;
   // `color` is validated.
   virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string_view name) = 0;
+
+  // Opens the flight record (flight_recorder.h) of an operation this rank starts on the
+  // communicator `flight_id`, counting the bytes this rank sends or reduces: its own part of an
+  // all-gather, count_per_rank to every rank of an all-to-all.
+  FlightTicket record_start(Op op, std::string_view type, int64_t count,
+                            std::span<const int64_t> counts, int peer, int tag,
+                            size_t element_bytes, int32_t flight_id) const;
 
   // "all_reduce"
   static std::string_view op_name(Op op);

@@ -52,6 +52,17 @@ bool launcher_rank_and_size(int& rank, int& size) {
   return false;
 }
 
+}  // namespace
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    if (has_env(name)) return std::atoi(std::getenv(name));
+  }
+  return 0;
+}
+
+namespace {
+
 // When the launcher stops this rank (SIGTERM) because another rank failed, the rank says so
 // rather than vanishing silently. A single-rank job has no other rank to blame.
 void install_stop_handler() {

@@ -25,6 +25,11 @@ Communicator& init_world(int& argc, char**& argv);
 // The communicator of all ranks of the job; init_world must have run.
 Communicator& world();
 
+// This rank's place among the job's ranks on its host, as the launcher's environment gives it
+// (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, or LOCAL_RANK); 0 where none
+// does. A rank takes the GPU of this number.
+int local_rank();
+
 // Prints "error: rank R of N: message" on stderr and ends every rank of the job. A single rank
 // prints "error: message" and exits with status 1.
 [[noreturn]] void abort_job(const std::string& message);

@@ -179,18 +179,8 @@ int32_t MpiCommunicator::acquire(const Operation& what, size_t element_bytes,
   slot.round_to = nullptr;
   const trace::Recorder& tracer = trace::Recorder::instance();
   slot.trace_start_us = tracer.on() ? tracer.now_us() : -1;
-  int64_t elements = what.count;  // that this rank sends or reduces
-  if (what.op == Op::kAllGather) elements = counts[rank_];
-  if (what.op == Op::kAllToAll) elements = what.count * size_;
-  const bool collective = what.op != Op::kSend && what.op != Op::kRecv;
-  slot.what.flight = FlightRecorder::instance().begin({.op = op_name(what.op),
-                                                       .dtype = what.type,
-                                                       .communicator = flight_id_,
-                                                       .peer = what.peer,
-                                                       .tag = what.tag,
-                                                       .count = what.count,
-                                                       .bytes = elements * int64_t(element_bytes)},
-                                                      collective);
+  slot.what.flight = record_start(what.op, what.type, what.count, counts, what.peer, what.tag,
+                                  element_bytes, flight_id_);
   return static_cast<int32_t>(index);
 }
 

@@ -21,10 +21,11 @@ DType dtype_of(kernels::LowPrecision p) {
 
 }  // namespace
 
-ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int64_t end_unit,
-                       int stage, model::Precision precision, Communicator& group,
-                       int64_t bucket_bytes)
-    : layout_(layout),
+ZeroShards::ZeroShards(const kernels::Context& ctx, const model::ModelLayout& layout,
+                       int64_t first_unit, int64_t end_unit, int stage, model::Precision precision,
+                       Communicator& group, int64_t bucket_bytes)
+    : ctx_(ctx),
+      layout_(layout),
       first_unit_(first_unit),
       end_unit_(end_unit),
       stage_(stage),
@@ -32,7 +33,7 @@ ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int
       low_grads_(precision == model::Precision::kBf16),
       begin_(layout.units.at(first_unit).begin),
       end_(layout.units.at(end_unit - 1).end),
-      chunk_(kChunk),
+      chunk_(ctx, kChunk),
       counts_(group.size()) {
   check(stage >= 0 && stage <= 3, "train.zero must be 0, 1, 2 or 3, got {}", stage);
   if (precision != model::Precision::kF32) low_ = model::low_precision_of(precision);
@@ -49,16 +50,17 @@ ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int
   grads_base_ = shard_grads ? lo_ : begin_;
   const int64_t n_params = shard_params ? hi_ - lo_ : total;
   const int64_t n_grads = shard_grads ? hi_ - lo_ : total;
+  using kernels::DeviceArray;
   if (low_) {
-    params_low_.resize(n_params);
-    master_.resize(owned_end_ - owned_begin_);
+    params_low_ = DeviceArray<uint16_t>(ctx, n_params);
+    master_ = DeviceArray<float>(ctx, owned_end_ - owned_begin_);
   } else {
-    params_f32_.resize(n_params);
+    params_f32_ = DeviceArray<float>(ctx, n_params);
   }
   if (low_grads_) {
-    grads_low_.resize(n_grads);
+    grads_low_ = DeviceArray<uint16_t>(ctx, n_grads);
   } else {
-    grads_f32_.resize(n_grads);
+    grads_f32_ = DeviceArray<float>(ctx, n_grads);
   }
 
   int64_t other_unit = 0, reduced = 0;
@@ -70,11 +72,11 @@ ZeroShards::ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int
   }
   const int64_t slot_size[2] = {first_unit_ == 0 ? layout_.units[0].size() : 0, other_unit};
   for (int s = 0; s < 2; ++s) {
-    if (low_ || shard_params) slots_[s].f32.resize(slot_size[s]);
-    if (low_ && shard_params) slots_[s].low.resize(slot_size[s]);
-    if (!direct_gradients()) slots_[s].grads.resize(slot_size[s]);
+    if (low_ || shard_params) slots_[s].f32 = DeviceArray<float>(ctx, slot_size[s]);
+    if (low_ && shard_params) slots_[s].low = DeviceArray<uint16_t>(ctx, slot_size[s]);
+    if (!direct_gradients()) slots_[s].grads = DeviceArray<float>(ctx, slot_size[s]);
   }
-  if (shard_grads) reduced_.resize(reduced);
+  if (shard_grads) reduced_ = DeviceArray<float>(ctx, reduced);
   if (!shard_grads && N > 1) {
     void* grads = low_grads_ ? static_cast<void*>(grads_low_.data()) : grads_f32_.data();
     const DType dtype = low_grads_ ? DType::bf16 : DType::f32;
@@ -117,8 +119,8 @@ float* ZeroShards::master(int64_t flat) {
 }
 
 void ZeroShards::zero_grad() {
-  std::fill(grads_f32_.begin(), grads_f32_.end(), 0.0f);
-  std::fill(grads_low_.begin(), grads_low_.end(), uint16_t{0});
+  k::fill_zeros(ctx_, grads_f32_.data(), sizeof(float) * size_t(grads_f32_.size()));
+  k::fill_zeros(ctx_, grads_low_.data(), sizeof(uint16_t) * size_t(grads_low_.size()));
 }
 
 model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
@@ -130,35 +132,35 @@ model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
     void* recv = low_ ? static_cast<void*>(s.low.data()) : s.f32.data();
     group_.all_gather(param_storage(first), recv, counts, low_ ? dtype_of(*low_) : DType::f32);
     if (!low_) return {s.f32.data(), nullptr};
-    k::cast_from_low(k::kCpuContext, s.low.data(), s.f32.data(), x.size(), *low_);
+    k::cast_from_low(ctx_, s.low.data(), s.f32.data(), x.size(), *low_);
     return {s.f32.data(), s.low.data()};
   }
   if (!low_) return {params_f32_.data() + (x.begin - params_base_), nullptr};
   const uint16_t* low = params_low_.data() + (x.begin - params_base_);
-  k::cast_from_low(k::kCpuContext, low, s.f32.data(), x.size(), *low_);
+  k::cast_from_low(ctx_, low, s.f32.data(), x.size(), *low_);
   return {s.f32.data(), low};
 }
 
 float* ZeroShards::gradients(int64_t u) {
   const model::ParameterUnit& x = unit(u);
   if (direct_gradients()) return grads_f32_.data() + (x.begin - grads_base_);
-  std::vector<float>& g = slot(u).grads;
-  std::fill(g.begin(), g.begin() + x.size(), 0.0f);
-  return g.data();
+  float* g = slot(u).grads.data();
+  k::fill_zeros(ctx_, g, sizeof(float) * size_t(x.size()));
+  return g;
 }
 
 void ZeroShards::accumulate_gradients(int64_t flat, const float* g, int64_t n) {
   if (!low_grads_) {
     float* dst = grads_f32_.data() + (flat - grads_base_);
-    k::add(k::kCpuContext, dst, g, dst, n);
+    k::add(ctx_, dst, g, dst, n);
     return;
   }
   for (int64_t done = 0; done < n; done += kChunk) {
     const int64_t m = std::min(kChunk, n - done);
     uint16_t* dst = grads_low_.data() + (flat + done - grads_base_);
-    k::cast_from_low(k::kCpuContext, dst, chunk_.data(), m, k::LowPrecision::kBf16);
-    k::add(k::kCpuContext, chunk_.data(), g + done, chunk_.data(), m);
-    k::cast_to_low(k::kCpuContext, chunk_.data(), dst, m, k::LowPrecision::kBf16);
+    k::cast_from_low(ctx_, dst, chunk_.data(), m, k::LowPrecision::kBf16);
+    k::add(ctx_, chunk_.data(), g + done, chunk_.data(), m);
+    k::cast_to_low(ctx_, chunk_.data(), dst, m, k::LowPrecision::kBf16);
   }
 }
 
@@ -190,7 +192,7 @@ void ZeroShards::all_reduce_gradients(int64_t flat, int64_t n, Communicator& gro
 
 const float* ZeroShards::gradient_chunk(int64_t flat, int64_t n) {
   if (!low_grads_) return grads_f32_.data() + (flat - grads_base_);
-  k::cast_from_low(k::kCpuContext, grads_low_.data() + (flat - grads_base_), chunk_.data(), n,
+  k::cast_from_low(ctx_, grads_low_.data() + (flat - grads_base_), chunk_.data(), n,
                    k::LowPrecision::kBf16);
   return chunk_.data();
 }
@@ -198,8 +200,7 @@ const float* ZeroShards::gradient_chunk(int64_t flat, int64_t n) {
 void ZeroShards::publish() {
   const int64_t b = owned_begin_, n = owned_end_ - b;
   if (low_)
-    k::cast_to_low(k::kCpuContext, master_.data(), static_cast<uint16_t*>(param_storage(b)), n,
-                   *low_);
+    k::cast_to_low(ctx_, master_.data(), static_cast<uint16_t*>(param_storage(b)), n, *low_);
   if ((stage_ == 1 || stage_ == 2) && group_.size() > 1) {
     for (int r = 0; r < group_.size(); ++r) counts_[r] = shard_bounds_[r + 1] - shard_bounds_[r];
     group_.all_gather(param_storage(b), param_storage(begin_), counts_,
@@ -208,7 +209,7 @@ void ZeroShards::publish() {
 }
 
 ShardBytes ZeroShards::memory() const {
-  auto bytes = [](const auto& v) { return int64_t(v.size() * sizeof(v[0])); };
+  auto bytes = [](const auto& v) { return v.size() * int64_t(sizeof(*v.data())); };
   ShardBytes r;
   r.params = bytes(params_f32_) + bytes(params_low_);
   r.grads = bytes(grads_f32_) + bytes(grads_low_);

@@ -7,6 +7,7 @@
 
 #include "tessera/dist/communicator.h"
 #include "tessera/dist/gradient_sync.h"
+#include "tessera/kernels/device.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/parameter_store.h"
@@ -43,9 +44,11 @@ class ZeroShards final : public model::ParameterStore {
   // How ZeRO cuts the flat range [begin, end) over `ranks`: rank r holds [bounds[r], bounds[r+1]).
   static std::vector<int64_t> bounds(int64_t begin, int64_t end, int ranks);
 
-  // Units [first_unit, end_unit) of `layout`, which must outlive this.
-  ZeroShards(const model::ModelLayout& layout, int64_t first_unit, int64_t end_unit, int stage,
-             model::Precision precision, Communicator& group, int64_t bucket_bytes);
+  // Units [first_unit, end_unit) of `layout`, which must outlive this, held on ctx's device;
+  // `group` moves that device's memory (NCCL for a CUDA device).
+  ZeroShards(const kernels::Context& ctx, const model::ModelLayout& layout, int64_t first_unit,
+             int64_t end_unit, int stage, model::Precision precision, Communicator& group,
+             int64_t bucket_bytes);
 
   int stage() const { return stage_; }
   Communicator& group() const { return group_; }
@@ -58,7 +61,8 @@ class ZeroShards final : public model::ParameterStore {
   const std::vector<int64_t>& shard_bounds() const { return shard_bounds_; }
   int64_t bucket_count() const { return sync_ ? sync_->bucket_count() : 0; }
 
-  // f32 values of the owned range, from `flat`; publish() makes changes to them current.
+  // f32 values of the owned range, from `flat`, on the device; publish() makes changes to them
+  // current.
   float* master(int64_t flat);
   void publish();
   // The f32 gradients of the owned [flat, flat + n), n <= kChunk; valid until the next call.
@@ -84,8 +88,8 @@ class ZeroShards final : public model::ParameterStore {
   // Working buffers of a unit being used: unit 0's (the embeddings and head), and one shared by
   // the rest.
   struct Slot {
-    std::vector<float> f32, grads;
-    std::vector<uint16_t> low;
+    kernels::DeviceArray<float> f32, grads;
+    kernels::DeviceArray<uint16_t> low;
   };
   const model::ParameterUnit& unit(int64_t u) const;
   Slot& slot(int64_t u) { return slots_[u == 0 ? 0 : 1]; }
@@ -95,6 +99,7 @@ class ZeroShards final : public model::ParameterStore {
   void* param_storage(int64_t flat);
   void accumulate_gradients(int64_t flat, const float* g, int64_t n);
 
+  const kernels::Context& ctx_;
   const model::ModelLayout& layout_;
   int64_t first_unit_, end_unit_;
   int stage_;
@@ -105,10 +110,10 @@ class ZeroShards final : public model::ParameterStore {
   std::vector<int64_t> shard_bounds_;  // absolute flat offsets
   int64_t lo_, hi_, owned_begin_, owned_end_;
   int64_t params_base_ = 0, grads_base_ = 0;  // flat offset of each storage's first element
-  std::vector<float> params_f32_, grads_f32_, master_;
-  std::vector<uint16_t> params_low_, grads_low_;
+  kernels::DeviceArray<float> params_f32_, grads_f32_, master_;
+  kernels::DeviceArray<uint16_t> params_low_, grads_low_;
   Slot slots_[2];
-  std::vector<float> reduced_, chunk_;
+  kernels::DeviceArray<float> reduced_, chunk_;
   std::vector<int64_t> counts_;  // per rank, reused by every collective
   std::optional<GradientSync> sync_;
   bool last_micro_step_ = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "tessera/core/error.h"
 #if TESSERA_CUDA
@@ -42,6 +43,25 @@ CudaDeviceInfo cuda_device_info(int ordinal) {
   (void)ordinal;
   fail_no_backend();
 #endif
+}
+
+double cuda_dense_bf16_peak(std::string_view device_name) {
+  // NVIDIA's datasheets, without 2:4 sparsity; configs/hardware.toml holds the same figures for
+  // the planner (a test keeps them equal). The PCIe H100 comes before the SXM one it contains.
+  static constexpr std::pair<std::string_view, double> kPeaks[] = {{"A100", 312e12},
+                                                                   {"H100 PCIe", 756e12},
+                                                                   {"H100", 989e12},
+                                                                   {"H200", 989e12},
+                                                                   {"B200", 2250e12}};
+  std::string known;
+  for (const auto& [chip, peak] : kPeaks) {
+    if (device_name.find(chip) != std::string_view::npos) return peak;
+    known += known.empty() ? std::string(chip) : ", " + std::string(chip);
+  }
+  fail(
+      "no dense bf16 peak is known for the CUDA device '{}' (known: {}): give it as "
+      "train.peak_flops",
+      device_name, known);
 }
 
 std::string cuda_unavailable_reason() {
@@ -113,6 +133,13 @@ void fill_zeros(const Context& ctx, void* p, size_t bytes) {
   if (ctx.on_cuda()) return cuda::fill_zeros(ctx, p, bytes);
 #endif
   if (bytes != 0) std::memset(p, 0, bytes);
+}
+
+void make_current(const Context& ctx) {
+#if TESSERA_CUDA
+  if (ctx.on_cuda()) return cuda::make_current(ctx);
+#endif
+  (void)ctx;
 }
 
 void synchronize(const Context& ctx) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "tessera/kernels/context.h"
 
@@ -25,6 +26,12 @@ struct CudaDeviceInfo {
   int64_t memory_bytes = 0;
 };
 CudaDeviceInfo cuda_device_info(int ordinal);
+
+// The dense bf16 peak FLOP/s of a CUDA device's tensor cores, found from its name ("NVIDIA
+// H200"): what MFU divides by on a GPU, in every precision, as llm.c and Megatron-LM report it.
+// Throws naming the device and the known ones where the name matches none, so MFU is never a
+// ratio to a guess.
+double cuda_dense_bf16_peak(std::string_view device_name);
 
 // Why a CUDA context cannot be made here, in one line ("this build has no CUDA backend", "no CUDA
 // device: ..."), or empty when cuda_device_count() > 0. Tests print it when they skip.
@@ -57,6 +64,9 @@ void copy_on_device(const Context& ctx, void* to, const void* from, size_t bytes
 void fill_zeros(const Context& ctx, void* p, size_t bytes);
 // Waits until the work queued on ctx's stream has finished.
 void synchronize(const Context& ctx);
+// Makes ctx's device the calling thread's current one, as a thread must before it queues work on
+// a CUDA context it did not open.
+void make_current(const Context& ctx);
 
 // An array of n elements of T on ctx's device, zeroed, freed with the object.
 template <typename T>

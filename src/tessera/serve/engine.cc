@@ -126,8 +126,8 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
       options_(options),
       metrics_(metrics),
       context_(served.config().max_seq),
-      cache_(served.config(), pool_tokens(options, served.config()), options.block_tokens,
-             options.prefix_caching) {
+      cache_(served.context(), served.config(), pool_tokens(options, served.config()),
+             options.block_tokens, options.prefix_caching) {
   check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
         options.max_running);
   check(options.max_step_tokens >= options.max_running,
@@ -135,11 +135,15 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
         options.max_step_tokens, options.max_running);
   check(options.max_queue >= 0, "the queue bound must be at least 0, not {}", options.max_queue);
   chunks_.reserve(options.max_running);
+  if (served.context().on_cuda()) {
+    host_logits_.resize(size_t(options.max_running * served.config().vocab_size));
+  }
   planned_.reserve(options.max_running);
   publish_gauges();
   // OpenMP's thread count is per thread: the engine's takes the one the model was built with.
   thread_ = std::thread([this, threads = num_threads()] {
     set_num_threads(threads);
+    kernels::make_current(served_.context());
     loop();
   });
 }
@@ -250,8 +254,9 @@ void Engine::step() {
       prefill += decodes ? p.n - 1 : p.n;
     }
     metrics_.prefill_tokens(prefill);
-    const float* logits = served_.model->decode(cache_.view(), chunks_);
     const int64_t vocab = served_.config().vocab_size;
+    const float* logits = on_host(served_.context(), served_.model->decode(cache_.view(), chunks_),
+                                  int64_t(planned_.size()) * vocab, host_logits_);
     for (size_t c = 0; c < planned_.size(); ++c) {
       Sequence& seq = *planned_[c].seq;
       cache_.advance(seq.cache_id,

@@ -165,6 +165,7 @@ class Engine {
   ServeMetrics& metrics_;
   const int64_t context_;
   PagedKvCache cache_;
+  std::vector<float> host_logits_;  // a step's logits, read back from another device
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<model::DecodeChunk> chunks_;          // of the step in progress
   std::vector<PlannedChunk> planned_;

@@ -26,15 +26,15 @@ int64_t checked_blocks(int64_t capacity_tokens, int64_t block_tokens) {
 
 }  // namespace
 
-PagedKvCache::PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
-                           int64_t block_tokens, bool prefix_caching)
+PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelConfig& config,
+                           int64_t capacity_tokens, int64_t block_tokens, bool prefix_caching)
     : layers_(config.n_layer),
       row_width_(config.kv_heads() * config.head_dim()),
       block_tokens_(block_tokens),
       num_blocks_(checked_blocks(capacity_tokens, block_tokens)),
       pool_(num_blocks_, block_tokens, prefix_caching) {
   const int64_t per_tensor = num_blocks_ * block_tokens_ * row_width_;
-  storage_.assign(2 * layers_ * per_tensor, 0.0f);
+  storage_ = kernels::DeviceArray<float>(ctx, 2 * layers_ * per_tensor);
   for (int64_t l = 0; l < layers_; ++l) {
     k_layers_.push_back(storage_.data() + 2 * l * per_tensor);
     v_layers_.push_back(storage_.data() + (2 * l + 1) * per_tensor);

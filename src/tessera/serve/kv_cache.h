@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tessera/kernels/device.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/block_pool.h"
@@ -26,9 +27,11 @@ class PagedKvCache {
  public:
   static constexpr int64_t kDefaultBlockTokens = 16;
 
-  // Room for capacity_tokens tokens in all, rounded up to whole blocks.
-  PagedKvCache(const model::ModelConfig& config, int64_t capacity_tokens,
-               int64_t block_tokens = kDefaultBlockTokens, bool prefix_caching = false);
+  // Room for capacity_tokens tokens in all, rounded up to whole blocks, in ctx's device memory
+  // (the model's).
+  PagedKvCache(const kernels::Context& ctx, const model::ModelConfig& config,
+               int64_t capacity_tokens, int64_t block_tokens = kDefaultBlockTokens,
+               bool prefix_caching = false);
 
   // Bytes one cached token takes: its keys and values in every layer.
   static int64_t bytes_per_token(const model::ModelConfig& config);
@@ -66,7 +69,7 @@ class PagedKvCache {
   int64_t blocks_used() const { return num_blocks_ - blocks_free(); }
   int64_t blocks_cached() const { return pool_.cached(); }
   bool prefix_caching() const { return pool_.prefix_caching(); }
-  int64_t bytes() const { return int64_t(storage_.size() * sizeof(float)); }
+  int64_t bytes() const { return storage_.size() * int64_t(sizeof(float)); }
 
  private:
   struct Sequence {
@@ -80,7 +83,7 @@ class PagedKvCache {
   int64_t row_offset(int64_t seq, int64_t position) const;
 
   int64_t layers_, row_width_, block_tokens_, num_blocks_;
-  std::vector<float> storage_;
+  kernels::DeviceArray<float> storage_;
   std::vector<float*> k_layers_, v_layers_;
   BlockPool pool_;
   std::unordered_map<int64_t, Sequence> sequences_;

@@ -16,7 +16,8 @@ namespace tessera::serve {
 
 namespace fs = std::filesystem;
 
-ServingFormat serving_format(const std::string& precision, const std::string& quantize) {
+ServingFormat serving_format(const std::string& precision, const std::string& quantize,
+                             const std::string& device) {
   check(precision == "f32" || precision == "bf16", "--precision must be f32 or bf16, not '{}'",
         precision);
   check(quantize == "none" || quantize == "int8", "--quantize must be none or int8, not '{}'",
@@ -24,8 +25,22 @@ ServingFormat serving_format(const std::string& precision, const std::string& qu
   check(quantize == "none" || precision == "f32",
         "--quantize int8 multiplies int8 weights with f32 activations; drop --precision {}",
         precision);
+  check(device == "cpu" || device == "cuda", "--device must be cpu or cuda, not '{}'", device);
+  check(device == "cpu" || kernels::cuda_device_count() > 0, "--device cuda, but {}",
+        kernels::cuda_unavailable_reason());
+  check(quantize == "none" || device == "cpu",
+        "--quantize int8 multiplies on the CPU only; drop --device {} or --quantize", device);
   return {model::precision_from_name(precision),
-          quantize == "int8" ? model::WeightFormat::kInt8 : model::WeightFormat::kDense};
+          quantize == "int8" ? model::WeightFormat::kInt8 : model::WeightFormat::kDense,
+          kernels::Device{kernels::device_kind_from_name(device), 0}};
+}
+
+const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,
+                     std::vector<float>& host) {
+  if (!ctx.on_cuda()) return values;
+  check(int64_t(host.size()) >= n, "on_host: {} floats do not fit a buffer of {}", n, host.size());
+  kernels::copy_to_host(ctx, host.data(), values, sizeof(float) * size_t(n));
+  return host.data();
 }
 
 std::string serving_format_name(const ServingFormat& format) {
@@ -38,8 +53,10 @@ namespace {
 // The inference model of `mc`, its chunks of one step sharing buffers of max_batch x max_seq.
 std::unique_ptr<model::Transformer> inference_model(const model::ModelConfig& mc,
                                                     int64_t max_step_tokens,
-                                                    const ServingFormat& format) {
+                                                    const ServingFormat& format,
+                                                    const kernels::Context& ctx) {
   model::ModelOptions options;
+  options.context = &ctx;
   options.precision = format.precision;
   options.weights = format.weights;
   const int64_t max_batch = std::max<int64_t>(1, (max_step_tokens + mc.max_seq - 1) / mc.max_seq);
@@ -54,7 +71,8 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
   ckpt::HfImport imported = ckpt::import_hf(dir);
   ServedModel served;
   served.step_dir = dir;
-  served.model = inference_model(imported.config, max_step_tokens, format);
+  served.device = std::make_unique<kernels::DeviceContext>(format.device);
+  served.model = inference_model(imported.config, max_step_tokens, format, served.context());
   const model::ParameterLayout imported_layout = model::model_layout(imported.config).params;
   const std::span<float> params = served.model->params();
   for (const model::ParamInfo& p : served.model->layout().entries()) {
@@ -132,7 +150,8 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     const fs::path& step_dir = served.step_dir;
     const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
     const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
-    served.model = inference_model(mc, max_step_tokens, format);
+    served.device = std::make_unique<kernels::DeviceContext>(format.device);
+    served.model = inference_model(mc, max_step_tokens, format, served.context());
     const std::span<float> params = served.model->params();
     ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
                            int64_t(params.size()), params.data());

@@ -7,19 +7,23 @@
 #include <vector>
 
 #include "tessera/data/tokenizer.h"
+#include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/chat_template.h"
 
 namespace tessera::serve {
 
-// How the served model holds its weights: f32, bf16 matmuls, or int8 weight-only matmuls.
+// Where and how the served model holds its weights: on the CPU or a CUDA device, in f32, for bf16
+// matmuls, or as int8 for weight-only matmuls (on the CPU).
 struct ServingFormat {
   model::Precision precision = model::Precision::kF32;
   model::WeightFormat weights = model::WeightFormat::kDense;
+  kernels::Device device;
 };
-// The format of the --precision (f32, bf16) and --quantize (none, int8) flags; throws naming the
-// flag at fault.
-ServingFormat serving_format(const std::string& precision, const std::string& quantize);
+// The format of the --precision (f32, bf16), --quantize (none, int8) and --device (cpu, cuda)
+// flags; throws naming the flag at fault.
+ServingFormat serving_format(const std::string& precision, const std::string& quantize,
+                             const std::string& device = "cpu");
 std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" or "int8"
 
 // A checkpoint made ready to answer requests: the inference model built for chunks of up to
@@ -27,6 +31,8 @@ std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" 
 // tokenizer the run trained with.
 struct ServedModel {
   std::filesystem::path step_dir;
+  // Where the model computes (null: the CPU); declared first so that it outlives the model.
+  std::unique_ptr<kernels::DeviceContext> device;
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<data::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
@@ -37,10 +43,18 @@ struct ServedModel {
   std::vector<int32_t> stop_tokens;
 
   const model::ModelConfig& config() const { return model->config(); }
+  const kernels::Context& context() const {
+    return device != nullptr ? device->context() : kernels::kCpuContext;
+  }
   const ChatTemplate* chat_template_or_null() const {
     return chat_template ? &*chat_template : nullptr;
   }
 };
+
+// The first n floats at `values`, which the model returned, readable on the host: `values` on the
+// CPU, else copied from ctx's device into `host`, which holds at least n.
+const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,
+                     std::vector<float>& host);
 
 // checkpoint: a run directory, its checkpoints/ folder, one step directory, or a Hugging Face
 // model folder (GPT-2, Llama, Mixtral; with its tokenizer when it holds one). A non-empty

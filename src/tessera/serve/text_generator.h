@@ -34,6 +34,7 @@ class TextGenerator {
  private:
   ServedModel served_;
   PagedKvCache cache_;
+  std::vector<float> host_logits_;  // the next token's logits, read back from another device
 };
 
 }  // namespace tessera::serve

@@ -7,14 +7,15 @@
 
 namespace tessera::train {
 
-AdamW::AdamW(const model::ParameterLayout& layout, const TrainConfig& config, int64_t begin,
-             int64_t end)
-    : layout_(layout),
+AdamW::AdamW(const kernels::Context& ctx, const model::ParameterLayout& layout,
+             const TrainConfig& config, int64_t begin, int64_t end)
+    : ctx_(ctx),
+      layout_(layout),
       config_(config),
       begin_(begin),
       end_(end),
-      m_(size_t(end - begin)),
-      v_(size_t(end - begin)) {
+      m_(ctx, end - begin),
+      v_(ctx, end - begin) {
   check(0 <= begin && begin <= end && end <= layout.total(),
         "optimizer range [{}, {}) outside the {} parameters", begin, end, layout.total());
 }
@@ -37,7 +38,7 @@ void AdamW::update(int64_t first, int64_t n, float* params, const float* grads, 
                                   config_.eps,
                                   it->decay ? config_.weight_decay : 0.0,
                                   steps_taken_};
-    kernels::adamw_update<float>(kernels::kCpuContext, params + (lo - first), grads + (lo - first),
+    kernels::adamw_update<float>(ctx_, params + (lo - first), grads + (lo - first),
                                  m_.data() + (lo - begin_), v_.data() + (lo - begin_), hi - lo, hp);
   }
 }

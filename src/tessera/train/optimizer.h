@@ -3,6 +3,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/kernels/device.h"
 #include "tessera/model/parameters.h"
 #include "tessera/train/run_config.h"
 
@@ -13,8 +14,9 @@ namespace tessera::train {
 // parameter for it.
 class AdamW {
  public:
-  AdamW(const model::ParameterLayout& layout, const TrainConfig& config, int64_t begin,
-        int64_t end);
+  // The moments live on ctx's device, as the parameters and gradients it updates.
+  AdamW(const kernels::Context& ctx, const model::ParameterLayout& layout,
+        const TrainConfig& config, int64_t begin, int64_t end);
 
   // Starts a step; the updates that follow use its bias correction.
   void begin_step() { ++steps_taken_; }
@@ -25,14 +27,15 @@ class AdamW {
   void set_steps_taken(int64_t n) { steps_taken_ = n; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
-  std::span<float> m() { return m_; }
-  std::span<float> v() { return v_; }
+  std::span<float> m() { return {m_.data(), size_t(m_.size())}; }
+  std::span<float> v() { return {v_.data(), size_t(v_.size())}; }
 
  private:
+  const kernels::Context& ctx_;
   const model::ParameterLayout& layout_;
   TrainConfig config_;
   int64_t begin_, end_;
-  std::vector<float> m_, v_;
+  kernels::DeviceArray<float> m_, v_;
   int64_t steps_taken_ = 0;
 };
 

@@ -42,6 +42,9 @@ std::vector<ConfigKey> run_config_schema() {
       {"train.loss_scale_growth_interval", T::kInt, "1000", false,
        "f16: overflow-free steps before the loss scale doubles"},
       {"train.seed", T::kInt, "1337", false, "seed for initialization and data order"},
+      {"train.device", T::kString, "cpu", false,
+       "\"cpu\" or \"cuda\": where the model and its training state live (CUDA: each rank takes "
+       "device local-rank mod the devices it sees)"},
       {"train.threads", T::kInt, "0", false, "CPU threads; 0 uses all cores"},
       {"train.eval_every", T::kInt, "100", false, "steps between validation runs; 0 disables"},
       {"train.eval_batches", T::kInt, "8", false, "batches per validation run"},
@@ -54,7 +57,8 @@ std::vector<ConfigKey> run_config_schema() {
       {"train.loss_spike_factor", T::kFloat, "0", false,
        "skip a step whose loss exceeds this multiple of its running mean; 0 disables"},
       {"train.peak_flops", T::kFloat, "0", false,
-       "peak FLOP/s of one rank's device, which MFU divides by; 0 measures the CPU's at start-up"},
+       "peak FLOP/s of one rank's device, which MFU divides by; 0 measures the CPU's at start-up "
+       "or takes a CUDA device's dense peak from its name"},
       {"data.path", T::kPath, "", false,
        "training data: a prepared dataset folder, or a text file or folder of text files"},
       {"data.tokenizer", T::kPath, "", false,
@@ -208,6 +212,10 @@ RunConfig run_config_from(const Config& config) {
   t.grad_clip = config.get_float("train.grad_clip");
   check(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
   t.precision = model::precision_from_name(config.get_string("train.precision"));
+  const std::string device = config.get_string("train.device");
+  check(device == "cpu" || device == "cuda", "train.device must be \"cpu\" or \"cuda\", got \"{}\"",
+        device);
+  t.device = kernels::device_kind_from_name(device);
   t.recompute = model::recompute_from_name(config.get_string("train.recompute"));
   t.zero = int_at_least(config, "train.zero", 0);
   check(t.zero <= 3, "train.zero must be 0, 1, 2 or 3, got {}", t.zero);

@@ -7,6 +7,7 @@
 
 #include "tessera/core/config.h"
 #include "tessera/dist/mesh_shape.h"
+#include "tessera/kernels/context.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 #include "tessera/train/divergence_guard.h"
@@ -32,11 +33,12 @@ struct TrainConfig {
   double loss_scale = 65536;  // f16 only: the initial dynamic loss scale
   int64_t loss_scale_growth_interval = 1000;
   int64_t seed = 1337;
+  kernels::DeviceKind device = kernels::DeviceKind::kCpu;
   int64_t threads = 0;  // 0 = all cores
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
   int64_t log_every = 10;
-  double peak_flops = 0;  // of one rank's device, for MFU; 0 measures the CPU's at start-up
+  double peak_flops = 0;  // of one rank's device, for MFU; 0: measured (CPU) or looked up (CUDA)
 };
 
 struct DataConfig {

@@ -8,7 +8,9 @@
 
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/error.h"
+#include "tessera/dist/device_communicator.h"
 #include "tessera/dist/rank_memory.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::train {
@@ -28,11 +30,24 @@ TrainState::Group& TrainState::Stage::group_of(int64_t unit) {
   return groups.size() > 1 && unit > int64_t(layout.blocks.size()) ? groups[1] : groups[0];
 }
 
-TrainState::TrainState(const model::ModelConfig& config, const TrainConfig& train,
-                       const dist::Mesh& mesh, const model::Sharding& sharding,
-                       int64_t bucket_bytes, std::span<const int64_t> boundaries)
-    : config_(config), mesh_(mesh), zero_(int(train.zero)), scaled_(ZeroShards::kChunk) {
+TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& config,
+                       const TrainConfig& train, const dist::Mesh& mesh,
+                       const model::Sharding& sharding, int64_t bucket_bytes,
+                       std::span<const int64_t> boundaries)
+    : ctx_(ctx),
+      config_(config),
+      mesh_(mesh),
+      zero_(int(train.zero)),
+      scaled_(ctx, ZeroShards::kChunk) {
   const dist::MeshShape& shape = mesh.shape();
+  if (ctx.on_cuda()) {
+    check(shape.tp == 1 && shape.pp == 1 && shape.ep == 1 && !config.is_moe(),
+          "train.device = cuda trains a dense model over data-parallel ranks (mesh.dp): tensor, "
+          "pipeline and expert parallelism (mesh.tp {}, mesh.pp {}, mesh.ep {}) and mixtures of "
+          "experts run on the CPU",
+          shape.tp, shape.pp, shape.ep);
+    device_dp_ = dist::device_communicator(mesh.dp(), ctx);
+  }
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
   } else {
@@ -54,15 +69,16 @@ TrainState::TrainState(const model::ModelConfig& config, const TrainConfig& trai
                    dist::Communicator* across, int group_rank) {
       Group g;
       g.name = std::move(name);
-      g.shards = std::make_unique<ZeroShards>(st.layout, units.first, units.second, zero_,
+      g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.second, zero_,
                                               train.precision, group, bucket_bytes);
-      g.adam = std::make_unique<AdamW>(st.layout.params, train, g.shards->owned_begin(),
+      g.adam = std::make_unique<AdamW>(ctx, st.layout.params, train, g.shards->owned_begin(),
                                        g.shards->owned_end());
       g.across = across;
       g.writes = zero_ >= 1 || group_rank == 0;
       st.groups.push_back(std::move(g));
     };
-    add("dense", dense_units(blocks), mesh.dp(), nullptr, mesh.coords().dp);
+    add("dense", dense_units(blocks), device_dp_ != nullptr ? *device_dp_ : mesh.dp(), nullptr,
+        mesh.coords().dp);
     if (st.layout.has_experts()) {
       add("experts", expert_units(blocks), mesh.expert_dp(), &mesh.ep(),
           int(mesh.coords().dp / shape.ep));
@@ -95,7 +111,9 @@ void TrainState::init(uint64_t seed) {
   for (auto& s : stages_) {
     for (Group& g : s->groups) {
       const int64_t b = g.shards->owned_begin(), e = g.shards->owned_end();
-      model::initial_parameters(s->layout, seed, b, e, g.shards->master(b));
+      std::vector<float>& values = host_values(e - b);
+      model::initial_parameters(s->layout, seed, b, e, values.data());
+      k::copy_to_device(ctx_, g.shards->master(b), values.data(), sizeof(float) * (e - b));
       g.shards->publish();
     }
   }
@@ -106,13 +124,15 @@ void TrainState::load(const std::filesystem::path& step_dir, bool with_optimizer
     for (Group& g : s->groups) {
       const int64_t b = g.shards->owned_begin(), e = g.shards->owned_end();
       const model::ParameterLayout& params = s->layout.params;
-      ckpt::read_state_range(step_dir, config_, params, ckpt::StatePart::kParams, b, e,
-                             g.shards->master(b));
+      std::vector<float>& values = host_values(e - b);
+      auto read = [&](ckpt::StatePart part, float* to) {
+        ckpt::read_state_range(step_dir, config_, params, part, b, e, values.data());
+        k::copy_to_device(ctx_, to, values.data(), sizeof(float) * (e - b));
+      };
+      read(ckpt::StatePart::kParams, g.shards->master(b));
       if (with_optimizer) {
-        ckpt::read_state_range(step_dir, config_, params, ckpt::StatePart::kAdamM, b, e,
-                               g.adam->m().data());
-        ckpt::read_state_range(step_dir, config_, params, ckpt::StatePart::kAdamV, b, e,
-                               g.adam->v().data());
+        read(ckpt::StatePart::kAdamM, g.adam->m().data());
+        read(ckpt::StatePart::kAdamV, g.adam->v().data());
       }
       g.shards->publish();
     }
@@ -130,6 +150,27 @@ std::string TrainState::piece_name(int rank, int stage, const std::string& group
 }
 
 std::vector<NamedTensor> TrainState::checkpoint_tensors() {
+  std::vector<NamedTensor> out = device_checkpoint_tensors();
+  if (!ctx_.on_cuda()) return out;
+  // The writers read host memory: another device's state is copied into host mirrors, made at the
+  // first save and reused.
+  host_mirrors_.resize(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    Tensor& t = out[i].tensor;
+    std::vector<float>& mirror = host_mirrors_[i];
+    mirror.resize(size_t(t.shape.numel()));
+    k::copy_to_host(ctx_, mirror.data(), t.data, t.nbytes());
+    t.data = mirror.data();
+  }
+  return out;
+}
+
+std::vector<float>& TrainState::host_values(int64_t n) {
+  if (int64_t(host_values_.size()) < n) host_values_.resize(size_t(n));
+  return host_values_;
+}
+
+std::vector<NamedTensor> TrainState::device_checkpoint_tensors() {
   std::vector<NamedTensor> out;
   if (saves_by_name(mesh_.shape(), zero_)) {
     if (mesh_.world().rank() != 0) return out;
@@ -236,7 +277,7 @@ bool TrainState::gradients_finite() {
       for (int64_t b = g.shards->owned_begin(); b < g.shards->owned_end() && bad == 0;
            b += ZeroShards::kChunk) {
         const int64_t n = std::min(ZeroShards::kChunk, g.shards->owned_end() - b);
-        if (!k::all_finite(k::kCpuContext, g.shards->gradient_chunk(b, n), n)) bad = 1;
+        if (!k::all_finite(ctx_, g.shards->gradient_chunk(b, n), n)) bad = 1;
       }
     }
   }
@@ -252,12 +293,12 @@ double TrainState::owned_square_sum(const Stage& s, Group& g) {
   for (int64_t b = lo; b < hi; b += ZeroShards::kChunk) {
     const int64_t n = std::min(ZeroShards::kChunk, hi - b);
     const float* chunk = g.shards->gradient_chunk(b, n);
-    sum += k::sum_squares<float>(k::kCpuContext, chunk, n);
+    sum += k::sum_squares<float>(ctx_, chunk, n);
     for (const Copies& c : s.copies) {
       const int64_t from = std::max(b, c.begin), to = std::min(b + n, c.end);
       if (from >= to) continue;
       sum -= (1.0 - 1.0 / double(c.copies)) *
-             k::sum_squares<float>(k::kCpuContext, chunk + (from - b), to - from);
+             k::sum_squares<float>(ctx_, chunk + (from - b), to - from);
     }
   }
   return sum;
@@ -287,8 +328,8 @@ void TrainState::update(double lr, float grad_multiplier) {
         const int64_t n = std::min(ZeroShards::kChunk, hi - b);
         const float* grad = g.shards->gradient_chunk(b, n);
         if (grad_multiplier != 1.0f) {
-          std::memcpy(scaled_.data(), grad, sizeof(float) * n);
-          k::scale(k::kCpuContext, scaled_.data(), grad_multiplier, n);
+          k::copy_on_device(ctx_, scaled_.data(), grad, sizeof(float) * n);
+          k::scale(ctx_, scaled_.data(), grad_multiplier, n);
           grad = scaled_.data();
         }
         g.adam->update(b, n, g.shards->master(b), grad, lr);

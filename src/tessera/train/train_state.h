@@ -11,6 +11,7 @@
 #include "tessera/core/tensor.h"
 #include "tessera/dist/mesh.h"
 #include "tessera/dist/zero_shards.h"
+#include "tessera/kernels/device.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/parameter_store.h"
 #include "tessera/train/optimizer.h"
@@ -36,9 +37,11 @@ class TrainState {
  public:
   // `boundaries`: the first block of each pipeline stage and, last, n_layer (stage_boundaries);
   // empty: one stage of every block. The stages of this rank are those of its pp coordinate.
-  TrainState(const model::ModelConfig& config, const TrainConfig& train, const dist::Mesh& mesh,
-             const model::Sharding& sharding, int64_t bucket_bytes,
-             std::span<const int64_t> boundaries = {});
+  // The state lives on ctx's device; on a CUDA device its data-parallel collectives go through
+  // NCCL.
+  TrainState(const kernels::Context& ctx, const model::ModelConfig& config,
+             const TrainConfig& train, const dist::Mesh& mesh, const model::Sharding& sharding,
+             int64_t bucket_bytes, std::span<const int64_t> boundaries = {});
 
   int stages() const { return int(stages_.size()); }
   // The pipeline's split: each stage's first block, then n_layer.
@@ -51,8 +54,9 @@ class TrainState {
   void init(uint64_t seed);
   // Reads parameters (and, when asked, the AdamW moments) written by any layout.
   void load(const std::filesystem::path& step_dir, bool with_optimizer);
-  // What this rank saves (nothing when another rank saves its slice), and the manifest metadata
-  // that places every rank's pieces ("placed"), or null when rank 0 saves every tensor by name.
+  // What this rank saves (nothing when another rank saves its slice), in host memory, and the
+  // manifest metadata that places every rank's pieces ("placed"), or null when rank 0 saves every
+  // tensor by name.
   std::vector<NamedTensor> checkpoint_tensors();
   nlohmann::json checkpoint_layout() const;
 
@@ -101,15 +105,23 @@ class TrainState {
     void gradients_done(int64_t unit) override { group_of(unit).shards->gradients_done(unit); }
   };
   double owned_square_sum(const Stage& s, Group& g);
+  // checkpoint_tensors' tensors where the state lives.
+  std::vector<NamedTensor> device_checkpoint_tensors();
+  // A host buffer of at least n floats, for values on their way to the device.
+  std::vector<float>& host_values(int64_t n);
   std::string piece_name(int rank, int stage, const std::string& group) const;
 
+  const kernels::Context& ctx_;
   model::ModelConfig config_;
   const dist::Mesh& mesh_;
+  std::unique_ptr<dist::Communicator> device_dp_;  // mesh.dp() over device memory (NCCL)
   int zero_;
   std::vector<int64_t> boundaries_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::unique_ptr<dist::Communicator> tied_;  // the first and last pipeline ranks
-  std::vector<float> scaled_;                 // a gradient chunk times the update's multiplier
+  kernels::DeviceArray<float> scaled_;        // a gradient chunk times the update's multiplier
+  std::vector<float> host_values_;
+  std::vector<std::vector<float>> host_mirrors_;  // checkpoint_tensors' copies of device state
 };
 
 }  // namespace tessera::train

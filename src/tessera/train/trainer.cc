@@ -24,6 +24,7 @@
 #include "tessera/dist/pipeline_simulator.h"
 #include "tessera/dist/pipeline_stages.h"
 #include "tessera/dist/zero_memory.h"
+#include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/peak_flops.h"
@@ -166,12 +167,27 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const dist::Sta
   return memory;
 }
 
-// The peak FLOP/s that MFU divides by, over all ranks: train.peak_flops per rank when given,
-// else each rank's CPU measured now.
-std::pair<double, std::string> job_peak_flops(const TrainConfig& tc, dist::Communicator& world) {
+// The device this rank trains on: the CPU, or its local rank's CUDA device among those it sees.
+kernels::Device train_device(const TrainConfig& tc) {
+  if (tc.device == kernels::DeviceKind::kCpu) return {};
+  const int devices = kernels::cuda_device_count();
+  check(devices > 0, "train.device = cuda, but {}", kernels::cuda_unavailable_reason());
+  return {kernels::DeviceKind::kCuda, dist::local_rank() % devices};
+}
+
+// The peak FLOP/s that MFU divides by, over all ranks: train.peak_flops per rank when given, else
+// a CUDA device's dense bf16 peak, else each rank's CPU measured now.
+std::pair<double, std::string> job_peak_flops(const TrainConfig& tc, const kernels::Device& device,
+                                              dist::Communicator& world) {
   if (tc.peak_flops > 0) {
     return {tc.peak_flops * world.size(),
             fmt::format("train.peak_flops = {:.4g} FLOP/s per rank", tc.peak_flops)};
+  }
+  if (device.kind == kernels::DeviceKind::kCuda) {
+    const std::string name = kernels::cuda_device_info(device.ordinal).name;
+    const double peak = kernels::cuda_dense_bf16_peak(name);
+    return {peak * world.size(),
+            fmt::format("{}: dense bf16 peak {:.0f} TFLOP/s per rank", name, peak / 1e12)};
   }
   std::optional<kernels::LowPrecision> low;
   if (tc.precision != model::Precision::kF32) low = model::low_precision_of(tc.precision);
@@ -298,6 +314,7 @@ class Run {
   const int64_t local_batch_;
   data::Dataset dataset_;
   dist::ModelGroups groups_;
+  const kernels::DeviceContext device_;  // where the model and the training state live
   TrainState state_;
   const dist::PipelineTable table_;  // one rank's plain sequence of micro-batches without pp
   dist::StageModels models_;         // this rank's stages
@@ -355,6 +372,7 @@ std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& 
   // Every rank finds a mesh that does not fit the job here, before rank 0 alone starts writing,
   // so that each says why before the launcher stops it.
   dist::check_mesh(rc.mesh, dist::world().size());
+  train_device(rc.train);  // a device this rank cannot use is refused before anything is written
   check(rc.mesh.pp == 1 || rc.train.zero <= 1,
         "mesh.pp = {} with train.zero = {}: a pipeline combines with ZeRO-0 or ZeRO-1 only. ZeRO-2 "
         "would reduce-scatter the gradients after every micro-batch's backward on every stage, "
@@ -391,13 +409,17 @@ Run::Run(const Config& config, const fs::path& out_dir)
       local_batch_(tc_.batch_size / dp_.size()),
       dataset_(open_data(rc_, out_dir, world_)),
       groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
-      state_(rc_.model, tc_, mesh_, groups_.parallel().sharding,
+      device_(train_device(tc_)),
+      state_(device_.context(), rc_.model, tc_, mesh_, groups_.parallel().sharding,
              int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
       table_(dist::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
-      models_(dist::build_stage_models(
-          rc_.model, table_, mesh_.coords().pp, state_.boundaries(), local_batch_, tc_.seq_len,
-          {.precision = tc_.precision, .recompute = tc_.recompute, .parallel = &groups_.parallel()},
-          stage_stores(state_))),
+      models_(dist::build_stage_models(rc_.model, table_, mesh_.coords().pp, state_.boundaries(),
+                                       local_batch_, tc_.seq_len,
+                                       {.context = &device_.context(),
+                                        .precision = tc_.precision,
+                                        .recompute = tc_.recompute,
+                                        .parallel = &groups_.parallel()},
+                                       stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
       guard_(rc_.guard),
@@ -760,7 +782,7 @@ std::pair<double, double> Run::evaluate(int64_t step) {
 // Every rank keeps the metrics (it may serve them); rank 0 also writes metrics.jsonl.
 void Run::start_metrics(const std::vector<RankMemoryBytes>& memory) {
   const model::ModelConfig& m = rc_.model;
-  const auto [peak, peak_source] = job_peak_flops(tc_, world_);
+  const auto [peak, peak_source] = job_peak_flops(tc_, device_.context().device, world_);
   const model::FlopsPerToken flops = model::flops_per_token(m, tc_.seq_len, tc_.recompute);
   RunDescription run{.name = out_dir_.filename().string(),
                      .model = fmt::format("{}, {} layers, d_model {}, {:.2f}M parameters",

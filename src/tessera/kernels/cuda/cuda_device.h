@@ -24,5 +24,6 @@ enum class Copy { kToDevice, kToHost, kOnDevice };
 void copy(const Context& ctx, void* to, const void* from, size_t bytes, Copy kind);
 void fill_zeros(const Context& ctx, void* p, size_t bytes);
 void synchronize(const Context& ctx);
+void make_current(const Context& ctx);
 
 }  // namespace tessera::kernels::cuda

@@ -118,6 +118,10 @@ void fill_zeros(const Context& ctx, void* p, size_t bytes) {
   if (bytes != 0) check_cuda(cudaMemsetAsync(p, 0, bytes, stream_of(ctx)), "cudaMemsetAsync");
 }
 
+void make_current(const Context& ctx) {
+  check_cuda(cudaSetDevice(ctx.device.ordinal), "cudaSetDevice");
+}
+
 void synchronize(const Context& ctx) {
   check_cuda(cudaStreamSynchronize(stream_of(ctx)), "cudaStreamSynchronize");
 }
