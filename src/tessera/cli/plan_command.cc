@@ -265,7 +265,7 @@ int run_calibrate(const PlanInputs& in, int64_t data_parallel) {
         "train.batch_size ({}) must be divisible by mesh.dp ({})", in.train.batch_size,
         data_parallel);
   const plan::StepShape step{in.train.batch_size / data_parallel, in.train.seq_len,
-                             in.train.recompute};
+                             in.train.recompute, in.train.precision};
   const plan::MachineRates rates = plan::measure_machine(in.model, step, world);
   const plan::StepPrediction p = plan::predict_step(in.model, step, rates);
   if (world.rank() != 0) return 0;
@@ -282,11 +282,17 @@ int run_calibrate(const PlanInputs& in, int64_t data_parallel) {
   }
   std::printf("  attention forward %.1f GFLOP/s, backward %.1f GFLOP/s\n",
               rates.attention_forward_flops / 1e9, rates.attention_backward_flops / 1e9);
+  const std::string precision(model::precision_name(step.precision));
+  if (step.precision != model::Precision::kF32) {
+    std::printf("  %s casts: narrow %.2f G elements/s, widen %.2f G elements/s\n",
+                precision.c_str(), rates.narrow_rate / 1e9, rates.widen_rate / 1e9);
+  }
   std::printf(
-      "predicted training step (batch %lld x %lld, f32): %.3f s = matmuls %.3f + attention %.3f "
-      "+ memory-bound %.3f + optimizer %.3f + communication %.3f\n",
-      static_cast<long long>(step.batch), static_cast<long long>(step.seq), p.total_s, p.matmul_s,
-      p.attention_s, p.memory_bound_s, p.optimizer_s, p.communication_s);
+      "predicted training step (batch %lld x %lld, %s): %.3f s = matmuls %.3f + attention %.3f "
+      "+ memory-bound %.3f + casts %.3f + optimizer %.3f + communication %.3f\n",
+      static_cast<long long>(step.batch), static_cast<long long>(step.seq), precision.c_str(),
+      p.total_s, p.matmul_s, p.attention_s, p.memory_bound_s, p.casts_s, p.optimizer_s,
+      p.communication_s);
   return 0;
 }
 

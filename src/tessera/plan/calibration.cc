@@ -1,22 +1,19 @@
 #include "tessera/plan/calibration.h"
 
-#include <fmt/format.h>
-#include <time.h>
-
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <vector>
 
 #include "tessera/core/error.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
+#include "tessera/dist/zero_shards.h"
+#include "tessera/kernels/device.h"
+#include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
-#include "tessera/model/block_spec.h"
-#include "tessera/model/model_layout.h"
+#include "tessera/plan/kernel_timer.h"
 
 namespace tessera::plan {
 
@@ -36,66 +33,13 @@ constexpr int64_t kMinMeasuredRows = 1024;
 constexpr int64_t kMinMeasuredSum = 2048;
 // Element-wise kernels are timed over at most this many elements, which stay in cache.
 constexpr int64_t kMaxSampleElements = int64_t{1} << 22;
-// Bandwidths from DRAM, AdamW and gradient zeroing are timed over arrays of this many floats:
-// 64 MiB each, past the caches.
+// Bandwidths from DRAM, AdamW, gradient zeroing and casts are timed over arrays of this many
+// elements: 64 MiB of floats each, past the caches.
 constexpr int64_t kDramSample = int64_t{1} << 24;
 // The trainer's default gradient bucket (dist.bucket_mb).
-constexpr int64_t kAllReduceFloats = int64_t{1} << 20;
-// Every call runs once to warm up, then kRounds times twice (the second run finds its operands
-// in cache), or once for calls that stream from DRAM anyway.
-constexpr int kRounds = 3;
+constexpr int64_t kAllReduceBytes = int64_t{4} << 20;
 
 bool is_gpt2(const ModelConfig& c) { return c.arch == model::Architecture::kGpt2; }
-
-double cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// Times calls in interleaved rounds, so that a slow spell of a shared machine spoils one round
-// rather than all of a call's runs. A call's time is its fastest run. A kernel's run counts the
-// lesser of its wall time and the process's CPU time: when another process takes the core from
-// a one-thread run, its wall time stretches but its CPU time does not (with more threads the CPU
-// time exceeds the wall time). Communication counts wall time: waiting for a peer takes no CPU.
-class KernelTimer {
- public:
-  enum class Work { kInCache, kFromDram, kCommunication };
-  // Returns the call's id for seconds().
-  size_t add(std::function<void()> call, Work work = Work::kInCache) {
-    calls_.push_back({std::move(call), work});
-    best_.push_back(std::numeric_limits<double>::infinity());
-    return calls_.size() - 1;
-  }
-
-  void run_rounds() {
-    for (const Call& c : calls_) c.run();
-    for (int round = 0; round < kRounds; ++round) {
-      for (size_t i = 0; i < calls_.size(); ++i) {
-        const Call& c = calls_[i];
-        for (int run = 0; run < (c.work == Work::kFromDram ? 1 : 2); ++run) {
-          const double cpu0 = cpu_seconds();
-          const auto wall0 = std::chrono::steady_clock::now();
-          c.run();
-          const double wall =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-          const double cpu = c.work == Work::kCommunication ? wall : cpu_seconds() - cpu0;
-          best_[i] = std::min({best_[i], wall, cpu});
-        }
-      }
-    }
-  }
-
-  double seconds(size_t id) const { return best_[id]; }
-
- private:
-  struct Call {
-    std::function<void()> run;
-    Work work;
-  };
-  std::vector<Call> calls_;
-  std::vector<double> best_;
-};
 
 // Turns the timer's results into rates once the rounds have run.
 using RatesFrom = std::function<void(const KernelTimer&, MachineRates&)>;
@@ -116,29 +60,6 @@ int64_t sample_rows(int64_t rows, int64_t row_elements) {
   return std::clamp<int64_t>(kMaxSampleElements / row_elements, 1, rows);
 }
 
-struct Linear {
-  int64_t in, out;
-  bool bias;
-};
-
-// The linear layers of one block, in forward order.
-std::vector<Linear> block_linears(const ModelConfig& c) {
-  std::vector<Linear> linears;
-  for (const model::Part& p : model::block_spec(c).parts) {
-    if (p.kind == model::PartKind::kLinear) linears.push_back({p.in, p.out, p.bias});
-  }
-  return linears;
-}
-
-// The gemms of kernels::linear_forward and linear_backward.
-GemmShape forward_gemm(const Linear& l, int64_t N) { return {false, true, N, l.out, l.in, l.bias}; }
-GemmShape input_grad_gemm(const Linear& l, int64_t N) {
-  return {false, false, N, l.in, l.out, false};
-}
-GemmShape weight_grad_gemm(const Linear& l, int64_t N) {
-  return {true, false, l.out, l.in, N, true};
-}
-
 GemmShape measured_shape(GemmShape s) {
   std::array<int64_t*, 3> dims = {&s.m, &s.n, &s.k};
   std::sort(dims.begin(), dims.end(), [](int64_t* a, int64_t* b) { return *a > *b; });
@@ -151,6 +72,11 @@ GemmShape measured_shape(GemmShape s) {
   return s;
 }
 
+// Each gemm shape in its operands' format: kernels::gemm in f32, kernels::gemm_low in bf16 or f16.
+// A gemm that accumulates reads C, which a step finds in DRAM (the bias broadcast into it, or the
+// gradient it adds to, left the cache long before), and oneDNN's bf16 kernels read it slowly
+// enough to lose a third of their speed: such gemms take their output in turn from an array
+// larger than the caches. A and B stay in cache, as the other gemms' operands do.
 RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTimer& timer) {
   std::map<GemmShape, GemmShape> measured;
   int64_t a_size = 0, b_size = 0, c_size = 0;
@@ -163,16 +89,40 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
   }
   struct Buffers {
     std::vector<float> a, b, c;
+    std::vector<uint16_t> a_low, b_low;
+    int64_t next_c = 0;  // where the next accumulating gemm's output starts in c
   };
-  auto buffers = std::make_shared<Buffers>(
-      Buffers{random_values(a_size, 1), random_values(b_size, 2), random_values(c_size, 3)});
+  auto buffers = std::make_shared<Buffers>();
+  buffers->a = random_values(a_size, 1);
+  buffers->b = random_values(b_size, 2);
+  buffers->c.assign(size_t(std::max(kDramSample, 2 * c_size)), 0.5f);
+  if (step.precision != model::Precision::kF32) {
+    const k::LowPrecision low = model::low_precision_of(step.precision);
+    buffers->a_low.resize(buffers->a.size());
+    buffers->b_low.resize(buffers->b.size());
+    k::cast_to_low(k::kCpuContext, buffers->a.data(), buffers->a_low.data(), a_size, low);
+    k::cast_to_low(k::kCpuContext, buffers->b.data(), buffers->b_low.data(), b_size, low);
+  }
   std::map<GemmShape, size_t> ids;
   for (const auto& [shape, m] : measured) {
     ids[shape] = timer.add([buffers, m] {
+      float* c = buffers->c.data();
+      if (m.accumulate) {
+        int64_t& next = buffers->next_c;
+        if (next + m.m * m.n > int64_t(buffers->c.size())) next = 0;
+        c += next;
+        next += m.m * m.n;
+      }
       const int64_t lda = m.trans_a ? m.m : m.k, ldb = m.trans_b ? m.k : m.n;
-      k::gemm<float>(k::kCpuContext, m.trans_a, m.trans_b, m.m, m.n, m.k, 1.0f, buffers->a.data(),
-                     lda, buffers->b.data(), ldb, m.accumulate ? 1.0f : 0.0f, buffers->c.data(),
-                     m.n);
+      const float beta = m.accumulate ? 1.0f : 0.0f;
+      if (m.operands == model::Precision::kF32) {
+        k::gemm<float>(k::kCpuContext, m.trans_a, m.trans_b, m.m, m.n, m.k, 1.0f, buffers->a.data(),
+                       lda, buffers->b.data(), ldb, beta, c, m.n);
+      } else {
+        k::gemm_low(k::kCpuContext, m.trans_a, m.trans_b, m.m, m.n, m.k, 1.0f,
+                    buffers->a_low.data(), lda, buffers->b_low.data(), ldb, beta, c, m.n,
+                    model::low_precision_of(m.operands));
+      }
     });
   }
   return [measured, ids](const KernelTimer& t, MachineRates& rates) {
@@ -180,6 +130,14 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
       rates.gemm_flops[shape] = m.flops() / t.seconds(ids.at(shape));
     }
   };
+}
+
+// Bytes a timed gemm found in cache that the step's call fetches from DRAM: A and B, and C unless
+// the gemm accumulates, when its timing read C from DRAM already.
+double gemm_bytes_from_dram(const GemmShape& s) {
+  const double operand = s.operands == model::Precision::kF32 ? kFloat : 2;
+  const double c = s.accumulate ? 0 : kFloat * double(s.m) * double(s.n);
+  return operand * (double(s.m) * double(s.k) + double(s.k) * double(s.n)) + c;
 }
 
 // Attention is timed on the fewest sequences that give every thread a (sequence, head) task:
@@ -226,7 +184,8 @@ RatesFrom time_mlp_activation(const ModelConfig& c, const StepShape& step, Kerne
   b->act.resize(n);
   b->d_act = random_values(n, 7);
   size_t forward, backward;
-  if (is_gpt2(c)) {
+  // A mixture of experts' experts are SwiGLU MLPs whatever the architecture.
+  if (is_gpt2(c) && !c.is_moe()) {
     forward = timer.add([=] { k::gelu_forward(k::kCpuContext, b->pre.data(), b->act.data(), n); });
     backward = timer.add([=] {
       k::gelu_backward(k::kCpuContext, b->d_act.data(), b->pre.data(), b->d_pre.data(), n);
@@ -277,7 +236,8 @@ RatesFrom time_loss(const ModelConfig& c, const StepShape& step, KernelTimer& ti
 }
 
 // kernels::add over arrays that stay in cache, and over arrays larger than the caches along with
-// AdamW and std::fill. Constant values: these kernels take the same time whatever the numbers.
+// AdamW and the gradient clearing. Constant values: these kernels take the same time whatever the
+// numbers.
 RatesFrom time_bandwidths(KernelTimer& timer) {
   constexpr int64_t n_cached = kMaxSampleElements / 4;
   struct Buffers {
@@ -299,7 +259,8 @@ RatesFrom time_bandwidths(KernelTimer& timer) {
                         kDramSample, hyper);
       },
       dram);
-  const size_t zeroing = timer.add([=] { std::fill(b->v.begin(), b->v.end(), 0.0f); }, dram);
+  const size_t zeroing = timer.add(
+      [=] { k::fill_zeros(k::kCpuContext, b->v.data(), sizeof(float) * b->v.size()); }, dram);
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.cache_bandwidth = 3 * kFloat * double(n_cached) / t.seconds(cached);
     rates.activation_bandwidth = 3 * kFloat * double(kDramSample) / t.seconds(streaming);
@@ -308,86 +269,71 @@ RatesFrom time_bandwidths(KernelTimer& timer) {
   };
 }
 
-double allreduce_bandwidth(dist::Communicator& dp) {
-  std::vector<float> bucket = random_values(kAllReduceFloats, 14);
+// Low precision: both casts over arrays larger than the caches, and in bf16 the gradient sums,
+// chunk by chunk through an f32 chunk that stays in cache, as dist::ZeroShards adds a unit's
+// gradients into them. Narrowing runs several times faster on data in cache than on data from
+// DRAM, so the sums cost half of what their casts and add would from DRAM.
+RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
+  if (step.precision == model::Precision::kF32) return [](const KernelTimer&, MachineRates&) {};
+  const k::LowPrecision low = model::low_precision_of(step.precision);
+  constexpr int64_t kChunk = dist::ZeroShards::kChunk;
+  struct Buffers {
+    std::vector<float> f32 = std::vector<float>(kDramSample, 0.5f);
+    std::vector<uint16_t> low = std::vector<uint16_t>(kDramSample);
+    std::vector<float> chunk = std::vector<float>(kChunk);
+  };
+  auto b = std::make_shared<Buffers>();
+  const auto dram = KernelTimer::Work::kFromDram;
+  const size_t narrow = timer.add(
+      [=] { k::cast_to_low(k::kCpuContext, b->f32.data(), b->low.data(), kDramSample, low); },
+      dram);
+  const size_t widen = timer.add(
+      [=] { k::cast_from_low(k::kCpuContext, b->low.data(), b->f32.data(), kDramSample, low); },
+      dram);
+  const bool bf16_gradients = step.precision == model::Precision::kBf16;
+  size_t sums = 0;
+  if (bf16_gradients) {
+    sums = timer.add(
+        [=] {
+          float* chunk = b->chunk.data();
+          for (int64_t at = 0; at < kDramSample; at += kChunk) {
+            uint16_t* sum = b->low.data() + at;
+            k::cast_from_low(k::kCpuContext, sum, chunk, kChunk, low);
+            k::add(k::kCpuContext, chunk, b->f32.data() + at, chunk, kChunk);
+            k::cast_to_low(k::kCpuContext, chunk, sum, kChunk, low);
+          }
+        },
+        dram);
+  }
+  return [=](const KernelTimer& t, MachineRates& rates) {
+    rates.narrow_rate = double(kDramSample) / t.seconds(narrow);
+    rates.widen_rate = double(kDramSample) / t.seconds(widen);
+    if (bf16_gradients) rates.gradient_sum_rate = double(kDramSample) / t.seconds(sums);
+  };
+}
+
+// Bytes/s of an all-reduce of one gradient bucket in the format the parameter store keeps
+// gradients in: bf16 in a bf16 step, else f32.
+double allreduce_bandwidth(dist::Communicator& dp, const StepShape& step) {
+  const DType dtype = step.precision == model::Precision::kBf16 ? DType::bf16 : DType::f32;
+  const int64_t n = kAllReduceBytes / int64_t(dtype_size(dtype));
+  std::vector<float> values = random_values(n, 14);
+  std::vector<uint16_t> halves(static_cast<size_t>(n));
+  if (dtype == DType::bf16) {
+    k::cast_to_low(k::kCpuContext, values.data(), halves.data(), n, k::LowPrecision::kBf16);
+  }
+  void* bucket = dtype == DType::bf16 ? static_cast<void*>(halves.data()) : values.data();
   dp.barrier();
   KernelTimer timer;
-  timer.add([&] { dp.all_reduce(bucket.data(), kAllReduceFloats, DType::f32); },
-            KernelTimer::Work::kCommunication);
+  timer.add([&] { dp.all_reduce(bucket, n, dtype); }, KernelTimer::Work::kCommunication);
   timer.run_rounds();
   // Every rank must price the step alike.
   double seconds = timer.seconds(0);
   dp.all_reduce(&seconds, 1);
-  return kFloat * double(kAllReduceFloats) * dp.size() / seconds;
-}
-
-void check_modelled(const ModelConfig& c, const StepShape& step) {
-  check(!c.is_moe(), "the step-time model does not cover mixture-of-experts blocks");
-  check(step.batch >= 1 && step.seq >= 1 && step.seq <= c.max_seq,
-        "a step of batch {} x seq {} does not fit a model with max_seq {}", step.batch, step.seq,
-        c.max_seq);
-}
-
-// Elements the streaming kernels of one block read plus write. Norms read their input and
-// write their output; their backward reads dy and x and accumulates into dx (read and write),
-// then reads dy and x again for the weight gradients. A bias is first broadcast into its
-// output rows, and its gradient reads dy once.
-struct BlockTraffic {
-  double forward = 0, backward = 0, selective_recompute = 0;
-};
-
-BlockTraffic block_traffic(const ModelConfig& c, double N) {
-  const double NC = N * double(c.d_model);
-  double bias = 0;
-  for (const Linear& l : block_linears(c)) bias += l.bias ? N * double(l.out) : 0;
-  const double norm_forward = 2 * NC, norm_backward = 6 * NC, residual_add = 3 * NC;
-  return {2 * norm_forward + 2 * residual_add + bias, 2 * norm_backward + bias, 2 * norm_forward};
-}
-
-// The same outside the blocks: embedding, final norm, and the residual gradient cleared before
-// backward. GPT-2 adds a position row to each token row, and backward adds each row's gradient
-// to both tables.
-double outer_traffic(const ModelConfig& c, double N) {
-  const double NC = N * double(c.d_model);
-  const double embed_forward = is_gpt2(c) ? 3 * NC : 2 * NC;
-  const double embed_backward = is_gpt2(c) ? 5 * NC : 3 * NC;
-  return embed_forward + 2 * NC + NC + 6 * NC + embed_backward;
-}
-
-// Elements a gemm reads plus writes.
-double gemm_traffic(const GemmShape& s) {
-  return double(s.m) * double(s.k) + double(s.k) * double(s.n) +
-         double(s.m) * double(s.n) * (s.accumulate ? 2 : 1);
+  return double(kAllReduceBytes) * dp.size() / seconds;
 }
 
 }  // namespace
-
-std::string GemmShape::name() const {
-  return fmt::format("{}{} {}x{}x{}{}", trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
-                     accumulate ? " +C" : "");
-}
-
-std::map<GemmShape, int64_t> step_gemms(const ModelConfig& config, const StepShape& step) {
-  check_modelled(config, step);
-  const int64_t N = step.batch * step.seq;
-  const int64_t forwards = step.recompute == Recompute::kFull ? 2 : 1;
-  std::map<GemmShape, int64_t> calls;
-  for (const Linear& l : block_linears(config)) {
-    calls[forward_gemm(l, N)] += forwards * config.n_layer;
-    calls[input_grad_gemm(l, N)] += config.n_layer;
-    calls[weight_grad_gemm(l, N)] += config.n_layer;
-  }
-  const Linear head{config.d_model, config.vocab_size, false};
-  ++calls[forward_gemm(head, N)];
-  ++calls[input_grad_gemm(head, N)];
-  ++calls[weight_grad_gemm(head, N)];
-  return calls;
-}
-
-double attention_flops(const ModelConfig& c, const StepShape& step, bool backward) {
-  const double square = 2.0 * double(step.seq) * double(step.seq) * double(c.head_dim());
-  return double(step.batch) * double(c.n_head) * square * (backward ? 5 : 2);
-}
 
 MachineRates measure_machine(const ModelConfig& config, const StepShape& step,
                              dist::Communicator& dp) {
@@ -396,14 +342,17 @@ MachineRates measure_machine(const ModelConfig& config, const StepShape& step,
   std::vector<RatesFrom> rates_from = {time_gemms(config, step, timer),
                                        time_attention(config, step, timer),
                                        time_mlp_activation(config, step, timer),
-                                       time_loss(config, step, timer), time_bandwidths(timer)};
+                                       time_loss(config, step, timer),
+                                       time_bandwidths(timer),
+                                       time_casts(step, timer)};
   if (!is_gpt2(config)) rates_from.push_back(time_rope(config, step, timer));
   timer.run_rounds();
   MachineRates rates;
   rates.threads = num_threads();
+  rates.precision = step.precision;
   for (const RatesFrom& from : rates_from) from(timer, rates);
   rates.ranks = dp.size();
-  if (dp.size() > 1) rates.allreduce_bandwidth = allreduce_bandwidth(dp);
+  if (dp.size() > 1) rates.allreduce_bandwidth = allreduce_bandwidth(dp, step);
   return rates;
 }
 
@@ -413,60 +362,62 @@ StepPrediction predict_step(const ModelConfig& config, const StepShape& step,
   check(rates.attention_seq == step.seq && rates.attention_head_dim == config.head_dim(),
         "the rates were measured for attention over {} tokens of head size {}, not {} and {}",
         rates.attention_seq, rates.attention_head_dim, step.seq, config.head_dim());
+  check(rates.precision == step.precision,
+        "the rates were measured for a step in {}, not {}: measure the machine for this precision",
+        model::precision_name(rates.precision), model::precision_name(step.precision));
   const double N = double(step.batch * step.seq), L = double(config.n_layer);
-  const double F = double(config.ffn());
   const double Q = double(config.qkv_width()), HD = double(config.n_head * config.head_dim());
   const double forwards = step.recompute == Recompute::kFull ? 2 : 1;
-  // A kernel timed on data in cache, run on `elements` that come from DRAM.
+  // A kernel timed on data in cache, run on `bytes` that come from DRAM.
   const double dram_penalty =
-      std::max(0.0, kFloat / rates.activation_bandwidth - kFloat / rates.cache_bandwidth);
-  auto in_step = [&](double seconds, double elements) { return seconds + elements * dram_penalty; };
+      std::max(0.0, 1 / rates.activation_bandwidth - 1 / rates.cache_bandwidth);
+  auto in_step = [&](double seconds, double bytes) { return seconds + bytes * dram_penalty; };
   StepPrediction p;
 
   for (const auto& [shape, calls] : step_gemms(config, step)) {
     const auto rate = rates.gemm_flops.find(shape);
     check(rate != rates.gemm_flops.end(), "no measured rate for the gemm {}", shape.name());
-    p.matmul_s += double(calls) * in_step(shape.flops() / rate->second, gemm_traffic(shape));
+    p.matmul_s +=
+        double(calls) * in_step(shape.flops() / rate->second, gemm_bytes_from_dram(shape));
   }
 
   // Forward reads q, k, v and writes the output; backward reads the output's gradient and q, k,
   // v, and writes their gradients.
-  const double attention_forward =
-      in_step(attention_flops(config, step, false) / rates.attention_forward_flops, N * (Q + HD));
-  const double attention_backward = in_step(
-      attention_flops(config, step, true) / rates.attention_backward_flops, N * (2 * Q + HD));
+  const double attention_forward = in_step(
+      attention_flops(config, step, false) / rates.attention_forward_flops, kFloat * N * (Q + HD));
+  const double attention_backward =
+      in_step(attention_flops(config, step, true) / rates.attention_backward_flops,
+              kFloat * N * (2 * Q + HD));
   p.attention_s = L * (forwards * attention_forward + attention_backward);
 
-  const BlockTraffic block = block_traffic(config, N);
-  double streamed = outer_traffic(config, N) + L * (forwards * block.forward + block.backward);
-  double activation_forwards = forwards;
-  if (step.recompute == Recompute::kSelective) {
-    streamed += L * block.selective_recompute;
-    activation_forwards = 2;
+  const StepElements w = step_elements(config, step);
+  p.memory_bound_s =
+      kFloat * w.streamed / rates.activation_bandwidth +
+      in_step(w.activation_forward / rates.mlp_activation_forward_rate,
+              kFloat * w.activation_forward_moved) +
+      in_step(w.activation_backward / rates.mlp_activation_backward_rate,
+              kFloat * w.activation_backward_moved) +
+      in_step(w.logits / rates.loss_rate, kFloat * 2 * w.logits) +
+      // The router's per-token softmax and top-k, priced as the loss's softmax per element.
+      in_step(w.router_probabilities / rates.loss_rate, kFloat * 2 * w.router_probabilities);
+  if (w.rope_rows > 0) {
+    p.memory_bound_s += in_step(w.rope_rows / rates.rope_rate, kFloat * w.rope_moved);
   }
-  // GELU reads x and writes y, and backward reads dy and x and writes dx; SwiGLU reads gate and
-  // up for each output, and backward writes the gradients of both.
-  const double activation_forward_elements = is_gpt2(config) ? 2 * N * F : 3 * N * F;
-  const double activation_backward_elements = is_gpt2(config) ? 3 * N * F : 5 * N * F;
-  const double activation =
-      activation_forwards *
-          in_step(N * F / rates.mlp_activation_forward_rate, activation_forward_elements) +
-      in_step(N * F / rates.mlp_activation_backward_rate, activation_backward_elements);
-  // The fused loss reads each logits row and overwrites it with its gradient.
-  const double logits = N * double(config.vocab_size);
-  p.memory_bound_s = kFloat * streamed / rates.activation_bandwidth + L * activation +
-                     in_step(logits / rates.loss_rate, 2 * logits);
-  if (!is_gpt2(config)) {
-    // Rotary embeddings turn q and k in place, forward and backward.
-    const double rotated = 2 * N * double(config.n_head + config.kv_heads()) * config.head_dim();
-    p.memory_bound_s += L * (forwards + 1) * in_step(N / rates.rope_rate, rotated);
+  if (step.precision != model::Precision::kF32) {
+    p.casts_s = w.narrowed / rates.narrow_rate + w.widened / rates.widen_rate;
   }
-
-  const double params = double(model::model_layout(config).params.total());
-  p.optimizer_s =
-      kFloat * params / rates.zeroing_bandwidth + kAdamWBytes * params / rates.parameter_bandwidth;
-  if (rates.ranks > 1) p.communication_s = kFloat * params / rates.allreduce_bandwidth;
-  p.total_s = p.matmul_s + p.attention_s + p.memory_bound_s + p.optimizer_s + p.communication_s;
+  if (step.precision == model::Precision::kBf16) {
+    p.casts_s += w.gradient_sums / rates.gradient_sum_rate;
+  }
+  p.optimizer_s = w.zeroed_bytes / rates.zeroing_bandwidth +
+                  kAdamWBytes * w.updated_parameters / rates.parameter_bandwidth;
+  if (rates.ranks > 1) {
+    // The all-reduce sums the gradients in the format the store keeps them: bf16 or f32.
+    const double gradient = step.precision == model::Precision::kBf16 ? 2 : kFloat;
+    p.communication_s = gradient * w.updated_parameters / rates.allreduce_bandwidth;
+  }
+  p.total_s =
+      p.matmul_s + p.attention_s + p.memory_bound_s + p.casts_s + p.optimizer_s + p.communication_s;
   return p;
 }
 

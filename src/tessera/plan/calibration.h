@@ -3,48 +3,26 @@
 // kernel calls at the shapes the step uses; predicting is arithmetic over those rates and never
 // runs the model.
 //
-// Modelled: f32 training of dense GPT-2 and Llama models on one rank's micro-batch, with the
-// trainer's ZeRO stage 0 state (gradients zeroed, AdamW over every parameter), any recompute
-// mode, and the data-parallel gradient all-reduce. Not modelled: bf16/f16 matmuls, mixture-of-
-// experts blocks, ZeRO stages above 0.
+// Modelled: training of GPT-2 and Llama models, dense or mixture-of-experts, on one rank's
+// micro-batch, in f32, bf16 or f16 (train.precision: the Linear layers' gemms through gemm_low,
+// their inputs and output gradients narrowed, parameters widened on every acquire and narrowed
+// after the update, bf16 gradient sums), on the thread count in force, with the trainer's ZeRO
+// stage 0 state (gradients zeroed, AdamW over every parameter), any recompute mode, and the
+// data-parallel gradient all-reduce. A mixture of experts is priced as MoeLayer runs it, in f32
+// whatever the precision: the router, each expert's gemms over an even share of the rows (capped
+// at capacity), the shared experts, and the row copies of dispatch and combine. Not modelled: ZeRO
+// stages above 0, tensor, pipeline and expert parallelism, the gradient norm and clipping the
+// trainer adds to each step, and uneven routing.
 #pragma once
 
-#include <compare>
-#include <cstdint>
 #include <map>
-#include <string>
 
 #include "tessera/dist/communicator.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
+#include "tessera/plan/step_work.h"
 
 namespace tessera::plan {
-
-// One rank's share of a step: its micro-batch and how backward gets its activations.
-struct StepShape {
-  int64_t batch = 0, seq = 0;
-  model::Recompute recompute = model::Recompute::kNone;
-};
-
-// One kernels::gemm call: C[m,n] = op(A)[m,k] * op(B)[k,n] (+ C when it accumulates).
-struct GemmShape {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  bool accumulate = false;
-
-  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
-  std::string name() const;  // "NT 4096x768x256 +C"
-  auto operator<=>(const GemmShape&) const = default;
-};
-
-// Every gemm of a step outside attention (three per linear layer: forward, input gradient,
-// weight gradient), each distinct shape once with its number of calls.
-std::map<GemmShape, int64_t> step_gemms(const model::ModelConfig& config, const StepShape& step);
-
-// FLOPs of one attention_forward or attention_backward call. The kernels compute full T x T
-// score matrices and zero the upper triangle, so causality saves nothing: forward is 2 matmuls
-// (q k^T, P v), backward 5 (q k^T again, dO v^T, dq, dk, dv).
-double attention_flops(const model::ModelConfig& config, const StepShape& step, bool backward);
 
 // Rates measured on this machine with the engine's own kernels at one model's step shapes, with
 // the OpenMP thread count in force. Each comes from the fastest of several runs spread over the
@@ -72,11 +50,20 @@ struct MachineRates {
   double loss_rate = 0;
   // Over arrays larger than the caches, where the step finds the optimizer state: bytes/s of
   // kernels::adamw_update, which reads parameter, gradient and both moments and writes all but
-  // the gradient (28 bytes a parameter), and of the one-thread std::fill that zeroes gradients.
+  // the gradient (28 bytes a parameter), and of the one-thread kernels::fill_zeros that clears
+  // gradients.
   double parameter_bandwidth = 0;
   double zeroing_bandwidth = 0;
-  // Bytes/s of one blocking all-reduce of a gradient bucket over the ranks measure_machine was
-  // given; 0 with one rank.
+  // The format the step's linear layers multiply in; in bf16 or f16, the elements/s of
+  // kernels::cast_to_low and cast_from_low in that format over arrays larger than the caches
+  // (a step narrows activations that have left the cache and parameters that never fit it), and
+  // in bf16 of the parameter store's gradient sums: widen a chunk of the bf16 sums into f32, add
+  // the unit's f32 gradients, narrow it back.
+  model::Precision precision = model::Precision::kF32;
+  double narrow_rate = 0, widen_rate = 0, gradient_sum_rate = 0;
+  // Bytes/s of one blocking all-reduce of a gradient bucket, in the format the parameter store
+  // keeps gradients in (bf16 in a bf16 step, else f32), over the ranks measure_machine was given;
+  // 0 with one rank.
   int ranks = 1;
   double allreduce_bandwidth = 0;
 };
@@ -89,7 +76,9 @@ MachineRates measure_machine(const model::ModelConfig& config, const StepShape& 
 struct StepPrediction {
   double matmul_s = 0;         // gemms of every linear layer
   double attention_s = 0;      // attention forward and backward
-  double memory_bound_s = 0;   // norms, activations, residual adds, embedding, loss, biases
+  double memory_bound_s = 0;   // norms, activations, residual adds, embedding, loss, biases,
+                               // a mixture of experts' routing and row traffic
+  double casts_s = 0;          // low precision: activations narrowed, parameters widened
   double optimizer_s = 0;      // gradient zeroing and AdamW
   double communication_s = 0;  // the gradient all-reduce, as if backward hid none of it
   double total_s = 0;
