@@ -3,15 +3,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tessera/core/huge_pages.h"
+
 namespace tessera {
 
-void Arena::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+void Arena::FreeDeleter::operator()(std::byte* p) const { free_large(p); }
 
 Arena::Arena(size_t capacity_bytes) : capacity_(capacity_bytes), counting_(false) {
-  size_t rounded = (capacity_bytes + kAlignment - 1) / kAlignment * kAlignment;
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment));
-  check(p != nullptr, "out of memory: could not allocate an arena of {:.1f} MiB",
-        capacity_bytes / 1048576.0);
+  const size_t rounded = (capacity_bytes + kAlignment - 1) / kAlignment * kAlignment;
+  auto* p = static_cast<std::byte*>(allocate_large(rounded, kAlignment));
   std::memset(p, 0, rounded);
   storage_.reset(p);
   base_ = p;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tessera/core/error.h"
+#include "tessera/core/huge_pages.h"
 #if TESSERA_CUDA
 #include "tessera/kernels/cuda/cuda_device.h"
 #endif
@@ -93,8 +94,7 @@ void* device_allocate(const Context& ctx, size_t bytes) {
   if (ctx.on_cuda()) return cuda::allocate(ctx, bytes);
 #endif
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  check(p != nullptr, "out of host memory allocating {} bytes", bytes);
+  void* p = allocate_large(rounded, kAlignment);
   std::memset(p, 0, rounded);
   return p;
 }
@@ -104,7 +104,7 @@ void device_free(const Context& ctx, void* p) noexcept {
   if (ctx.on_cuda()) return cuda::release(ctx, p);
 #endif
   (void)ctx;
-  std::free(p);
+  free_large(p);
 }
 
 void copy_to_device(const Context& ctx, void* to, const void* from, size_t bytes) {

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/core/huge_pages.h"
 #include "tessera/kernels/context.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
@@ -59,7 +60,7 @@ class ResidentParameters final : public ParameterStore {
   const kernels::Context& ctx_;
   std::vector<ParameterUnit> units_;
   std::optional<kernels::LowPrecision> low_;
-  std::vector<float> params_;
+  LargeVector<float> params_;
   // The parameters as the model reads them: params_ itself on the CPU, else a device copy.
   kernels::DeviceArray<float> device_params_;
   kernels::DeviceArray<uint16_t> low_params_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/huge_pages.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/dist/zero_shards.h"
@@ -46,9 +47,9 @@ using RatesFrom = std::function<void(const KernelTimer&, MachineRates&)>;
 
 // Uniform in [-scale, scale). Random rather than patterned values: exact cancellations would
 // produce denormals, which the CPU handles far more slowly than training data.
-std::vector<float> random_values(int64_t n, uint64_t stream, float scale = 1.0f) {
+LargeVector<float> random_values(int64_t n, uint64_t stream, float scale = 1.0f) {
   const CounterRng rng(1, stream);
-  std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
+  LargeVector<float> v(size_t(std::max<int64_t>(n, 1)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(2 * rng.uniform(i) - 1);
   return v;
 }
@@ -88,8 +89,8 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
     c_size = std::max(c_size, m.m * m.n);
   }
   struct Buffers {
-    std::vector<float> a, b, c;
-    std::vector<uint16_t> a_low, b_low;
+    LargeVector<float> a, b, c;
+    LargeVector<uint16_t> a_low, b_low;
     int64_t next_c = 0;  // where the next accumulating gemm's output starts in c
   };
   auto buffers = std::make_shared<Buffers>();
@@ -147,7 +148,7 @@ RatesFrom time_attention(const ModelConfig& c, const StepShape& step, KernelTime
   const StepShape timed{std::min(step.batch, ceil_div(num_threads(), KVH)), T};
   const int64_t N = timed.batch * T;
   struct Buffers {
-    std::vector<float> qkv, dqkv, out, dout, lse, scratch;
+    LargeVector<float> qkv, dqkv, out, dout, lse, scratch;
   };
   auto b = std::make_shared<Buffers>();
   b->qkv = random_values(N * c.qkv_width(), 4, 0.5f);
@@ -176,7 +177,7 @@ RatesFrom time_mlp_activation(const ModelConfig& c, const StepShape& step, Kerne
   const int64_t F = c.ffn(), rows = sample_rows(step.batch * step.seq, c.mlp_hidden_width());
   const int64_t n = rows * F;
   struct Buffers {
-    std::vector<float> pre, d_pre, act, d_act;
+    LargeVector<float> pre, d_pre, act, d_act;
   };
   auto b = std::make_shared<Buffers>();
   b->pre = random_values(rows * c.mlp_hidden_width(), 6, 3.0f);
@@ -206,7 +207,7 @@ RatesFrom time_mlp_activation(const ModelConfig& c, const StepShape& step, Kerne
 RatesFrom time_rope(const ModelConfig& c, const StepShape& step, KernelTimer& timer) {
   const int64_t batch = ceil_div(sample_rows(step.batch * step.seq, c.qkv_width()), step.seq);
   auto qkv =
-      std::make_shared<std::vector<float>>(random_values(batch * step.seq * c.qkv_width(), 8));
+      std::make_shared<LargeVector<float>>(random_values(batch * step.seq * c.qkv_width(), 8));
   const size_t id = timer.add([=] {
     k::rope_forward(k::kCpuContext, qkv->data(), batch, step.seq, c.n_head, c.kv_heads(),
                     c.head_dim(), 0, c.rope_theta);
@@ -219,7 +220,7 @@ RatesFrom time_rope(const ModelConfig& c, const StepShape& step, KernelTimer& ti
 RatesFrom time_loss(const ModelConfig& c, const StepShape& step, KernelTimer& timer) {
   const int64_t V = c.vocab_size, rows = sample_rows(step.batch * step.seq, V);
   struct Buffers {
-    std::vector<float> logits, losses;
+    LargeVector<float> logits, losses;
     std::vector<int32_t> targets;
   };
   auto b = std::make_shared<Buffers>();
@@ -241,9 +242,9 @@ RatesFrom time_loss(const ModelConfig& c, const StepShape& step, KernelTimer& ti
 RatesFrom time_bandwidths(KernelTimer& timer) {
   constexpr int64_t n_cached = kMaxSampleElements / 4;
   struct Buffers {
-    std::vector<float> a = std::vector<float>(n_cached, 1.0f), b = a, out = a;
-    std::vector<float> params = std::vector<float>(kDramSample, 0.5f);
-    std::vector<float> grads = std::vector<float>(kDramSample, 1e-3f), m = grads, v = grads;
+    LargeVector<float> a = LargeVector<float>(n_cached, 1.0f), b = a, out = a;
+    LargeVector<float> params = LargeVector<float>(kDramSample, 0.5f);
+    LargeVector<float> grads = LargeVector<float>(kDramSample, 1e-3f), m = grads, v = grads;
   };
   auto b = std::make_shared<Buffers>();
   const size_t cached =
@@ -278,9 +279,9 @@ RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
   const k::LowPrecision low = model::low_precision_of(step.precision);
   constexpr int64_t kChunk = dist::ZeroShards::kChunk;
   struct Buffers {
-    std::vector<float> f32 = std::vector<float>(kDramSample, 0.5f);
-    std::vector<uint16_t> low = std::vector<uint16_t>(kDramSample);
-    std::vector<float> chunk = std::vector<float>(kChunk);
+    LargeVector<float> f32 = LargeVector<float>(kDramSample, 0.5f);
+    LargeVector<uint16_t> low = LargeVector<uint16_t>(kDramSample);
+    LargeVector<float> chunk = LargeVector<float>(kChunk);
   };
   auto b = std::make_shared<Buffers>();
   const auto dram = KernelTimer::Work::kFromDram;
@@ -317,8 +318,8 @@ RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
 double allreduce_bandwidth(dist::Communicator& dp, const StepShape& step) {
   const DType dtype = step.precision == model::Precision::kBf16 ? DType::bf16 : DType::f32;
   const int64_t n = kAllReduceBytes / int64_t(dtype_size(dtype));
-  std::vector<float> values = random_values(n, 14);
-  std::vector<uint16_t> halves(static_cast<size_t>(n));
+  LargeVector<float> values = random_values(n, 14);
+  LargeVector<uint16_t> halves(static_cast<size_t>(n));
   if (dtype == DType::bf16) {
     k::cast_to_low(k::kCpuContext, values.data(), halves.data(), n, k::LowPrecision::kBf16);
   }
