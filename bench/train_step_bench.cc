@@ -11,6 +11,10 @@
 // all-reduces of that many f32 bytes over the job and prints their mean seconds. --device cuda
 // trains on each rank's CUDA device (its local rank's) and adds the MFU over the device's dense
 // bf16 peak.
+// --profile 1 adds the op profile of the timed steps (seconds, FLOPs and bytes per step of each
+// class of kernel: kernels/op_profile.h) and --limits 1 the machine's matmul rates and memory
+// bandwidth measured in the same run (bench/machine_limits.h), with the run's model FLOPs/s as a
+// share of the matmul rate in its precision. --kv-heads and --ffn shape Llama models.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "machine_limits.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/dist/launch.h"
@@ -26,6 +31,7 @@
 #include "tessera/dist/model_parallel.h"
 #include "tessera/dist/single_communicator.h"
 #include "tessera/kernels/device.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/train_state.h"
@@ -41,6 +47,7 @@ int main(int argc, char** argv) {
   mc.max_seq = 1024;
   model::ModelOptions options;
   int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, sp = 0, probe_bytes = 0;
+  bool profile = false, limits = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--precision") {
@@ -73,6 +80,14 @@ int main(int argc, char** argv) {
       mc.n_layer = v;
     else if (k == "--n-head")
       mc.n_head = v;
+    else if (k == "--kv-heads")
+      mc.n_kv_head = v;
+    else if (k == "--ffn")
+      mc.ffn_hidden = v;
+    else if (k == "--profile")
+      profile = v != 0;
+    else if (k == "--limits")
+      limits = v != 0;
     else if (k == "--d-model")
       mc.d_model = v;
     else if (k == "--vocab")
@@ -152,6 +167,7 @@ int main(int argc, char** argv) {
   std::vector<int32_t> x(B * T), y(B * T);
   double total = 0, optimizer_total = 0, model_comm_total = 0, first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step < warmup + steps; ++step) {
+    if (profile && step == warmup) kernels::start_op_profile();
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = pool.data() + ((step * B + b) % 64) * (T + 1);
       std::copy(row, row + T, x.data() + b * T);
@@ -175,7 +191,9 @@ int main(int argc, char** argv) {
     if (step >= warmup) total += dt;
     if (step >= warmup) model_comm_total += groups.communication_seconds() - comm0;
   }
+  const kernels::OpProfile ops = profile ? kernels::stop_op_profile() : kernels::OpProfile{};
   const double mean = total / steps;
+  const double model_flops = model::flops_per_token(mc, T, options.recompute).model;
   nlohmann::json r = {{"B", B},
                       {"T", T},
                       {"n_layer", mc.n_layer},
@@ -201,14 +219,29 @@ int main(int argc, char** argv) {
   r["working_bytes"] = memory.working;
   r["bucket_mb"] = bucket_mb;
   r["device"] = device;
+  r["model_flops_per_token"] = model_flops;
+  r["model_flops_per_s"] = double(B * T) / mean * model_flops;
+  if (profile) {
+    nlohmann::json classes = nlohmann::json::object();
+    for (int c = 0; c < kernels::kOpClasses; ++c) {
+      const kernels::OpTotals& t = ops[c];
+      classes[std::string(kernels::op_class_name(kernels::OpClass(c)))] = {
+          {"seconds", t.seconds / steps}, {"flops", t.flops / steps}, {"bytes", t.bytes / steps}};
+    }
+    r["profile"] = classes;
+  }
+  if (limits && !ctx.on_cuda()) {
+    const bench::MachineLimits m = bench::measure_machine_limits();
+    r["limits"] = m.json();
+    const double rate = options.precision == model::Precision::kF32 ? m.f32_matmul : m.bf16_matmul;
+    r["share_of_matmul_rate"] = double(B * T) / mean * model_flops / rate;
+  }
   if (ctx.on_cuda()) {
     const std::string name = kernels::cuda_device_info(ctx.device.ordinal).name;
     const double peak = kernels::cuda_dense_bf16_peak(name);
     r["device_name"] = name;
     r["peak_flops"] = peak;
-    const double flops = model::flops_per_token(mc, T, options.recompute).model;
-    r["flops_per_token"] = flops;
-    r["mfu"] = double(B * T) / mean * flops / peak;
+    r["mfu"] = double(B * T) / mean * model_flops / peak;
   }
   if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
 }

@@ -52,7 +52,7 @@ ours=$("$out/bench/train_step_bench" $shape --precision bf16 --device cuda --war
 peer=""
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   peer=$(python3 bench/torch_gpu_train_peer.py $shape --precision bf16 --warmup 3 --steps 10 \
-    --flops-per-token "$(echo "$ours" | field flops_per_token)" \
+    --flops-per-token "$(echo "$ours" | field model_flops_per_token)" \
     --peak-flops "$(echo "$ours" | field peak_flops)" 2>&1 | grep '^RESULT')
 fi
 

@@ -3,11 +3,13 @@
 
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/op_profile.h"
 
 namespace tessera::kernels {
 
 bool all_finite(const Context& ctx, const float* x, int64_t n) {
   TESSERA_ON_DEVICE(float, ctx, all_finite, x, n);
+  const OpScope scope(OpClass::kOptimizer, 0, 4.0 * double(n));
   constexpr uint32_t kExponent = 0x7f800000u;  // all ones only for inf and NaN
   constexpr int64_t kChunk = 1 << 15;
   const int64_t chunks = (n + kChunk - 1) / kChunk;

@@ -3,6 +3,7 @@
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/op_profile.h"
 
 namespace tessera::kernels {
 
@@ -13,6 +14,7 @@ constexpr int64_t kChunk = 1 << 15;
 
 void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p) {
   TESSERA_ON_DEVICE(float, ctx, cast_to_low, x, y, n, p);
+  const OpScope scope(OpClass::kConversions, 0, 6.0 * double(n));
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -23,6 +25,7 @@ void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, Low
 
 void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, LowPrecision p) {
   TESSERA_ON_DEVICE(float, ctx, cast_from_low, x, y, n, p);
+  const OpScope scope(OpClass::kConversions, 0, 6.0 * double(n));
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {

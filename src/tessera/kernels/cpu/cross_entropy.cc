@@ -2,6 +2,7 @@
 
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -10,6 +11,8 @@ template <typename T>
 void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets, T* losses,
                            int64_t M, int64_t V, T grad_scale) {
   TESSERA_ON_DEVICE(T, ctx, softmax_cross_entropy, logits, targets, losses, M, V, grad_scale);
+  const OpScope scope(OpClass::kLoss, 0,
+                      (grad_scale != T(0) ? 2.0 : 1.0) * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = logits + m * V;

@@ -1,5 +1,6 @@
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -15,6 +16,7 @@ constexpr int64_t kParallelFrom = 1 << 15;
 template <typename T>
 void gelu_forward(const Context& ctx, const T* x, T* y, int64_t n) {
   TESSERA_ON_DEVICE(T, ctx, gelu_forward, x, y, n);
+  const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(n));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) {
     T u = T(kSqrt2OverPi) * (x[i] + T(kGeluCubic) * x[i] * x[i] * x[i]);
@@ -25,6 +27,7 @@ void gelu_forward(const Context& ctx, const T* x, T* y, int64_t n) {
 template <typename T>
 void gelu_backward(const Context& ctx, const T* dy, const T* x, T* dx, int64_t n) {
   TESSERA_ON_DEVICE(T, ctx, gelu_backward, dy, x, dx, n);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(n));
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     T xi = x[i];
@@ -38,6 +41,7 @@ void gelu_backward(const Context& ctx, const T* dy, const T* x, T* dx, int64_t n
 template <typename T>
 void add(const Context& ctx, const T* a, const T* b, T* out, int64_t n) {
   TESSERA_ON_DEVICE(T, ctx, add, a, b, out, n);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(n));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
@@ -45,6 +49,7 @@ void add(const Context& ctx, const T* a, const T* b, T* out, int64_t n) {
 template <typename T>
 void scale(const Context& ctx, T* x, T factor, int64_t n) {
   TESSERA_ON_DEVICE(T, ctx, scale, x, factor, n);
+  const OpScope scope(OpClass::kOptimizer, 0, 2.0 * double(sizeof(T)) * double(n));
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
@@ -52,6 +57,7 @@ void scale(const Context& ctx, T* x, T factor, int64_t n) {
 template <typename T>
 double sum_squares(const Context& ctx, const T* x, int64_t n) {
   TESSERA_ON_DEVICE(T, ctx, sum_squares, x, n);
+  const OpScope scope(OpClass::kOptimizer, 0, double(sizeof(T)) * double(n));
   constexpr int64_t kChunk = 1 << 14;
   int64_t chunks = (n + kChunk - 1) / kChunk;
   double total = 0;
@@ -71,6 +77,7 @@ template <typename T>
 void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64_t n,
                   const AdamWParams& p) {
   TESSERA_ON_DEVICE(T, ctx, adamw_update, param, grad, m, v, n, p);
+  const OpScope scope(OpClass::kOptimizer, 0, 7.0 * double(sizeof(T)) * double(n));
   const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps);
   const T decay = T(1.0 - p.lr * p.weight_decay);
   const T bias1 = T(1.0 / (1.0 - std::pow(p.beta1, double(p.step))));

@@ -2,6 +2,7 @@
 
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -10,6 +11,8 @@ template <typename T>
 void embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte, const T* wpe, T* x,
                        int64_t B, int64_t T_, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, embedding_forward, tokens, wte, wpe, x, B, T_, C);
+  const OpScope scope(OpClass::kNormsActivations, 0,
+                      (wpe != nullptr ? 3.0 : 2.0) * double(sizeof(T)) * double(B * T_ * C));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
@@ -29,6 +32,8 @@ template <typename T>
 void embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte, T* dwpe,
                         int64_t B, int64_t T_, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, embedding_backward, dx, tokens, dwte, dwpe, B, T_, C);
+  const OpScope scope(OpClass::kNormsActivations, 0,
+                      (dwpe != nullptr ? 5.0 : 3.0) * double(sizeof(T)) * double(B * T_ * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t bt = 0; bt < B * T_; ++bt) {
       const T* d = dx + bt * C;

@@ -2,6 +2,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -13,6 +14,7 @@ void gemm<float>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int6
                  float* C, int64_t ldc) {
   TESSERA_ON_DEVICE(float, ctx, gemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
   dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
                                     lda, B, ldb, beta, C, ldc);
   check(status == dnnl_success, "oneDNN sgemm failed with status {} for M={} N={} K={}",
@@ -25,6 +27,7 @@ void gemm<double>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int
                   double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                   double beta, double* C, int64_t ldc) {
   TESSERA_CPU_ONLY(ctx, gemm, "the CUDA backend's kernels are float");
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
 #pragma omp parallel for if (M * N * K > (1 << 15))
   for (int64_t i = 0; i < M; ++i) {
     double* c = C + i * ldc;

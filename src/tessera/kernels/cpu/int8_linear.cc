@@ -6,6 +6,7 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -66,6 +67,7 @@ int64_t int8_linear_scratch_size(int64_t in) { return kDequantizeBlockRows * in;
 void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w, const float* b,
                          float* y, int64_t M, float* scratch) {
   TESSERA_CPU_ONLY(ctx, linear_forward_int8, "int8 weights are multiplied on the CPU only");
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(w.rows) * double(w.cols), 0);
   check(M >= 1 && w.rows >= 1 && w.cols >= 1,
         "linear_forward_int8: empty product of {} rows by a {} x {} matrix", M, w.rows, w.cols);
   if (M < kDequantizeFromRows) {

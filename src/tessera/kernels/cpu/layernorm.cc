@@ -2,6 +2,7 @@
 
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -14,6 +15,7 @@ template <typename T>
 void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* beta, T* y, T* mean,
                        T* rstd, int64_t M, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, layernorm_forward, x, gamma, beta, y, mean, rstd, M, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -38,6 +40,7 @@ template <typename T>
 void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* mean,
                         const T* rstd, T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, layernorm_backward, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, M, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 4.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* dyr = dy + m * C;

@@ -3,6 +3,7 @@
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -17,6 +18,7 @@ template <typename T>
 void linear_forward(const Context& ctx, const T* x, const T* w, const T* b, T* y, int64_t M,
                     int64_t in, int64_t out) {
   TESSERA_ON_DEVICE(T, ctx, linear_forward, x, w, b, y, M, in, out);
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(in) * double(out), 0);
   if constexpr (std::is_same_v<T, float>) {
     if (M < kSkinnyBelowRows) {
       skinny_linear<Widened<F32Operand, F32Operand>>(x, w, nullptr, b, y, M, in, out);
@@ -36,6 +38,9 @@ template <typename T>
 void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
                      int64_t M, int64_t in, int64_t out) {
   TESSERA_ON_DEVICE(T, ctx, linear_backward, dy, x, w, dx, dw, db, M, in, out);
+  const OpScope scope(
+      OpClass::kMatmul,
+      2.0 * double(M) * double(in) * double(out) * ((dx != nullptr) + (dw != nullptr)), 0);
   if (dx != nullptr) gemm<T>(ctx, false, false, M, in, out, T(1), dy, out, w, in, T(0), dx, in);
   if (dw != nullptr) gemm<T>(ctx, true, false, out, in, M, T(1), dy, out, x, in, T(1), dw, in);
   if (db == nullptr) return;

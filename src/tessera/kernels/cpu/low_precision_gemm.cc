@@ -14,6 +14,7 @@
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -170,6 +171,7 @@ void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
               float beta, float* C, int64_t ldc, LowPrecision p) {
   TESSERA_ON_DEVICE(float, ctx, gemm_low, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc, p);
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
   check(M >= 0 && N >= 0 && K >= 0, "gemm_low: negative size M={} N={} K={}", M, N, K);
   check(lda >= std::max<int64_t>(1, trans_a ? M : K) &&
             ldb >= std::max<int64_t>(1, trans_b ? K : N) && ldc >= std::max<int64_t>(1, N),

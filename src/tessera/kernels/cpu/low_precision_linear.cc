@@ -3,6 +3,7 @@
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/op_profile.h"
 
 namespace tessera::kernels {
 
@@ -15,6 +16,7 @@ constexpr int64_t kSkinnyBelowRows = 32;
 void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w, const float* b,
                         float* y, int64_t M, int64_t in, int64_t out, LowPrecision p) {
   TESSERA_ON_DEVICE(float, ctx, linear_forward_low, x, w, b, y, M, in, out, p);
+  const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(in) * double(out), 0);
   if (M < kSkinnyBelowRows) {
     if (p == LowPrecision::kBf16) {
       skinny_linear<Bf16Product>(x, w, nullptr, b, y, M, in, out);
@@ -36,6 +38,9 @@ void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy
                          const uint16_t* x, const uint16_t* w, float* dx, float* dw, float* db,
                          int64_t M, int64_t in, int64_t out, LowPrecision p) {
   TESSERA_ON_DEVICE(float, ctx, linear_backward_low, dy, dy_low, x, w, dx, dw, db, M, in, out, p);
+  const OpScope scope(
+      OpClass::kMatmul,
+      2.0 * double(M) * double(in) * double(out) * ((dx != nullptr) + (dw != nullptr)), 0);
   if (dx != nullptr)
     gemm_low(ctx, false, false, M, in, out, 1.0f, dy_low, out, w, in, 0.0f, dx, in, p);
   if (dw != nullptr)

@@ -2,6 +2,7 @@
 
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -10,6 +11,7 @@ template <typename T>
 void rmsnorm_forward(const Context& ctx, const T* x, const T* gamma, T* y, T* rstd, int64_t M,
                      int64_t C, T eps) {
   TESSERA_ON_DEVICE(T, ctx, rmsnorm_forward, x, gamma, y, rstd, M, C, eps);
+  const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -31,6 +33,7 @@ template <typename T>
 void rmsnorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* rstd,
                       T* dx, T* dgamma, int64_t M, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, rmsnorm_backward, dy, x, gamma, rstd, dx, dgamma, M, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 4.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* dyr = dy + m * C;

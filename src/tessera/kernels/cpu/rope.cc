@@ -2,6 +2,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -51,6 +52,8 @@ template <typename T>
 void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                   int64_t hd, int64_t pos0, double theta) {
   TESSERA_ON_DEVICE(T, ctx, rope_forward, qkv, B, T_, H, KVH, hd, pos0, theta);
+  const OpScope scope(OpClass::kNormsActivations, 0,
+                      2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
   rotate_qk(qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
 }
 
@@ -58,6 +61,8 @@ template <typename T>
 void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                    int64_t hd, int64_t pos0, double theta) {
   TESSERA_ON_DEVICE(T, ctx, rope_backward, dqkv, B, T_, H, KVH, hd, pos0, theta);
+  const OpScope scope(OpClass::kNormsActivations, 0,
+                      2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
   rotate_qk(dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
 }
 

@@ -1,5 +1,6 @@
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -7,6 +8,7 @@ namespace tessera::kernels {
 template <typename T>
 void swiglu_forward(const Context& ctx, const T* gate_up, T* out, int64_t M, int64_t F) {
   TESSERA_ON_DEVICE(T, ctx, swiglu_forward, gate_up, out, M, F);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(M * F));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -25,6 +27,7 @@ template <typename T>
 void swiglu_backward(const Context& ctx, const T* dout, const T* gate_up, T* dgate_up, int64_t M,
                      int64_t F) {
   TESSERA_ON_DEVICE(T, ctx, swiglu_backward, dout, gate_up, dgate_up, M, F);
+  const OpScope scope(OpClass::kNormsActivations, 0, 5.0 * double(sizeof(T)) * double(M * F));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* gate = gate_up + m * 2 * F;

@@ -4,6 +4,7 @@
 #include "tessera/kernels/cpu/column_sums.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
@@ -12,6 +13,7 @@ template <typename T>
 void vocab_shard_embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte,
                                    int64_t first, int64_t count, T* x, int64_t N, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_forward, tokens, wte, first, count, x, N, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(N * C));
 #pragma omp parallel for schedule(static) if (N > 1)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t id = int64_t(tokens[i]) - first;
@@ -28,6 +30,7 @@ template <typename T>
 void vocab_shard_embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte,
                                     int64_t first, int64_t count, int64_t N, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_backward, dx, tokens, dwte, first, count, N, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(N * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t i = 0; i < N; ++i) {
       const int64_t id = int64_t(tokens[i]) - first;
@@ -43,6 +46,7 @@ template <typename T>
 void position_embedding_forward(const Context& ctx, const T* wpe, T* x, int64_t first_row,
                                 int64_t rows, int64_t T_, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, position_embedding_forward, wpe, x, first_row, rows, T_, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(rows * C));
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const T* pos = wpe + ((first_row + r) % T_) * C;
@@ -56,6 +60,7 @@ template <typename T>
 void position_embedding_backward(const Context& ctx, const T* dx, T* dwpe, int64_t first_row,
                                  int64_t rows, int64_t T_, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, position_embedding_backward, dx, dwpe, first_row, rows, T_, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(rows * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* d = dx + r * C;
@@ -69,6 +74,7 @@ template <typename T>
 void vocab_shard_row_max(const Context& ctx, const T* logits, int64_t M, int64_t V, int64_t ld,
                          T* max) {
   TESSERA_ON_DEVICE(T, ctx, vocab_shard_row_max, logits, M, V, ld, max);
+  const OpScope scope(OpClass::kLoss, 0, double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     const T* row = logits + m * ld;
@@ -85,6 +91,8 @@ void vocab_shard_exp_sums(const Context& ctx, T* logits, const T* max, const int
                           T* target_logits, bool keep_exponentials) {
   TESSERA_ON_DEVICE(T, ctx, vocab_shard_exp_sums, logits, max, targets, first, M, V, ld, sums,
                     target_logits, keep_exponentials);
+  const OpScope scope(OpClass::kLoss, 0,
+                      (keep_exponentials ? 2.0 : 1.0) * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = logits + m * ld;
@@ -111,6 +119,7 @@ void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t
                               T grad_scale) {
   TESSERA_ON_DEVICE(T, ctx, vocab_shard_softmax_grad, exponentials, targets, first, sums, M, V, ld,
                     grad_scale);
+  const OpScope scope(OpClass::kLoss, 0, 2.0 * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = exponentials + m * ld;
@@ -126,6 +135,7 @@ void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t
 template <typename T>
 void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C) {
   TESSERA_ON_DEVICE(T, ctx, add_bias, y, b, M, C);
+  const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
     T* row = y + m * C;
