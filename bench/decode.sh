@@ -1,33 +1,34 @@
 #!/usr/bin/env bash
 # Batch-1 decoding side by side: bench/decode_bench (f32, bf16 and int8 weights, with the
-# machine's copy bandwidth) and the PyTorch peer bench/torch_decode_peer.py (f32 and bf16), on
+# machine's read bandwidth) and the PyTorch peer bench/torch_decode_peer.py (f32 and bf16), on
 # GPT-2 124M's shapes with random weights, the same prompt and step counts, 2 threads each. Each
 # side runs REPEATS rounds (default 2), alternating, and keeps its best, as do the repeats inside
 # each round. Prints, per format: tokens/s of both, ours / peer, weight bytes per token, the
-# bandwidth bound (copy bandwidth / weight bytes per token) and how close we came to it.
+# bandwidth bound (read bandwidth / weight bytes per token) and how close we came to it.
 #   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] bench/decode.sh
-# The peer runs Debian's python3-torch in the environment ../shared/bench/torch_peer.sh sets; it
-# is skipped, with a note, where that is missing.
+# The peer runs Debian's python3-torch at its best through bench/torch_env.sh, which says why
+# when it cannot (and then no ratio is printed). Installs what is missing first.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 ours="$build/bench/decode_bench"
 steps="${STEPS:-128}" threads="${THREADS:-2}"
-[[ -x "$ours" ]] || bash "$root/scripts/build.sh" >/dev/null
+bash "$root/scripts/setup.sh" --bench
+[[ -x "$ours" ]] || bash "$root/scripts/build.sh" decode_bench >/dev/null
 
 have_peer=1
-/usr/bin/python3 -c 'import torch' 2>/dev/null || have_peer=0
+THREADS=$threads bash "$root/bench/torch_env.sh" --check || have_peer=0
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 for ((i = 0; i < ${REPEATS:-2}; i++)); do
   (cd "$root" && "$ours" --steps "$steps" --threads "$threads") | sed -n 's/^RESULT /ours /p' >>"$results"
   if ((have_peer)); then
-    OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 \
-      /usr/bin/python3 "$root/bench/torch_decode_peer.py" --steps "$steps" --threads "$threads" |
+    bash "$root/bench/torch_env.sh" "$root/bench/torch_decode_peer.py" --steps "$steps" \
+      --threads "$threads" |
       sed -n 's/^RESULT /peer /p' >>"$results"
   fi
 done
-((have_peer)) || echo "note: Debian's python3-torch is missing; the peer columns are empty"
+((have_peer)) || echo "note: the peer cannot run at its best here; its columns are empty"
 
 python3 - "$results" <<'EOF'
 import json, sys
@@ -40,9 +41,9 @@ for line in open(sys.argv[1]):
         if f["tokens_per_s"] > best.get(name, {}).get("tokens_per_s", 0):
             best[name] = f
     if side == "ours":
-        bandwidth = max(bandwidth, r["copy_bandwidth_gbs"])
-print(f"copy bandwidth {bandwidth:.1f} GB/s (STREAM convention: bytes read + bytes written per "
-      "second, best memcpy of 1 GiB); bound = bandwidth / weight bytes per token")
+        bandwidth = max(bandwidth, r["limits"]["read_bandwidth"] / 1e9)
+print(f"read bandwidth {bandwidth:.1f} GB/s (best of the rounds); bound = bandwidth / weight "
+      "bytes per token")
 print(f"{'format':<6} {'ours tok/s':>10} {'peer tok/s':>10} {'ours/peer':>9} "
       f"{'weight MB/tok':>13} {'bound tok/s':>11} {'% of bound':>10}")
 for name, f in sorted(ours.items(), key=lambda item: ["f32", "bf16", "int8"].index(item[0])):

@@ -6,9 +6,9 @@
 // timed). With --prefill N each round also times one N-token prompt prefilled in one chunk.
 //
 // Decoding one token reads every matmul weight once, so memory bandwidth bounds it: the bench
-// also measures the copy bandwidth with the same threads (STREAM convention: bytes read plus
-// bytes written per second, over buffers far larger than the caches) and prints each format's
-// bound, bandwidth / weight bytes per token, and how close it came. One 'RESULT {...}' line last.
+// also measures the read bandwidth with the same threads, over buffers far larger than the caches
+// (bench/machine_limits.h), and prints each format's bound, bandwidth / weight bytes per token, and
+// how close it came. One 'RESULT {...}' line last.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "machine_limits.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/config.h"
@@ -37,20 +38,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Copies one buffer into another, each thread its own contiguous part; returns bytes read plus
-// bytes written per second.
-double copy_bandwidth(const std::vector<char>& from, std::vector<char>& to) {
-  const int64_t bytes = int64_t(from.size());
-  const auto t0 = Clock::now();
-#pragma omp parallel
-  {
-    const int64_t part = bytes / omp_get_num_threads(), begin = part * omp_get_thread_num();
-    const int64_t n = omp_get_thread_num() + 1 == omp_get_num_threads() ? bytes - begin : part;
-    std::memcpy(to.data() + begin, from.data() + begin, n);
-  }
-  return 2.0 * double(bytes) / seconds_since(t0);
 }
 
 struct Format {
@@ -117,7 +104,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string config_path = "configs/gpt2-124m.toml", formats = "f32,bf16,int8", checkpoint;
-  int64_t prompt_tokens = 8, steps = 128, repeats = 5, copy_mib = 1024, prefill_tokens = 0;
+  int64_t prompt_tokens = 8, steps = 128, repeats = 5, prefill_tokens = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") {
@@ -134,14 +121,12 @@ int main(int argc, char** argv) {
       steps = std::stoll(v);
     } else if (k == "--repeats") {
       repeats = std::stoll(v);
-    } else if (k == "--copy-mib") {
-      copy_mib = std::stoll(v);
     } else if (k == "--threads") {
       set_num_threads(std::stoi(v));
     } else {
       std::fprintf(stderr,
                    "unknown flag %s (--config --checkpoint --formats --prompt --steps --prefill "
-                   "--repeats --copy-mib --threads)\n",
+                   "--repeats --threads)\n",
                    k.c_str());
       return 2;
     }
@@ -186,21 +171,19 @@ int main(int argc, char** argv) {
     }
     // The machine's bandwidth varies with what else runs on it: it is measured in every round,
     // between the formats' runs, and like them keeps its best.
-    const std::vector<char> from(copy_mib << 20, 1);
-    std::vector<char> to(from.size(), 2);
-    double bandwidth = 0;
+    bench::MachineLimits limits;
     for (int64_t rep = 0; rep < repeats; ++rep) {
-      bandwidth = std::max(bandwidth, copy_bandwidth(from, to));
+      bench::measure_bandwidth(limits);
       for (Runner& r : runners) {
         r.tokens_per_s.push_back(r.run(prompt, steps));
         if (prefill_tokens > 0) r.prefill_tokens_per_s.push_back(r.prefill(long_prompt));
       }
     }
 
+    const double bandwidth = limits.read_bandwidth;
     std::printf(
-        "copy bandwidth %.1f GB/s (STREAM convention: bytes read + bytes written per second; "
-        "best memcpy of %ld MiB, %d threads)\n",
-        bandwidth / 1e9, long(copy_mib), num_threads());
+        "read bandwidth %.1f GB/s, copy %.1f GB/s (bytes read + written per second), %d threads\n",
+        bandwidth / 1e9, limits.copy_bandwidth / 1e9, num_threads());
     std::printf("batch-1 decode, %s, %ld-token prompt then %ld steps, best and median of %ld\n",
                 config_path.c_str(), long(prompt_tokens), long(steps), long(repeats));
     std::printf("%-6s %10s %10s %14s %12s %11s %14s\n", "format", "tok/s", "median",
@@ -210,7 +193,7 @@ int main(int argc, char** argv) {
                              {"prompt", prompt_tokens},
                              {"steps", steps},
                              {"repeats", repeats},
-                             {"copy_bandwidth_gbs", bandwidth / 1e9},
+                             {"limits", limits.json()},
                              {"formats", nlohmann::json::object()}};
     for (const Runner& r : runners) {
       const double best = *std::max_element(r.tokens_per_s.begin(), r.tokens_per_s.end());

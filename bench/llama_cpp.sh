@@ -2,22 +2,36 @@
 # Tessera beside llama.cpp on the same weights: trains one step of an 85M-parameter Llama
 # (12 x 768, ffn 2048, byte vocabulary) so that a real checkpoint exists, exports it as GGUF f32,
 # f16 and q8_0, and times batch-1 decode and a 512-token prefill in Tessera (bench/decode_bench
-# --checkpoint: f32, bf16, int8 weights) and in llama.cpp (node-llama-cpp's prebuilt CPU build,
-# bench/llama_cpp_peer.mjs). Each side runs REPEATS rounds (default 2), alternating, and keeps its
-# best. llama.cpp runs with its defaults (f16 KV cache, flash attention as it chooses) at 1 and at
-# THREADS threads and keeps the better of the two for each figure: through node-llama-cpp on a
-# 2-core machine its 2-thread decode is often slower than 1 thread.
+# --checkpoint: f32, bf16 and int8 weights) and in llama.cpp's own llama-bench on the GGUF files.
+# llama-bench is compiled here with one g++ line from the llama.cpp source that the npm package
+# node-llama-cpp (pinned in tests/llama_cpp) bundles, against the CPU libraries it ships, and runs
+# with llama.cpp's defaults (f16 KV cache, flash attention as it chooses) at 1 and THREADS
+# threads; each figure keeps its better thread count. Each side runs REPEATS rounds (default 3),
+# alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench).
 #   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] bench/llama_cpp.sh
-# Needs tests/llama_cpp/node_modules (scripts/setup.sh --test installs it).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 steps="${STEPS:-64}" threads="${THREADS:-2}" prefill=512
+bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/tessera" && -x "$build/bench/decode_bench" ]] ||
   bash "$root/scripts/build.sh" tessera_cli decode_bench >/dev/null
-if [[ ! -d "$root/tests/llama_cpp/node_modules/node-llama-cpp" ]]; then
-  echo "error: llama.cpp's npm package is missing: run scripts/setup.sh --test" >&2
-  exit 1
+
+# llama-bench from the package's own source and libraries. The CPU backends are loaded from the
+# executable's folder, so the shipped ones are linked in beside it.
+modules="$root/tests/llama_cpp/node_modules"
+libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+bench_dir="$build/llama.cpp"
+llama_bench="$bench_dir/llama-bench"
+if [[ ! -x "$llama_bench" ]]; then
+  rm -rf "$bench_dir" && mkdir -p "$bench_dir"
+  git clone -q "$modules/node-llama-cpp/llama/gitRelease.bundle" "$bench_dir/src" 2>/dev/null
+  src="$bench_dir/src"
+  g++ -std=c++17 -O2 -DNDEBUG -I"$src/include" -I"$src/ggml/include" -I"$src/common" \
+    -I"$src/vendor" "$src/tools/llama-bench/llama-bench.cpp" "$src/tools/llama-bench/main.cpp" \
+    -L"$libs" -l:libllama-common.so -l:"$(basename "$libs"/libllama.v*.so)" \
+    -l:"$(basename "$libs"/libggml.v*.so)" -l:libggml-base.so -Wl,-rpath,"$libs" -o "$llama_bench"
+  ln -s "$libs"/libggml-cpu-*.so "$bench_dir/"
 fi
 
 work="$(mktemp -d)"
@@ -33,44 +47,52 @@ for dtype in f32 f16 q8_0; do
 done
 
 results="$work/results"
-for ((i = 0; i < ${REPEATS:-2}; i++)); do
+for ((i = 0; i < ${REPEATS:-3}; i++)); do
   "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8 --prompt 8 \
-    --steps "$steps" --prefill "$prefill" --repeats 2 --copy-mib 256 --threads "$threads" |
+    --steps "$steps" --prefill "$prefill" --repeats 2 --threads "$threads" |
     sed -n 's/^RESULT /ours /p' >>"$results"
   for dtype in f32 f16 q8_0; do
-    for peer_threads in 1 "$threads"; do
-      node "$root/bench/llama_cpp_peer.mjs" "$work/model-$dtype.gguf" "$prefill" "$steps" 2 \
-        "$peer_threads" | sed -n "s/^RESULT /peer $dtype $peer_threads /p" >>"$results"
-    done
+    "$llama_bench" -m "$work/model-$dtype.gguf" -t "1,$threads" -p "$prefill" -n "$steps" -r 2 \
+      -o jsonl 2>/dev/null | sed "s/^/peer $dtype /" >>"$results"
   done
 done
 
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
+  "flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|avx_vnni|amx_bf16|amx_int8' \
+    /proc/cpuinfo | sort -u | tr '\n' ' ')"
 "$build/tessera" --version | sed -n 3,4p
+echo "llama.cpp: llama-bench built from node-llama-cpp $(node -p \
+  "require('$modules/node-llama-cpp/package.json').version")'s bundled source" \
+  "($(node -p "require('$modules/node-llama-cpp/llama/llama.cpp.info.json').tag")), its CPU" \
+  "backend: $(sed -n 's/.*"cpu_info": *"\([^"]*\)".*/\1/p' "$results" | head -1)"
 python3 - "$results" "$steps" "$prefill" <<'PY'
 import json, sys
-path, steps, prefill = sys.argv[1], sys.argv[2], sys.argv[3]
-ours, peer = {}, {}
+path, steps, prefill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ours, peer, read = {}, {}, 0
 for line in open(path):
-    parts = line.split(" ", 3)
-    if parts[0] == "ours":
-        for name, f in json.loads(line.split(" ", 1)[1])["formats"].items():
-            best = ours.setdefault(name, {"decode": 0, "prefill": 0})
+    side, rest = line.split(" ", 1)
+    if side == "ours":
+        r = json.loads(rest)
+        read = max(read, r["limits"]["read_bandwidth"])
+        for name, f in r["formats"].items():
+            best = ours.setdefault(name, {"decode": 0, "prefill": 0, "bytes": f["weight_bytes_per_token"]})
             best["decode"] = max(best["decode"], f["tokens_per_s"])
             best["prefill"] = max(best["prefill"], f["prefill_tokens_per_s"])
     else:
-        _, dtype, threads, payload = parts
+        dtype, payload = rest.split(" ", 1)
         r = json.loads(payload)
+        kind = "prefill" if r["n_prompt"] else "decode"
         best = peer.setdefault(dtype, {"decode": (0, 0), "prefill": (0, 0)})
-        best["decode"] = max(best["decode"], (r["tokens_per_s"], int(threads)))
-        best["prefill"] = max(best["prefill"], (r["prefill_tokens_per_s"], int(threads)))
-print(f"85M Llama, batch-1 decode ({steps} steps after an 8-token prompt) and a {prefill}-token "
-      "prefill, tokens/s, best of each side; llama.cpp's thread count in brackets")
-print(f"{'Tessera':<8} {'llama.cpp':<10} {'decode ours':>11} {'llama.cpp':>13} {'ratio':>6} "
-      f"{'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
+        best[kind] = max(best[kind], (r["avg_ts"], r["n_threads"]))
+print(f"85M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, tokens/s, best "
+      "of each side; llama.cpp's thread count in brackets; read bandwidth "
+      f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token)")
+print(f"{'Tessera':<8} {'llama.cpp':<10} {'decode ours':>11} {'bound':>7} {'llama.cpp':>13} "
+      f"{'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
 for name, dtype in (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0")):
     o, p = ours[name], peer[dtype]
-    print(f"{name:<8} {dtype:<10} {o['decode']:11.1f} {p['decode'][0]:9.1f} [{p['decode'][1]}] "
-          f"{o['decode'] / p['decode'][0]:6.2f} {o['prefill']:12.1f} {p['prefill'][0]:9.1f} "
-          f"[{p['prefill'][1]}] {o['prefill'] / p['prefill'][0]:6.2f}")
+    print(f"{name:<8} {dtype:<10} {o['decode']:11.1f} {read / o['bytes']:7.1f} "
+          f"{p['decode'][0]:9.1f} [{p['decode'][1]}] {o['decode'] / p['decode'][0]:6.2f} "
+          f"{o['prefill']:12.1f} {p['prefill'][0]:9.1f} [{p['prefill'][1]}] "
+          f"{o['prefill'] / p['prefill'][0]:6.2f}")
 PY

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -61,9 +62,9 @@ void split_over_threads(int64_t n, F&& f) {
 
 }  // namespace detail
 
-inline MachineLimits measure_machine_limits(int64_t bandwidth_mib = 512) {
+// Measures the matmul rates into m.
+inline void measure_matmul_rates(MachineLimits& m) {
   namespace k = kernels;
-  MachineLimits m;
   constexpr int64_t M = 4096, K = 768, N = 3072;
   const double flops = 2.0 * M * N * K;
   LargeVector<float> a(M * K, 0.25f), b(K * N, 0.5f), c(M * N);
@@ -79,32 +80,43 @@ inline MachineLimits measure_machine_limits(int64_t bandwidth_mib = 512) {
                                 b_low.data(), N, 0.0f, c.data(), N, k::LowPrecision::kBf16);
                   });
   m.bf16_path = k::low_precision_gemm_path(k::LowPrecision::kBf16);
+}
 
-  const int64_t bytes = bandwidth_mib << 20;
+// Measures the bandwidths over buffers of `mib` MiB into m, keeping what m holds if it was more.
+inline void measure_bandwidth(MachineLimits& m, int64_t mib = 512) {
+  const int64_t bytes = mib << 20;
   LargeVector<char> from(bytes, 1), to(bytes, 2);
-  m.copy_bandwidth = 2.0 * double(bytes) / detail::best_seconds(5, [&] {
-                       detail::split_over_threads(bytes, [&](int64_t begin, int64_t n) {
-                         std::memcpy(to.data() + begin, from.data() + begin, size_t(n));
-                       });
-                     });
+  const double copy = 2.0 * double(bytes) / detail::best_seconds(5, [&] {
+                        detail::split_over_threads(bytes, [&](int64_t begin, int64_t n) {
+                          std::memcpy(to.data() + begin, from.data() + begin, size_t(n));
+                        });
+                      });
   // Sixty-four independent sums per thread, so that the loads, not the additions, set the pace.
   const int64_t floats = bytes / int64_t(sizeof(float)) / 64 * 64;
   const auto* values = reinterpret_cast<const float*>(from.data());
   float sink = 0;
-  m.read_bandwidth = double(floats) * sizeof(float) / detail::best_seconds(5, [&] {
-                       detail::split_over_threads(floats / 64, [&](int64_t begin, int64_t n) {
-                         float sums[64] = {};
-                         for (int64_t i = 64 * begin; i < 64 * (begin + n); i += 64) {
+  const double read = double(floats) * sizeof(float) / detail::best_seconds(5, [&] {
+                        detail::split_over_threads(floats / 64, [&](int64_t begin, int64_t n) {
+                          float sums[64] = {};
+                          for (int64_t i = 64 * begin; i < 64 * (begin + n); i += 64) {
 #pragma omp simd
-                           for (int j = 0; j < 64; ++j) sums[j] += values[i + j];
-                         }
-                         float total = 0;
-                         for (float v : sums) total += v;
+                            for (int j = 0; j < 64; ++j) sums[j] += values[i + j];
+                          }
+                          float total = 0;
+                          for (float v : sums) total += v;
 #pragma omp atomic
-                         sink += total;
-                       });
-                     });
+                          sink += total;
+                        });
+                      });
   if (sink < 0) std::printf(" ");  // keeps the reads
+  m.copy_bandwidth = std::max(m.copy_bandwidth, copy);
+  m.read_bandwidth = std::max(m.read_bandwidth, read);
+}
+
+inline MachineLimits measure_machine_limits() {
+  MachineLimits m;
+  measure_matmul_rates(m);
+  measure_bandwidth(m);
   return m;
 }
 

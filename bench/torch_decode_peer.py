@@ -9,7 +9,7 @@ written in place. f32 runs the model in float32; bf16 converts every parameter t
 bf16 inference in PyTorch is usually done. Under torch.inference_mode, --threads threads.
 
 For benchmarks only, never tests or CI: run through bench/decode.sh, which sets the environment
-that makes Debian's python3-torch fastest on this CPU (see ../shared/bench/torch_peer.sh).
+that makes Debian's python3-torch fastest on this CPU (bench/torch_env.sh).
 Prints one 'RESULT {...}' JSON line with each dtype's best and median tokens/s.
 """
 import argparse

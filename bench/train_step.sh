@@ -1,37 +1,101 @@
 #!/usr/bin/env bash
-# Side-by-side training-step benchmark: the same GPT-2 shapes (vocab 50257, random tokens, fp32,
-# full forward + backward + AdamW) through Tessera and through the PyTorch peer, in one run.
-# Each side runs REPEATS times (default 2), alternating, and keeps its best: the peer is compared
-# at its best, and so are we. Prints tokens/s for both and the ratio ours / peer.
-#   [REPEATS=N] bench/train_step.sh [tiny|124m ...]      (default: both)
-# The peer is ../shared/bench/torch_peer.sh beside the repository (override with TORCH_PEER).
+# Training steps side by side with PyTorch, from a clone: the same models, shapes and random
+# token ids (generated, no data files) trained through bench/train_step_bench and through
+# bench/torch_train_peer.py (Debian's python3-torch, checked and run at its best by
+# bench/torch_env.sh), a full step each (forward, backward, AdamW), in f32 and in bf16 (ours:
+# bf16 matmul operands with f32 master weights; the peer: torch.autocast to bfloat16).
+# Each side runs REPEATS rounds (default 3), alternating, and keeps its best tokens/s. Prints
+# the CPU, the kernel paths, the machine's matmul rates measured in the same run, and per
+# config: tokens/s of both, our model FLOPs/s as a share of the matmul rate in our precision,
+# and the ratios. Installs what is missing first (scripts/setup.sh --bench).
+#   [REPEATS=N] [THREADS=N] [BUILD=dir] bench/train_step.sh [config ...]
+# configs: tiny, tiny-50k, 124m, 124m-1k, llama-350m (default: tiny-50k 124m 124m-1k).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-peer="${TORCH_PEER:-$root/../shared/bench/torch_peer.sh}"
-ours="$root/build/bench/train_step_bench"
-if [[ ! -x "$peer" ]]; then
-  echo "SKIPPED: the PyTorch peer $peer is absent; nothing to compare against"
-  exit 0
-fi
-[[ -x "$ours" ]] || bash "$root/scripts/build.sh" >/dev/null
+build="${BUILD:-$root/build}"
+threads="${THREADS:-2}"
+bash "$root/scripts/setup.sh" --bench
+[[ -x "$build/bench/train_step_bench" ]] || bash "$root/scripts/build.sh" train_step_bench >/dev/null
 
-declare -A shape=(
-  [tiny]="--n-layer 4 --n-head 4 --d-model 256 --batch 8 --seq 256"
-  [124m]="--n-layer 12 --n-head 12 --d-model 768 --batch 4 --seq 64"
+# name|model|batch and sequence|warm-up and timed steps (the peer's are far slower at 1K tokens)
+configs=(
+  "tiny|--n-layer 4 --n-head 4 --d-model 256 --vocab 256|--batch 16 --seq 256|--warmup 2 --steps 5"
+  "tiny-50k|--n-layer 4 --n-head 4 --d-model 256 --vocab 50257|--batch 8 --seq 256|--warmup 2 --steps 5"
+  "124m|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 64|--warmup 2 --steps 5"
+  "124m-1k|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 1024|--warmup 1 --steps 2"
+  "llama-350m|--arch llama --n-layer 24 --n-head 16 --kv-heads 8 --d-model 1024 --vocab 32000|--batch 4 --seq 256|--warmup 1 --steps 2"
 )
-tokens_per_s() { sed -n 's/^RESULT //p' | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])'; }
+wanted=("$@")
+((${#wanted[@]})) || wanted=(tiny-50k 124m 124m-1k)
 
-best() { python3 -c 'import sys; print(max(float(sys.argv[1]), float(sys.argv[2])))' "$1" "$2"; }
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
+  "flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8|amx_tile' \
+    /proc/cpuinfo | sort -u | tr '\n' ' ')"
+peer_ok=1
+peer_check="$(THREADS=$threads bash "$root/bench/torch_env.sh" --check 2>&1)" || peer_ok=0
+echo "$peer_check"
+if ((peer_ok)); then
+  TORCH_PEER_CORETYPE="$(sed -n 's/.*OPENBLAS_CORETYPE=\([^ ]*\) .*/\1/p' <<<"$peer_check")"
+  export TORCH_PEER_CORETYPE
+else
+  echo "the peer cannot run at its best here: only our side is measured, and no ratio is printed"
+fi
 
-configs=("$@")
-((${#configs[@]})) || configs=(tiny 124m)
-printf '%-6s %14s %14s %8s\n' config "tessera tok/s" "torch tok/s" ratio
-for c in "${configs[@]}"; do
-  [[ -n "${shape[$c]:-}" ]] || { echo "unknown config '$c' (tiny, 124m)" >&2; exit 2; }
-  ours_tps=0 peer_tps=0
-  for ((i = 0; i < ${REPEATS:-2}; i++)); do
-    ours_tps=$(best "$ours_tps" "$("$ours" ${shape[$c]} --vocab 50257 --warmup 3 --steps 10 | tokens_per_s)")
-    peer_tps=$(best "$peer_tps" "$("$peer" --config "$c" --mode train --warmup 3 --steps 10 | tokens_per_s)")
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
+for name in "${wanted[@]}"; do
+  line=""
+  for c in "${configs[@]}"; do [[ "${c%%|*}" == "$name" ]] && line="$c"; done
+  [[ -n "$line" ]] || { echo "unknown config '$name'" >&2; exit 2; }
+  IFS='|' read -r _ model shape steps <<<"$line"
+  for ((round = 0; round < ${REPEATS:-3}; round++)); do
+    for precision in f32 bf16; do
+      limits=0
+      ((round == 0)) && [[ "$precision" == f32 ]] && limits=1
+      "$build/bench/train_step_bench" $model $shape $steps --precision "$precision" \
+        --threads "$threads" --limits "$limits" | sed -n "s/^RESULT /$name ours $precision /p" >>"$results"
+      if ((peer_ok)); then
+        bash "$root/bench/torch_env.sh" "$root/bench/torch_train_peer.py" $model $shape $steps \
+          --precision "$precision" --threads "$threads" |
+          sed -n "s/^RESULT /$name peer $precision /p" >>"$results"
+      fi
+    done
   done
-  python3 -c "import sys; o,p=float(sys.argv[2]),float(sys.argv[3]); print(f'{sys.argv[1]:<6} {o:14.1f} {p:14.1f} {o/p:8.2f}')" "$c" "$ours_tps" "$peer_tps"
 done
+
+python3 - "$results" "${wanted[@]}" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, side, precision, payload = line.split(" ", 3)
+    r = json.loads(payload)
+    best = rows.setdefault(name, {}).setdefault((side, precision), r)
+    if r["tokens_per_s"] > best["tokens_per_s"]:
+        rows[name][(side, precision)] = r
+    if "limits" in r:
+        rows[name]["limits"] = r["limits"]
+first = next(iter(rows.values()))
+limits = first["limits"]
+print(f"ours: f32 matmul oneDNN sgemm {limits['f32_matmul_flops'] / 1e9:.0f} GFLOP/s, bf16 "
+      f"{limits['bf16_path']} {limits['bf16_matmul_flops'] / 1e9:.0f} GFLOP/s "
+      "(4096x768x3072, measured in this run)")
+print(f"{'config':<11} {'prec':<5} {'ours tok/s':>10} {'of matmul':>9} {'torch f32':>10} "
+      f"{'torch bf16':>10} {'ours/torch':>10} {'ours/torch f32':>14}")
+for name in sys.argv[2:]:
+    r = rows[name]
+    lim = r["limits"]
+    for precision in ("f32", "bf16"):
+        ours = r[("ours", precision)]
+        rate = lim["f32_matmul_flops"] if precision == "f32" else lim["bf16_matmul_flops"]
+        share = ours["model_flops_per_s"] / rate
+        peer = {p: r.get(("peer", p), {}).get("tokens_per_s") for p in ("f32", "bf16")}
+        same = peer[precision]
+        cell = lambda v: f"{v:10.1f}" if v else f"{'-':>10}"
+        ratio = f"{ours['tokens_per_s'] / same:10.2f}" if same else f"{'-':>10}"
+        vs_f32 = (f"{ours['tokens_per_s'] / peer['f32']:14.2f}"
+                  if precision == "bf16" and peer["f32"] else f"{'':>14}")
+        print(f"{name:<11} {precision:<5} {ours['tokens_per_s']:10.1f} {100 * share:8.0f}% "
+              f"{cell(peer['f32'])} {cell(peer['bf16'])} {ratio} {vs_f32}")
+print("(of matmul: our model FLOPs/s, 6 x weights + 12 x layers x seq x width per token, over the "
+      "matmul rate in our precision; tokens/s best of each side's rounds)")
+PY

@@ -3,14 +3,22 @@
 # suite needs on top of the build (PyTorch for the reference check, node and the npm reference
 # tokenisers with their GPT-2 vocabulary files for the tokenizer tests, the official OpenAI
 # client for the server's client test, and Chromium with playwright-core for the live page's
-# test).
+# test). `--bench` adds the peers of bench/: PyTorch with OpenBLAS behind libblas.so.3 (without
+# it PyTorch's f32 matmuls fall to the reference BLAS), and llama.cpp from node-llama-cpp.
 set -euo pipefail
 
 # oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libfmt-dev
           nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libisal-dev libboost1.81-dev
           libcpp-httplib-dev libyaml-cpp-dev libgtest-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
-if [[ "${1:-}" == "--test" ]]; then
+mode="${1:-}"
+[[ -z "$mode" || "$mode" == --test || "$mode" == --bench ]] ||
+  { echo "setup.sh: unknown option '$mode' (--test, --bench)" >&2; exit 2; }
+if [[ "$mode" == --bench ]]; then
+  packages+=(python3 python3-torch libopenblas0-openmp nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
+if [[ "$mode" == --test ]]; then
   packages+=(python3 python3-torch nodejs chromium)
   packages+=(clang libclang-rt-14-dev libomp-dev)  # libFuzzer, ASan, UBSan, OpenMP: scripts/fuzz.sh
   # Debian ships npm as its own package; NodeSource's nodejs bundles it and conflicts with it.
@@ -29,10 +37,13 @@ if ((${#missing[@]})); then
 fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if [[ "${1:-}" == "--test" ]]; then
+npm_dirs=()
+[[ "$mode" == --test ]] && npm_dirs=("$root/tests/tokenizer" "$root/tests/serve/openai_client"
+  "$root/tests/e2e/page" "$root/tests/serve/chat_templates" "$root/tests/llama_cpp")
+[[ "$mode" == --bench ]] && npm_dirs=("$root/tests/llama_cpp")
+if ((${#npm_dirs[@]})); then
   # tests/llama_cpp's .npmrc leaves out node-llama-cpp's optional GPU builds (83 MB, not 732).
-  for npm_dir in "$root/tests/tokenizer" "$root/tests/serve/openai_client" "$root/tests/e2e/page" \
-    "$root/tests/serve/chat_templates" "$root/tests/llama_cpp"; do
+  for npm_dir in "${npm_dirs[@]}"; do
     # Again when package.json changed since the last install.
     if [[ ! "$npm_dir/node_modules/.package-lock.json" -nt "$npm_dir/package.json" ]]; then
       echo "installing npm packages into $npm_dir/node_modules"

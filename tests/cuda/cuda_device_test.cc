@@ -100,7 +100,7 @@ TEST(CudaDevice, KernelsTheDeviceLacksAreRefusedByName) {
                      c.data(), 2);
       },
       {"gemm", "CUDA"});
-  std::vector<float> x(8), scales(4), y(8), scratch(int8_linear_scratch_size(4));
+  std::vector<float> x(8), scales(4), y(8), scratch(int8_linear_scratch_size(4, 2));
   std::vector<int8_t> q(16);
   const Int8Matrix w{q.data(), scales.data(), 4, 4};
   expect_error(

@@ -428,7 +428,7 @@ class CudaInt8 : public CudaTest {};
 TEST_F(CudaInt8, LinearForwardIsRefusedByName) {
   const int64_t M = 2, in = 8, out = 4;
   DeviceArray<float> x(gpu(), M * in), scales(gpu(), out), y(gpu(), M * out),
-      scratch(gpu(), int8_linear_scratch_size(in));
+      scratch(gpu(), int8_linear_scratch_size(in, M));
   DeviceArray<int8_t> q(gpu(), out * in);
   const Int8Matrix w{q.data(), scales.data(), out, in};
   testing::expect_error(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tests/kernels/gradient_check.h"
@@ -64,37 +65,51 @@ TEST(QuantizeInt8Rows, AZeroRowGetsAZeroScale) {
 }
 
 // Every row count from decoding (one x row, the remainders of the four-row tiles) to prefill
-// (the dequantising path), with row and column counts that are not multiples of the tiles.
-TEST(LinearForwardInt8, MatchesTheDequantizedProductInDouble) {
+// (the int8 GEMM), with row and column counts that are not multiples of the tiles: each output is
+// the same expression of the same exact integer sum, bit for bit, and within the quantisation
+// error of the f32 product.
+TEST(LinearForwardInt8, IsTheScaledExactIntegerSumAndCloseToTheF32Product) {
   for (int64_t in : {45, 300}) {
     const int64_t out = 37;
     const std::vector<float> w = random_vector<float>(out * in, 1, 0.05);
     const std::vector<float> b = random_vector<float>(out, 2);
     const Quantized qw = quantize(w, out, in);
     const Int8Matrix matrix = qw.matrix(out, in);
-    std::vector<float> scratch(int8_linear_scratch_size(in));
     for (int64_t M : {1, 2, 3, 4, 5, 7, 31, 32, 33, 70}) {
+      std::vector<float> scratch(int8_linear_scratch_size(in, M));
       for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
         SCOPED_TRACE(::testing::Message() << "in " << in << " M " << M << " bias " << !!bias);
         const std::vector<float> x = random_vector<float>(M * in, 4 + M);
+        const Quantized qx = quantize(x, M, in);
         std::vector<float> y(M * out, -1.0f);
         linear_forward_int8(kCpuContext, x.data(), matrix, bias, y.data(), M, scratch.data());
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t j = 0; j < out; ++j) {
-            double want = bias != nullptr ? bias[j] : 0.0, magnitude = std::fabs(want);
+            int64_t sum = 0;
+            double exact = bias != nullptr ? bias[j] : 0.0, x_size = 0, w_size = 0;
             for (int64_t k = 0; k < in; ++k) {
-              const double term = double(x[m * in + k]) * qw.scales[j] * qw.q[j * in + k];
-              want += term;
-              magnitude += std::fabs(term);
+              sum += int64_t(qx.q[m * in + k]) * qw.q[j * in + k];
+              exact += double(x[m * in + k]) * w[j * in + k];
+              x_size += std::fabs(x[m * in + k]);
+              w_size += std::fabs(qw.scales[j] * qw.q[j * in + k]);
             }
-            // The classic bound on an f32 sum of in products, plus the scale and the bias.
-            const double bound = double(in + 3) * 0x1p-24 * magnitude;
-            ASSERT_NEAR(y[m * out + j], want, bound) << "row " << m << " column " << j;
+            const float want =
+                std::fma(float(sum), qx.scales[m] * qw.scales[j], bias != nullptr ? bias[j] : 0.0f);
+            ASSERT_EQ(y[m * out + j], want) << "row " << m << " column " << j;
+            // Each weight moved by at most half its row's step, each activation by half its own.
+            const double bound = 0.5 * qw.scales[j] * x_size + 0.5 * qx.scales[m] * w_size + 1e-5;
+            ASSERT_NEAR(y[m * out + j], exact, bound) << "row " << m << " column " << j;
           }
         }
       }
     }
   }
+}
+
+TEST(LinearForwardInt8, NamesHowAPrefillMultiplies) {
+  const std::string path = int8_prefill_path();
+  EXPECT_TRUE(path.starts_with("oneDNN matmul (") || path == "portable (f32 sums + sgemm)") << path;
+  if (__builtin_cpu_supports("avx512vnni")) EXPECT_TRUE(path.starts_with("oneDNN")) << path;
 }
 
 }  // namespace

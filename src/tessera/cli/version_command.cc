@@ -8,6 +8,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/cpu_model.h"
 #include "tessera/kernels/device.h"
+#include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::cli {
@@ -95,8 +96,10 @@ int version_command() {
     std::printf("warning: this CPU lacks%s, which this build uses: rebuild on this machine\n",
                 missing.c_str());
   }
-  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s\n", dnnl->major, dnnl->minor,
-              dnnl->patch, kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str());
+  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s; int8 prefill %s\n", dnnl->major,
+              dnnl->minor, dnnl->patch,
+              kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str(),
+              kernels::int8_prefill_path());
   std::printf("CUDA:         %s\n", cuda_line().c_str());
   return 0;
 }

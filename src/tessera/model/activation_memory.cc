@@ -145,7 +145,7 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
     ws.decode_scratch = a.floats(kernels::paged_attention_scratch_size(c.max_seq) * o.threads);
   }
   if (o.weights == WeightFormat::kInt8) {
-    ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F})));
+    ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));
   }
   ParallelScratch& ps = ws.parallel;
   if (sp) {

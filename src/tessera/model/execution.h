@@ -18,9 +18,10 @@ enum class Precision { kF32, kBf16, kF16 };
 enum class Recompute { kNone, kSelective, kFull };
 // How an inference model holds the weights its matmuls read. dense: as the precision says. int8:
 // every linear layer's weight matrix, the head included, as int8 with one f32 scale per output
-// row (symmetric, max|row| / 127), multiplied with f32 activations and accumulated in f32; the
-// f32 parameters stay resident for the embeddings, norms and biases and as the source of the
-// int8 copy. int8 needs precision f32, dense MLPs, training=false and no parameter store.
+// row (symmetric, max|row| / 127), multiplied by the activations quantised per row the same way,
+// with exact integer sums (kernels/int8_linear.h); the f32 parameters stay resident for the
+// embeddings, norms and biases and as the source of the int8 copy. int8 needs precision f32,
+// dense MLPs, training=false and no parameter store.
 enum class WeightFormat { kDense, kInt8 };
 
 std::string_view precision_name(Precision p);

@@ -22,7 +22,8 @@ struct HeldGradient {
 class Linear {
  public:
   // dy_low: working space of at least N * out halves for low-precision backward; int8_scratch:
-  // kernels::int8_linear_scratch_size(in) floats for int8 weights. Either may be null when unused.
+  // kernels::int8_linear_scratch_size(in, N) floats for int8 weights. Either may be null when
+  // unused.
   Linear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
          MatmulFormat format, uint16_t* dy_low, float* int8_scratch);
 

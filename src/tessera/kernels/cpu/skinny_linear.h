@@ -5,11 +5,13 @@
 // thread's, so results do not depend on the thread count or the schedule.
 //
 // A product policy says how one step of a dot product loads kStep elements of an x row and of a
-// weight row and multiplies them into an f32 accumulator: Widened converts both operands to f32
-// for FMAs; Bf16Pairs multiplies bf16 directly with AVX512_BF16's exact pairwise products.
+// weight row and multiplies them into its accumulator: Widened converts both operands to f32 for
+// FMAs; Bf16Pairs multiplies bf16 directly with AVX512_BF16's exact pairwise products; Int8Pairs
+// multiplies int8 weights by int8 activations (held as int16) into exact int32 sums.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "tessera/core/dtype.h"
@@ -23,6 +25,22 @@
 namespace tessera::kernels {
 
 #ifdef TESSERA_SKINNY_AVX512
+
+inline float sum_lanes(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  const __m256 half = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 0)),
+                                    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 1)));
+  __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+  quarter = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
+  return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+}
+
+// Sixteen f32 sums, added up at the end.
+struct F32Sums {
+  using Acc = __m512;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static float total(Acc a) { return sum_lanes(a); }
+};
 
 // Operand formats and how sixteen of their elements widen to f32. As in low_precision_convert.h,
 // masked forms throughout: the unmasked ones' undefined pass-through lanes make GCC 12 report
@@ -44,15 +62,8 @@ struct F16Operand {
     return _mm512_maskz_cvtph_ps(k, _mm256_maskz_loadu_epi16(k, p));
   }
 };
-struct Int8Operand {
-  using Element = int8_t;
-  static __m512 load(__mmask16 k, const int8_t* p) {
-    return _mm512_maskz_cvtepi32_ps(k, _mm512_maskz_cvtepi8_epi32(k, _mm_maskz_loadu_epi8(k, p)));
-  }
-};
-
 template <typename W, typename X>
-struct Widened {
+struct Widened : F32Sums {
   using WElement = typename W::Element;
   using XElement = typename X::Element;
   using WVec = __m512;
@@ -67,19 +78,23 @@ struct Widened {
   static __m512 madd(__m512 acc, XVec x, WVec w) { return _mm512_fmadd_ps(x, w, acc); }
 };
 
-#ifdef __AVX512BF16__
-// One instruction per 32 products, against three per 16 when widening; bf16 subnormals count as
-// zero, as in oneDNN's bf16 kernels.
-struct Bf16Pairs {
-  using WElement = uint16_t;
-  using XElement = uint16_t;
-  using WVec = __m512bh;
-  using XVec = __m512bh;
+// Steps of 32 sixteen-bit lanes.
+struct Lanes32 {
   using Mask = __mmask32;
   static constexpr int64_t kStep = 32;
   static Mask mask(int64_t remaining) {
     return remaining >= 32 ? Mask(0xffffffffu) : Mask((uint64_t(1) << remaining) - 1);
   }
+};
+
+#ifdef __AVX512BF16__
+// One instruction per 32 products, against three per 16 when widening; bf16 subnormals count as
+// zero, as in oneDNN's bf16 kernels.
+struct Bf16Pairs : F32Sums, Lanes32 {
+  using WElement = uint16_t;
+  using XElement = uint16_t;
+  using WVec = __m512bh;
+  using XVec = __m512bh;
   static __m512bh load(Mask k, const uint16_t* p) {
     return __m512bh(_mm512_maskz_loadu_epi16(k, p));
   }
@@ -91,6 +106,37 @@ using Bf16Product = Bf16Pairs;
 #else
 using Bf16Product = Widened<Bf16Operand, Bf16Operand>;
 #endif
+
+// Pairs of int8 weights (sign-extended on load) and int16 activations multiplied and added into
+// sixteen int32 sums, exactly: VPDPWSSD with AVX512_VNNI, VPMADDWD and an add without.
+struct Int8Pairs : Lanes32 {
+  using WElement = int8_t;
+  using XElement = int16_t;
+  using WVec = __m512i;
+  using XVec = __m512i;
+  using Acc = __m512i;
+  static WVec load_w(Mask k, const int8_t* p) {
+    return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, p));
+  }
+  static XVec load_x(Mask k, const int16_t* p) { return _mm512_maskz_loadu_epi16(k, p); }
+  static Acc madd(Acc acc, XVec x, WVec w) {
+#ifdef __AVX512VNNI__
+    return _mm512_dpwssd_epi32(acc, x, w);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w));
+#endif
+  }
+  static Acc zero() { return _mm512_setzero_si512(); }
+  static float total(Acc a) {
+    const __m256i half = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xf, a, 0),
+                                          _mm512_maskz_extracti64x4_epi64(0xf, a, 1));
+    __m128i quarter =
+        _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+    quarter = _mm_add_epi32(quarter, _mm_shuffle_epi32(quarter, 0x4e));
+    quarter = _mm_add_epi32(quarter, _mm_shuffle_epi32(quarter, 0xb1));
+    return float(_mm_cvtsi128_si32(quarter));
+  }
+};
 
 #else  // portable: scalar widening that the compiler vectorises
 
@@ -106,20 +152,35 @@ struct F16Operand {
   using Element = uint16_t;
   static float value(uint16_t v) { return f16_to_f32(v); }
 };
-struct Int8Operand {
-  using Element = int8_t;
-  static float value(int8_t v) { return float(v); }
-};
-
 template <typename W, typename X>
 struct Widened {
   using WElement = typename W::Element;
   using XElement = typename X::Element;
+  using Sum = float;
   static float product(XElement x, WElement w) { return X::value(x) * W::value(w); }
 };
 using Bf16Product = Widened<Bf16Operand, Bf16Operand>;
 
+struct Int8Pairs {
+  using WElement = int8_t;
+  using XElement = int16_t;
+  using Sum = int32_t;
+  static int32_t product(int16_t x, int8_t w) { return int32_t(x) * int32_t(w); }
+};
+
 #endif
+
+// The scales of an int8 product: one per x row, one per weight row.
+struct Int8Scales {
+  const float* x;
+  const float* w;
+};
+
+// An int8 product's output from its exact integer sum (converted to f32): the same expression on
+// every path, one rounding for the product of the scales and one fused multiply-add.
+inline float int8_output(float sum, float x_scale, float w_scale, float bias) {
+  return std::fma(sum, x_scale * w_scale, bias);
+}
 
 namespace skinny {
 
@@ -131,22 +192,13 @@ constexpr int64_t kPrefetchBytes = 32 << 10;
 
 #ifdef TESSERA_SKINNY_AVX512
 
-inline float sum_lanes(__m512 v) {
-  const __m512d d = _mm512_castps_pd(v);
-  const __m256 half = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 0)),
-                                    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 1)));
-  __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  quarter = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-  return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
-}
-
 // dots[m][r] = x row m . w row r over `in` columns, for RM rows of x and kTileRows rows of w.
 template <typename P, int RM>
 void dot_tile(const typename P::XElement* const* x, const typename P::WElement* const* w,
               int64_t in, float dots[RM][kTileRows]) {
-  __m512 acc[RM][kTileRows];
+  typename P::Acc acc[RM][kTileRows];
   for (int m = 0; m < RM; ++m) {
-    for (int r = 0; r < kTileRows; ++r) acc[m][r] = _mm512_setzero_ps();
+    for (int r = 0; r < kTileRows; ++r) acc[m][r] = P::zero();
   }
   constexpr int64_t kWeightBytes = sizeof(typename P::WElement);
   for (int64_t c = 0; c < in; c += P::kStep) {
@@ -164,7 +216,7 @@ void dot_tile(const typename P::XElement* const* x, const typename P::WElement* 
     }
   }
   for (int m = 0; m < RM; ++m) {
-    for (int r = 0; r < kTileRows; ++r) dots[m][r] = sum_lanes(acc[m][r]);
+    for (int r = 0; r < kTileRows; ++r) dots[m][r] = P::total(acc[m][r]);
   }
 }
 
@@ -175,10 +227,10 @@ void dot_tile(const typename P::XElement* const* x, const typename P::WElement* 
               int64_t in, float dots[RM][kTileRows]) {
   for (int m = 0; m < RM; ++m) {
     for (int r = 0; r < kTileRows; ++r) {
-      float sum = 0;
+      typename P::Sum sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < in; ++c) sum += P::product(x[m][c], w[r][c]);
-      dots[m][r] = sum;
+      dots[m][r] = float(sum);
     }
   }
 }
@@ -188,7 +240,7 @@ void dot_tile(const typename P::XElement* const* x, const typename P::WElement* 
 // Rows [row, row + RM) of y against weight rows [r0, r0 + kTileRows). Past the last row of w or
 // of x, a tile repeats the last one and drops its results, so every tile runs the same code.
 template <typename P, int RM>
-void tile(const typename P::XElement* x, const typename P::WElement* w, const float* row_scales,
+void tile(const typename P::XElement* x, const typename P::WElement* w, const Int8Scales* scales,
           const float* b, float* y, int64_t M, int64_t in, int64_t out, int64_t row, int64_t r0) {
   const typename P::XElement* xs[RM];
   const typename P::WElement* ws[kTileRows];
@@ -199,19 +251,22 @@ void tile(const typename P::XElement* x, const typename P::WElement* w, const fl
   for (int m = 0; m < RM && row + m < M; ++m) {
     float* y_row = y + (row + m) * out;
     for (int r = 0; r < kTileRows && r0 + r < out; ++r) {
-      const float scaled = row_scales != nullptr ? dots[m][r] * row_scales[r0 + r] : dots[m][r];
-      y_row[r0 + r] = b != nullptr ? scaled + b[r0 + r] : scaled;
+      const float d = dots[m][r];
+      const float bias = b != nullptr ? b[r0 + r] : 0.0f;
+      y_row[r0 + r] = scales != nullptr
+                          ? int8_output(d, scales->x[row + m], scales->w[r0 + r], bias)
+                          : (b != nullptr ? d + bias : d);
     }
   }
 }
 
 }  // namespace skinny
 
-// y[M, out] = (x[M, in] * w[out, in]^T) * row_scales[out] + b[out], multiplied as the product
-// policy P says; row_scales and b may be null.
+// y[M, out] = x[M, in] * w[out, in]^T + b[out], multiplied as the product policy P says; b may be
+// null. With int8 scales, each integer sum becomes int8_output(sum, x scale, w scale, b).
 template <typename P>
 void skinny_linear(const typename P::XElement* x, const typename P::WElement* w,
-                   const float* row_scales, const float* b, float* y, int64_t M, int64_t in,
+                   const Int8Scales* scales, const float* b, float* y, int64_t M, int64_t in,
                    int64_t out) {
   using skinny::tile;
   const int64_t tiles = (out + skinny::kTileRows - 1) / skinny::kTileRows;
@@ -220,16 +275,16 @@ void skinny_linear(const typename P::XElement* x, const typename P::WElement* w,
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r0 = t * skinny::kTileRows;
     int64_t row = 0;
-    for (; row + 4 <= M; row += 4) tile<P, 4>(x, w, row_scales, b, y, M, in, out, row, r0);
+    for (; row + 4 <= M; row += 4) tile<P, 4>(x, w, scales, b, y, M, in, out, row, r0);
     switch (M - row) {
       case 1:
-        tile<P, 1>(x, w, row_scales, b, y, M, in, out, row, r0);
+        tile<P, 1>(x, w, scales, b, y, M, in, out, row, r0);
         break;
       case 2:
-        tile<P, 2>(x, w, row_scales, b, y, M, in, out, row, r0);
+        tile<P, 2>(x, w, scales, b, y, M, in, out, row, r0);
         break;
       case 3:
-        tile<P, 4>(x, w, row_scales, b, y, M, in, out, row, r0);
+        tile<P, 4>(x, w, scales, b, y, M, in, out, row, r0);
         break;
     }
   }
