@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Held-out bits per byte of the same small GPT-2 trained on tinyshakespeare through the byte-level
+# Held-out bits per byte of the same small GPT-2 trained on a text through the byte-level
 # tokenizer and through a 4,096-token BPE vocabulary learned from the training text, both for the
 # same number of training bytes (so the BPE run takes fewer steps of the same token count). Bits
 # per byte = held-out nats per token * tokens per byte / ln 2, comparable across tokenizers; the
 # evaluation covers the whole held-out split in both runs.
 #   bench/bits_per_byte.sh            (TRAIN_BYTES=2000000 by default, about 2 epochs)
-# The text is ../shared/data/tinyshakespeare.txt beside the repository (override with TEXT).
+# The text is the King James Bible from Debian's bible-kjv (scripts/kjv_text.sh; override with
+# TEXT).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-text="${TEXT:-$root/../shared/data/tinyshakespeare.txt}"
+text="${TEXT:-$root/data/kjv.txt}"
 tessera="${TESSERA:-$root/build/tessera}"
 train_bytes="${TRAIN_BYTES:-2000000}"
-if [[ ! -f "$text" ]]; then
-  echo "SKIPPED: $text is absent; nothing to train on"
-  exit 0
+if [[ -z "${TEXT:-}" ]]; then
+  bash "$root/scripts/setup.sh"
+  bash "$root/scripts/kjv_text.sh" "$text"
 fi
+[[ -f "$text" ]] || { echo "error: $text is absent" >&2; exit 1; }
 [[ -x "$tessera" ]] || bash "$root/scripts/build.sh" >/dev/null
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

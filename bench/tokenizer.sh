@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# Side-by-side tokenizer benchmark: encodes tinyshakespeare with GPT-2's vocabulary through
+# Side-by-side tokenizer benchmark: encodes a text with GPT-2's vocabulary through
 # Tessera on one thread and on all threads, and through js-tiktoken in node, in one run.
 # Prints MB/s for each (median of the repeats, and the first encode with an empty cache), the
 # token counts (which must agree) and the ratios.
 #   bench/tokenizer.sh [REPEATS]     (default 20)
-# The text is ../shared/data/tinyshakespeare.txt beside the repository (override with TEXT);
-# the vocabulary and js-tiktoken come from tests/tokenizer/node_modules (scripts/setup.sh --test);
+# The text is the King James Bible from Debian's bible-kjv (scripts/kjv_text.sh; override with
+# TEXT); the vocabulary and js-tiktoken come from tests/tokenizer/node_modules (setup.sh --test);
 # BUILD_DIR picks another build than build/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-text="${TEXT:-$root/../shared/data/tinyshakespeare.txt}"
+text="${TEXT:-$root/data/kjv.txt}"
 modules="$root/tests/tokenizer/node_modules"
 ours="${BUILD_DIR:-$root/build}/bench/tokenizer_bench"
 repeats="${1:-20}"
-if [[ ! -f "$text" ]]; then
-  echo "SKIPPED: $text is absent; nothing to encode"
-  exit 0
+if [[ -z "${TEXT:-}" ]]; then
+  bash "$root/scripts/setup.sh"
+  bash "$root/scripts/kjv_text.sh" "$text"
 fi
+[[ -f "$text" ]] || { echo "error: $text is absent" >&2; exit 1; }
 [[ -d "$modules" ]] || bash "$root/scripts/setup.sh" --test
 [[ -x "$ours" ]] || bash "$root/scripts/build.sh" >/dev/null
 

@@ -7,12 +7,7 @@ bash scripts/setup.sh
 bash scripts/build.sh tessera_cli
 
 corpus=data/kjv.txt
-if [[ ! -s "$corpus" ]]; then
-  mkdir -p data
-  # One verse per line; the verse reference ("Ge1:1") is stripped.
-  bible -f "Gen1:1-Rev22:21" | sed 's/^[^ ]* //' >"$corpus.tmp"
-  mv "$corpus.tmp" "$corpus"
-fi
+bash scripts/kjv_text.sh "$corpus"
 
 run="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
 build/tessera train --data "$corpus" --out "$run"

@@ -305,6 +305,53 @@ TEST(LinearLow, MatchesTheF32KernelsOnRoundedInputs) {
   }
 }
 
+// The fused update gives the bits of the separate passes it replaces: the gradients widened and
+// scaled, adamw_update, then cast_to_low of the new weights.
+TEST(AdamWUpdateLow, EqualsTheUpdateThenTheCast) {
+  const int64_t n = 2500;  // blocks of 1024 and a remainder
+  const AdamWParams hyper{3e-4, 0.9, 0.95, 1e-8, 0.1, 7};
+  const std::vector<float> master0 = random_vector<float>(n, 1);
+  const std::vector<float> m0 = random_vector<float>(n, 2, 1e-3);
+  std::vector<float> v0 = random_vector<float>(n, 3, 1e-6);
+  for (float& x : v0) x = std::fabs(x);
+  std::vector<float> grad = random_vector<float>(n, 4, 1e-2);
+  std::vector<uint16_t> grad_bf16(n);
+  cast_to_low(kCpuContext, grad.data(), grad_bf16.data(), n, LowPrecision::kBf16);
+  for (const LowPrecision p : {LowPrecision::kBf16, LowPrecision::kF16}) {
+    for (const bool bf16_grads : {false, true}) {
+      for (const float scale : {1.0f, 0.37f}) {
+        SCOPED_TRACE(fmt::format("bf16 grads {} scale {}", bf16_grads, scale));
+        std::vector<float> g = grad;
+        if (bf16_grads)
+          cast_from_low(kCpuContext, grad_bf16.data(), g.data(), n, LowPrecision::kBf16);
+        for (float& x : g) x *= scale;
+        std::vector<float> want = master0, want_m = m0, want_v = v0;
+        adamw_update<float>(kCpuContext, want.data(), g.data(), want_m.data(), want_v.data(), n,
+                            hyper);
+        std::vector<uint16_t> want_low(n);
+        cast_to_low(kCpuContext, want.data(), want_low.data(), n, p);
+
+        std::vector<float> got = master0, got_m = m0, got_v = v0;
+        std::vector<uint16_t> got_low(n);
+        adamw_update_low(kCpuContext, got.data(), bf16_grads ? nullptr : grad.data(),
+                         bf16_grads ? grad_bf16.data() : nullptr, scale, got_m.data(), got_v.data(),
+                         n, hyper, got_low.data(), p);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got_m[i]), std::bit_cast<uint32_t>(want_m[i])) << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got_v[i]), std::bit_cast<uint32_t>(want_v[i])) << i;
+          ASSERT_EQ(got_low[i], want_low[i]) << i;
+        }
+      }
+    }
+  }
+  std::vector<float> w(4), m(4), v(4);
+  std::vector<uint16_t> low(4);
+  EXPECT_THROW(adamw_update_low(kCpuContext, w.data(), nullptr, nullptr, 1.0f, m.data(), v.data(),
+                                4, hyper, low.data(), LowPrecision::kBf16),
+               Error);
+}
+
 TEST(AllFinite, FindsInfAndNanAnywhere) {
   EXPECT_TRUE(all_finite(kCpuContext, nullptr, 0));
   const float bad[] = {std::numeric_limits<float>::infinity(),

@@ -209,7 +209,8 @@ TEST(CostModel, Bf16ActivationsHalveTheSavedF32State) {
 TEST(CostModel, ContextParallelismSplitsTheSequence) {
   model::ModelConfig c = gpt_1t();
   c.max_seq = 65536;
-  const Workload w{.global_batch = 64, .seq_len = 65536, .tokens = 1e12};
+  // Enough micro-batches that both layouts keep the pipeline's full pp in flight.
+  const Workload w{.global_batch = 256, .seq_len = 65536, .tokens = 1e12};
   const Accelerator a = test_gpu();
   const Estimate whole = estimate(c, a, parse_layout("dp=8,tp=8,pp=16,zero=1,recompute=full"), w);
   const Estimate split =

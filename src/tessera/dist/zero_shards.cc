@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <utility>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/ops.h"
@@ -73,10 +75,21 @@ ZeroShards::ZeroShards(const kernels::Context& ctx, const model::ModelLayout& la
   const int64_t slot_size[2] = {first_unit_ == 0 ? layout_.units[0].size() : 0, other_unit};
   for (int s = 0; s < 2; ++s) {
     if (low_ || shard_params) slots_[s].f32 = DeviceArray<float>(ctx, slot_size[s]);
+    // In low precision only what is read in f32 is widened; a read of anything else finds NaN.
+    if (low_ && !ctx.on_cuda()) {
+      std::fill_n(slots_[s].f32.data(), slot_size[s], std::numeric_limits<float>::quiet_NaN());
+    }
     if (low_ && shard_params) slots_[s].low = DeviceArray<uint16_t>(ctx, slot_size[s]);
     if (!direct_gradients()) slots_[s].grads = DeviceArray<float>(ctx, slot_size[s]);
   }
   if (shard_grads) reduced_ = DeviceArray<float>(ctx, reduced);
+  fresh_.assign(size_t(end_unit_ - first_unit_), true);  // the gradients start at zero
+  if (low_) {
+    for (int64_t u = first_unit_; u < end_unit_; ++u) {
+      const model::ParameterUnit& x = layout_.units[u];
+      widened_.push_back(model::f32_read_ranges(layout_, x.begin, x.end));
+    }
+  }
   if (!shard_grads && N > 1) {
     void* grads = low_grads_ ? static_cast<void*>(grads_low_.data()) : grads_f32_.data();
     const DType dtype = low_grads_ ? DType::bf16 : DType::f32;
@@ -121,6 +134,7 @@ float* ZeroShards::master(int64_t flat) {
 void ZeroShards::zero_grad() {
   k::fill_zeros(ctx_, grads_f32_.data(), sizeof(float) * size_t(grads_f32_.size()));
   k::fill_zeros(ctx_, grads_low_.data(), sizeof(uint16_t) * size_t(grads_low_.size()));
+  fresh_.assign(size_t(end_unit_ - first_unit_), true);
 }
 
 model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
@@ -132,13 +146,20 @@ model::ParameterStore::Weights ZeroShards::acquire(int64_t u) {
     void* recv = low_ ? static_cast<void*>(s.low.data()) : s.f32.data();
     group_.all_gather(param_storage(first), recv, counts, low_ ? dtype_of(*low_) : DType::f32);
     if (!low_) return {s.f32.data(), nullptr};
-    k::cast_from_low(ctx_, s.low.data(), s.f32.data(), x.size(), *low_);
+    widen(u, s.low.data(), s.f32.data());
     return {s.f32.data(), s.low.data()};
   }
   if (!low_) return {params_f32_.data() + (x.begin - params_base_), nullptr};
   const uint16_t* low = params_low_.data() + (x.begin - params_base_);
-  k::cast_from_low(ctx_, low, s.f32.data(), x.size(), *low_);
+  widen(u, low, s.f32.data());
   return {s.f32.data(), low};
+}
+
+void ZeroShards::widen(int64_t u, const uint16_t* low, float* f32) {
+  const int64_t begin = unit(u).begin;
+  for (const auto& [b, e] : widened_[u - first_unit_]) {
+    k::cast_from_low(ctx_, low + (b - begin), f32 + (b - begin), e - b, *low_);
+  }
 }
 
 float* ZeroShards::gradients(int64_t u) {
@@ -149,10 +170,16 @@ float* ZeroShards::gradients(int64_t u) {
   return g;
 }
 
-void ZeroShards::accumulate_gradients(int64_t flat, const float* g, int64_t n) {
+void ZeroShards::accumulate_gradients(int64_t u, int64_t flat, const float* g, int64_t n) {
   if (!low_grads_) {
     float* dst = grads_f32_.data() + (flat - grads_base_);
     k::add(ctx_, dst, g, dst, n);
+    return;
+  }
+  // The unit's first gradients since they were zeroed are its sums: narrowing them is enough.
+  const bool fresh = std::exchange(fresh_[size_t(u - first_unit_)], false);
+  if (fresh) {
+    k::cast_to_low(ctx_, g, grads_low_.data() + (flat - grads_base_), n, k::LowPrecision::kBf16);
     return;
   }
   for (int64_t done = 0; done < n; done += kChunk) {
@@ -170,10 +197,10 @@ void ZeroShards::gradients_done(int64_t u) {
   if (stage_ >= 2) {
     const std::span<const int64_t> counts = shard_counts(x.begin, x.end);
     group_.reduce_scatter(s.grads.data(), reduced_.data(), counts, DType::f32);
-    accumulate_gradients(std::clamp(x.begin, lo_, hi_), reduced_.data(), counts[group_.rank()]);
+    accumulate_gradients(u, std::clamp(x.begin, lo_, hi_), reduced_.data(), counts[group_.rank()]);
     return;
   }
-  if (!direct_gradients()) accumulate_gradients(x.begin, s.grads.data(), x.size());
+  if (!direct_gradients()) accumulate_gradients(u, x.begin, s.grads.data(), x.size());
   if (sync_ && last_micro_step_) sync_->ready_from(x.begin - begin_);
 }
 
@@ -201,6 +228,19 @@ void ZeroShards::publish() {
   const int64_t b = owned_begin_, n = owned_end_ - b;
   if (low_)
     k::cast_to_low(ctx_, master_.data(), static_cast<uint16_t*>(param_storage(b)), n, *low_);
+  share();
+}
+
+ZeroShards::LowUpdate ZeroShards::low_update(int64_t flat) {
+  check(low_.has_value(), "low_update: the parameters are kept in f32");
+  const int64_t g = flat - grads_base_;
+  return {low_grads_ ? nullptr : grads_f32_.data() + g,
+          low_grads_ ? grads_low_.data() + g : nullptr,
+          static_cast<uint16_t*>(param_storage(flat))};
+}
+
+void ZeroShards::share() {
+  const int64_t b = owned_begin_;
   if ((stage_ == 1 || stage_ == 2) && group_.size() > 1) {
     for (int r = 0; r < group_.size(); ++r) counts_[r] = shard_bounds_[r + 1] - shard_bounds_[r];
     group_.all_gather(param_storage(b), param_storage(begin_), counts_,

@@ -51,6 +51,8 @@ class ZeroShards final : public model::ParameterStore {
              int64_t bucket_bytes);
 
   int stage() const { return stage_; }
+  // The format the parameters are kept in for the matmuls; none when f32.
+  std::optional<kernels::LowPrecision> low_precision() const { return low_; }
   Communicator& group() const { return group_; }
   int64_t begin() const { return begin_; }  // the run's flat range in the layout
   int64_t end() const { return end_; }
@@ -65,6 +67,17 @@ class ZeroShards final : public model::ParameterStore {
   // current.
   float* master(int64_t flat);
   void publish();
+  // In low precision, what an update that writes the low-precision parameters itself reads and
+  // writes of the owned range from `flat`: the gradients (bf16 where bf16 training keeps them so,
+  // else f32; the other null) and the low-precision parameters. share() then does the rest of
+  // publish(): the ranks' updated shards reach every rank that keeps them all.
+  struct LowUpdate {
+    const float* grads;
+    const uint16_t* grads_bf16;
+    uint16_t* params;
+  };
+  LowUpdate low_update(int64_t flat);
+  void share();
   // The f32 gradients of the owned [flat, flat + n), n <= kChunk; valid until the next call.
   const float* gradient_chunk(int64_t flat, int64_t n);
 
@@ -97,7 +110,10 @@ class ZeroShards final : public model::ParameterStore {
   // Elements of [begin, end) that rank r's shard holds, per rank.
   std::span<const int64_t> shard_counts(int64_t begin, int64_t end);
   void* param_storage(int64_t flat);
-  void accumulate_gradients(int64_t flat, const float* g, int64_t n);
+  // Adds unit u's gradients g for [flat, flat + n) into the kept ones.
+  void accumulate_gradients(int64_t u, int64_t flat, const float* g, int64_t n);
+  // Widens unit u's parameters that are read in f32 from its low-precision values into f32.
+  void widen(int64_t u, const uint16_t* low, float* f32);
 
   const kernels::Context& ctx_;
   const model::ModelLayout& layout_;
@@ -113,10 +129,14 @@ class ZeroShards final : public model::ParameterStore {
   kernels::DeviceArray<float> params_f32_, grads_f32_, master_;
   kernels::DeviceArray<uint16_t> params_low_, grads_low_;
   Slot slots_[2];
+  // Per unit from first_unit_, in low precision: the ranges of its parameters read in f32.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> widened_;
   kernels::DeviceArray<float> reduced_, chunk_;
   std::vector<int64_t> counts_;  // per rank, reused by every collective
   std::optional<GradientSync> sync_;
   bool last_micro_step_ = true;
+  // Per unit from first_unit_, with bf16 gradients: none added since zero_grad.
+  std::vector<char> fresh_;
 };
 
 }  // namespace tessera::dist

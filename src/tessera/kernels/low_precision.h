@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tessera/kernels/context.h"
+#include "tessera/kernels/ops.h"
 
 namespace tessera::kernels {
 
@@ -41,6 +42,14 @@ void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w
 void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy_low,
                          const uint16_t* x, const uint16_t* w, float* dx, float* dw, float* db,
                          int64_t M, int64_t in, int64_t out, LowPrecision p);
+
+// AdamW as adamw_update does it (kernels/ops.h), on f32 master weights whose parameters are kept
+// in low precision, in one pass: each gradient (f32 in `grad`, or bf16 in `grad_bf16`, the other
+// null) is multiplied by grad_scale (clipping, loss scaling), the master weight updated, and its
+// rounding to p written into params_low, as cast_to_low would write it.
+void adamw_update_low(const Context& ctx, float* master, const float* grad,
+                      const uint16_t* grad_bf16, float grad_scale, float* m, float* v, int64_t n,
+                      const AdamWParams& hyper, uint16_t* params_low, LowPrecision p);
 
 // True when no element is inf or NaN: dynamic loss scaling skips the step otherwise.
 bool all_finite(const Context& ctx, const float* x, int64_t n);

@@ -8,12 +8,7 @@
 namespace tessera::model {
 
 Int8Weights::Int8Weights(const ModelLayout& layout) : units_(layout.units) {
-  std::vector<int64_t> matrices = {layout.head_weight()};
-  for (const PartTable& b : layout.blocks) {
-    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
-      if (b[id].weight >= 0) matrices.push_back(b[id].weight);
-    }
-  }
+  const std::vector<int64_t> matrices = linear_weight_offsets(layout);
   int64_t values = 0, rows = 0;
   for (const ParamInfo& p : layout.params.entries()) {
     if (std::find(matrices.begin(), matrices.end(), p.offset) == matrices.end()) continue;

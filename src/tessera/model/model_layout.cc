@@ -214,6 +214,34 @@ int64_t ModelLayout::head_weight() const {
   return spec.tied_head ? outer[PartId::kTokenEmbedding].weight : outer[PartId::kHead].weight;
 }
 
+std::vector<int64_t> linear_weight_offsets(const ModelLayout& layout) {
+  std::vector<int64_t> offsets;
+  if (layout.has_head) offsets.push_back(layout.head_weight());
+  for (const PartTable& b : layout.blocks) {
+    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
+      if (b[id].weight >= 0) offsets.push_back(b[id].weight);
+    }
+  }
+  return offsets;
+}
+
+std::vector<std::pair<int64_t, int64_t>> f32_read_ranges(const ModelLayout& layout, int64_t begin,
+                                                         int64_t end) {
+  std::vector<int64_t> low_only = linear_weight_offsets(layout);
+  if (layout.has_embedding) std::erase(low_only, layout.outer[PartId::kTokenEmbedding].weight);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const ParamInfo& p : layout.params.entries()) {
+    const int64_t b = std::max(p.offset, begin), e = std::min(p.offset + p.shape.numel(), end);
+    if (b >= e || std::find(low_only.begin(), low_only.end(), p.offset) != low_only.end()) continue;
+    if (!ranges.empty() && ranges.back().second == b) {
+      ranges.back().second = e;
+    } else {
+      ranges.emplace_back(b, e);
+    }
+  }
+  return ranges;
+}
+
 ModelLayout model_layout(const ModelConfig& c, const Sharding& sharding) {
   validate(c);
   check(sharding.tp_rank >= 0 && sharding.tp_rank < sharding.tp && sharding.ep_rank >= 0 &&

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tessera/model/block_spec.h"
@@ -75,6 +76,18 @@ struct ModelLayout {
   int64_t expert_unit(int64_t layer) const { return 1 + int64_t(blocks.size()) + layer; }
   bool has_experts() const { return experts_begin < params.total(); }
 };
+
+// The weight matrices of the dense linear layers, by offset in layout.params: the head's (the token
+// embedding when tied), then each block's qkv, attention projection and MLP matrices. A
+// low-precision run multiplies by their low-precision copy; int8 inference quantises them.
+std::vector<int64_t> linear_weight_offsets(const ModelLayout& layout);
+
+// The parameters a low-precision run reads in f32, as [begin, end) offset ranges within
+// [begin, end) of layout.params, in order: everything but the linear weights above, whose f32
+// values only the optimizer's master copy needs; the token embedding stays, since the lookup
+// reads it in f32 (and the tied head its low-precision copy).
+std::vector<std::pair<int64_t, int64_t>> f32_read_ranges(const ModelLayout& layout, int64_t begin,
+                                                         int64_t end);
 
 // The one definition of every parameter's name, shape and place, derived from model_spec(). Names:
 //   wte.weight, wpe.weight (GPT-2), lnf.weight, lnf.bias (GPT-2), lm_head.weight (untied), and

@@ -10,7 +10,6 @@
 #include "tessera/core/huge_pages.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/zero_shards.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -270,18 +269,13 @@ RatesFrom time_bandwidths(KernelTimer& timer) {
   };
 }
 
-// Low precision: both casts over arrays larger than the caches, and in bf16 the gradient sums,
-// chunk by chunk through an f32 chunk that stays in cache, as dist::ZeroShards adds a unit's
-// gradients into them. Narrowing runs several times faster on data in cache than on data from
-// DRAM, so the sums cost half of what their casts and add would from DRAM.
+// Low precision: both casts over arrays larger than the caches.
 RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
   if (step.precision == model::Precision::kF32) return [](const KernelTimer&, MachineRates&) {};
   const k::LowPrecision low = model::low_precision_of(step.precision);
-  constexpr int64_t kChunk = dist::ZeroShards::kChunk;
   struct Buffers {
     LargeVector<float> f32 = LargeVector<float>(kDramSample, 0.5f);
     LargeVector<uint16_t> low = LargeVector<uint16_t>(kDramSample);
-    LargeVector<float> chunk = LargeVector<float>(kChunk);
   };
   auto b = std::make_shared<Buffers>();
   const auto dram = KernelTimer::Work::kFromDram;
@@ -291,25 +285,9 @@ RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
   const size_t widen = timer.add(
       [=] { k::cast_from_low(k::kCpuContext, b->low.data(), b->f32.data(), kDramSample, low); },
       dram);
-  const bool bf16_gradients = step.precision == model::Precision::kBf16;
-  size_t sums = 0;
-  if (bf16_gradients) {
-    sums = timer.add(
-        [=] {
-          float* chunk = b->chunk.data();
-          for (int64_t at = 0; at < kDramSample; at += kChunk) {
-            uint16_t* sum = b->low.data() + at;
-            k::cast_from_low(k::kCpuContext, sum, chunk, kChunk, low);
-            k::add(k::kCpuContext, chunk, b->f32.data() + at, chunk, kChunk);
-            k::cast_to_low(k::kCpuContext, chunk, sum, kChunk, low);
-          }
-        },
-        dram);
-  }
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.narrow_rate = double(kDramSample) / t.seconds(narrow);
     rates.widen_rate = double(kDramSample) / t.seconds(widen);
-    if (bf16_gradients) rates.gradient_sum_rate = double(kDramSample) / t.seconds(sums);
   };
 }
 
@@ -406,9 +384,6 @@ StepPrediction predict_step(const ModelConfig& config, const StepShape& step,
   }
   if (step.precision != model::Precision::kF32) {
     p.casts_s = w.narrowed / rates.narrow_rate + w.widened / rates.widen_rate;
-  }
-  if (step.precision == model::Precision::kBf16) {
-    p.casts_s += w.gradient_sums / rates.gradient_sum_rate;
   }
   p.optimizer_s = w.zeroed_bytes / rates.zeroing_bandwidth +
                   kAdamWBytes * w.updated_parameters / rates.parameter_bandwidth;

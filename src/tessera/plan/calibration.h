@@ -5,8 +5,8 @@
 //
 // Modelled: training of GPT-2 and Llama models, dense or mixture-of-experts, on one rank's
 // micro-batch, in f32, bf16 or f16 (train.precision: the Linear layers' gemms through gemm_low,
-// their inputs and output gradients narrowed, parameters widened on every acquire and narrowed
-// after the update, bf16 gradient sums), on the thread count in force, with the trainer's ZeRO
+// their inputs and output gradients narrowed, the parameters read in f32 widened on every
+// acquire, bf16 gradients narrowed), on the thread count in force, with the trainer's ZeRO
 // stage 0 state (gradients zeroed, AdamW over every parameter), any recompute mode, and the
 // data-parallel gradient all-reduce. A mixture of experts is priced as MoeLayer runs it, in f32
 // whatever the precision: the router, each expert's gemms over an even share of the rows (capped
@@ -56,11 +56,9 @@ struct MachineRates {
   double zeroing_bandwidth = 0;
   // The format the step's linear layers multiply in; in bf16 or f16, the elements/s of
   // kernels::cast_to_low and cast_from_low in that format over arrays larger than the caches
-  // (a step narrows activations that have left the cache and parameters that never fit it), and
-  // in bf16 of the parameter store's gradient sums: widen a chunk of the bf16 sums into f32, add
-  // the unit's f32 gradients, narrow it back.
+  // (a step narrows activations that have left the cache and parameters that never fit it).
   model::Precision precision = model::Precision::kF32;
-  double narrow_rate = 0, widen_rate = 0, gradient_sum_rate = 0;
+  double narrow_rate = 0, widen_rate = 0;
   // Bytes/s of one blocking all-reduce of a gradient bucket, in the format the parameter store
   // keeps gradients in (bf16 in a bf16 step, else f32), over the ranks measure_machine was given;
   // 0 with one rank.

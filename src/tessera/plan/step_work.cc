@@ -217,7 +217,6 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
   w.logits = N * V;
 
   const double params = double(layout.params.total());
-  const double outer = double(layout.units.at(0).size());
   w.updated_parameters = params;
   w.zeroed_bytes = (step.precision == Precision::kBf16 ? 2 : kFloat) * params;
   if (!low(step)) return w;
@@ -232,17 +231,20 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
   // gradient among them.
   for (const Linear& l : block_linears(spec)) w.narrowed += L * N * double(l.out);
   w.narrowed += N * V;
-  // The parameter store keeps parameters in the low precision and widens a unit on every
-  // acquire: the embedding and head once a step, each block forward and again for backward.
-  w.widened += outer + 2 * (params - outer);
-  // AdamW updates f32 master weights, which publish narrows back into the stored parameters.
-  w.narrowed += params;
+  // The parameter store keeps parameters in the low precision and widens, on every acquire, what
+  // the model reads in f32 (all but the linear weights): the embedding and head unit once a
+  // step, each block forward and again for backward. AdamW writes the stored parameters itself.
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const model::ParameterUnit& x = layout.units[u];
+    for (const auto& [b, e] : model::f32_read_ranges(layout, x.begin, x.end)) {
+      w.widened += (u == 0 ? 1 : 2) * double(e - b);
+    }
+  }
   if (step.precision == Precision::kBf16) {
-    // bf16 gradients: each unit's backward writes an f32 slot (cleared first), which is added
-    // into the bf16 sums, and the update widens the sums chunk by chunk.
+    // bf16 gradients: each unit's backward writes an f32 slot (cleared first), which is narrowed
+    // into the bf16 gradients (the step's one micro-batch is their whole sum).
     w.zeroed_bytes += kFloat * params;
-    w.gradient_sums += params;
-    w.widened += params;
+    w.narrowed += params;
   }
   return w;
 }

@@ -73,9 +73,9 @@ struct StepElements {
   // The fused softmax cross-entropy, per logit, and a mixture of experts' router softmax and
   // top-k, per router probability.
   double logits = 0, router_probabilities = 0;
-  // Low precision: elements narrowed by cast_to_low and widened by cast_from_low, activations
-  // and parameters together, and in bf16 the gradients added into the store's bf16 sums.
-  double narrowed = 0, widened = 0, gradient_sums = 0;
+  // Low precision: elements narrowed by cast_to_low and widened by cast_from_low, activations,
+  // parameters and bf16 gradients together.
+  double narrowed = 0, widened = 0;
   // Bytes of gradients cleared, and parameters AdamW updates.
   double zeroed_bytes = 0, updated_parameters = 0;
 };

@@ -324,6 +324,13 @@ void TrainState::update(double lr, float grad_multiplier) {
     for (Group& g : s->groups) {
       g.adam->begin_step();
       const int64_t lo = g.shards->owned_begin(), hi = g.shards->owned_end();
+      if (const std::optional<k::LowPrecision> low = g.shards->low_precision()) {
+        const ZeroShards::LowUpdate u = g.shards->low_update(lo);
+        g.adam->update_low(lo, hi - lo, g.shards->master(lo), u.grads, u.grads_bf16,
+                           grad_multiplier, lr, u.params, *low);
+        g.shards->share();
+        continue;
+      }
       for (int64_t b = lo; b < hi; b += ZeroShards::kChunk) {
         const int64_t n = std::min(ZeroShards::kChunk, hi - b);
         const float* grad = g.shards->gradient_chunk(b, n);

@@ -1,3 +1,4 @@
+#include "tessera/kernels/cpu/adamw_step.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
@@ -78,19 +79,9 @@ void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64
                   const AdamWParams& p) {
   TESSERA_ON_DEVICE(T, ctx, adamw_update, param, grad, m, v, n, p);
   const OpScope scope(OpClass::kOptimizer, 0, 7.0 * double(sizeof(T)) * double(n));
-  const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps);
-  const T decay = T(1.0 - p.lr * p.weight_decay);
-  const T bias1 = T(1.0 / (1.0 - std::pow(p.beta1, double(p.step))));
-  const T bias2_sqrt = T(1.0 / std::sqrt(1.0 - std::pow(p.beta2, double(p.step))));
+  const AdamWStep<T> step(p);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
-    T mi = b1 * m[i] + (T(1) - b1) * g;
-    T vi = b2 * v[i] + (T(1) - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - lr * (mi * bias1) / (std::sqrt(vi) * bias2_sqrt + eps);
-  }
+  for (int64_t i = 0; i < n; ++i) param[i] = step.apply(param[i], grad[i], m[i], v[i]);
 }
 
 #define TESSERA_INSTANTIATE(T)                                                     \

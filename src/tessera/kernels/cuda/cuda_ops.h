@@ -78,6 +78,9 @@ void adamw_update(const Context& ctx, float* param, const float* grad, float* m,
 
 // low_precision.h
 void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p);
+void adamw_update_low(const Context& ctx, float* master, const float* grad,
+                      const uint16_t* grad_bf16, float grad_scale, float* m, float* v, int64_t n,
+                      const AdamWParams& hyper, uint16_t* params_low, LowPrecision p);
 void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, LowPrecision p);
 void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,

@@ -119,15 +119,31 @@ struct AdamWStep {
   float lr, b1, one_minus_b1, b2, one_minus_b2, eps, decay, bias1, bias2_sqrt;
 };
 
+__device__ float adamw_apply(const AdamWStep& s, float param, float g, float* m, float* v) {
+  const float mi = s.b1 * *m + s.one_minus_b1 * g;
+  const float vi = s.b2 * *v + s.one_minus_b2 * g * g;
+  *m = mi;
+  *v = vi;
+  return param * s.decay - s.lr * (mi * s.bias1) / (sqrtf(vi) * s.bias2_sqrt + s.eps);
+}
+
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
                              AdamWStep s) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float g = grad[i];
-    const float mi = s.b1 * m[i] + s.one_minus_b1 * g;
-    const float vi = s.b2 * v[i] + s.one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * s.decay - s.lr * (mi * s.bias1) / (sqrtf(vi) * s.bias2_sqrt + s.eps);
+    param[i] = adamw_apply(s, param[i], grad[i], m + i, v + i);
+  }
+}
+
+template <LowPrecision P>
+__global__ void adamw_low_kernel(float* master, const float* grad, const uint16_t* grad_bf16,
+                                 float grad_scale, float* m, float* v, int64_t n, AdamWStep s,
+                                 uint16_t* params_low) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = grad != nullptr ? grad[i] : half_bits::f32_from_bf16(grad_bf16[i]);
+    const float w = adamw_apply(s, master[i], g * grad_scale, m + i, v + i);
+    master[i] = w;
+    params_low[i] =
+        P == LowPrecision::kBf16 ? half_bits::bf16_from_f32(w) : half_bits::f16_from_f32(w);
   }
 }
 
@@ -258,18 +274,41 @@ void add_bias(const Context& ctx, float* y, const float* b, int64_t M, int64_t C
   check_launch("add_bias_kernel");
 }
 
-void adamw_update(const Context& ctx, float* param, const float* grad, float* m, float* v,
-                  int64_t n, const AdamWParams& p) {
-  require(n >= 0, "adamw_update: n must not be negative");
-  if (n == 0) return;
+static AdamWStep adamw_step(const AdamWParams& p) {
   AdamWStep s;
   s.lr = float(p.lr), s.b1 = float(p.beta1), s.b2 = float(p.beta2), s.eps = float(p.eps);
   s.one_minus_b1 = 1.0f - s.b1, s.one_minus_b2 = 1.0f - s.b2;
   s.decay = float(1.0 - p.lr * p.weight_decay);
   s.bias1 = float(1.0 / (1.0 - std::pow(p.beta1, double(p.step))));
   s.bias2_sqrt = float(1.0 / std::sqrt(1.0 - std::pow(p.beta2, double(p.step))));
-  adamw_kernel<<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(param, grad, m, v, n, s);
+  return s;
+}
+
+void adamw_update(const Context& ctx, float* param, const float* grad, float* m, float* v,
+                  int64_t n, const AdamWParams& p) {
+  require(n >= 0, "adamw_update: n must not be negative");
+  if (n == 0) return;
+  adamw_kernel<<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(param, grad, m, v, n,
+                                                                 adamw_step(p));
   check_launch("adamw_kernel");
+}
+
+void adamw_update_low(const Context& ctx, float* master, const float* grad,
+                      const uint16_t* grad_bf16, float grad_scale, float* m, float* v, int64_t n,
+                      const AdamWParams& hyper, uint16_t* params_low, LowPrecision p) {
+  require(n >= 0, "adamw_update_low: n must not be negative");
+  require((grad == nullptr) != (grad_bf16 == nullptr),
+          "adamw_update_low takes the gradients in f32 or in bf16, one of the two");
+  if (n == 0) return;
+  const AdamWStep s = adamw_step(hyper);
+  if (p == LowPrecision::kBf16) {
+    adamw_low_kernel<LowPrecision::kBf16><<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(
+        master, grad, grad_bf16, grad_scale, m, v, n, s, params_low);
+  } else {
+    adamw_low_kernel<LowPrecision::kF16><<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(
+        master, grad, grad_bf16, grad_scale, m, v, n, s, params_low);
+  }
+  check_launch("adamw_low_kernel");
 }
 
 void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p) {
