@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default training run (configs/tiny.toml on the quick start's corpus) in f32 and in bf16,
-# one after the other, and the held-out loss each ends with: bf16 must track f32 within 2%.
+# one after the other, and the held-out loss each ends with: bf16 must track f32 within 1%.
 # About 6 minutes per run on 2 cores.
 #   bench/precision_curve.sh [CORPUS]      (default: data/kjv.txt, which the quick start writes)
 set -euo pipefail

@@ -26,32 +26,31 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
 for c in "${configs[@]}"; do
   [[ -n "${shape[$c]:-}" ]] || { echo "unknown config '$c' (${!shape[*]})" >&2; exit 2; }
   for precision in f32 bf16; do
-    "$build/bench/train_step_bench" ${shape[$c]} --precision "$precision" \
-      --threads "${THREADS:-2}" --profile 1 --limits 1 | sed -n 's/^RESULT //p' |
-      python3 -c '
+    result="$("$build/bench/train_step_bench" ${shape[$c]} --precision "$precision" \
+      --threads "${THREADS:-2}" --profile 1 --limits 1 | sed -n 's/^RESULT //p')"
+    python3 - "$c" "$result" <<'PY'
 import json, sys
-name = sys.argv[1]
-r = json.load(sys.stdin)
+name, r = sys.argv[1], json.loads(sys.argv[2])
 lim, step = r["limits"], r["step_ms_mean"] / 1e3
 rate = lim["f32_matmul_flops"] if r["precision"] == "f32" else lim["bf16_matmul_flops"]
 path = "oneDNN sgemm" if r["precision"] == "f32" else lim["bf16_path"]
-print(f"\n{name} {r[\"precision\"]}: B{r[\"B\"]} T{r[\"T\"]}, step {1e3 * step:.0f} ms, "
-      f"{r[\"tokens_per_s\"]:.0f} tok/s, model FLOPs/s {100 * r[\"share_of_matmul_rate\"]:.0f}% "
-      f"of the {rate / 1e9:.0f} GFLOP/s matmul rate ({path}); copy bandwidth "
-      f"{lim[\"copy_bandwidth\"] / 1e9:.1f} GB/s")
-print(f"  {\"class\":<18} {\"ms/step\":>8} {\"share\":>6} {\"work\":>13} {\"roofline ms\":>11} "
-      f"{\"of roofline\":>11}")
+share = 100 * r["share_of_matmul_rate"]
+print(f"\n{name} {r['precision']}: B{r['B']} T{r['T']}, step {1e3 * step:.0f} ms, "
+      f"{r['tokens_per_s']:.0f} tok/s, model FLOPs/s {share:.0f}% of the {rate / 1e9:.0f} "
+      f"GFLOP/s matmul rate ({path}); copy bandwidth {lim['copy_bandwidth'] / 1e9:.1f} GB/s")
+print(f"  {'class':<18} {'ms/step':>8} {'share':>6} {'work':>13} {'roofline ms':>11} "
+      f"{'of roofline':>11}")
 counted = 0
 for k, v in r["profile"].items():
     counted += v["seconds"]
     if v["flops"]:
-        work, roof = f"{v[\"flops\"] / 1e9:8.1f} GFLOP", v["flops"] / rate
+        work, roof = f"{v['flops'] / 1e9:8.1f} GFLOP", v["flops"] / rate
     else:
-        work, roof = f"{v[\"bytes\"] / 1e9:8.2f} GB   ", v["bytes"] / lim["copy_bandwidth"]
-    share = 100 * roof / v["seconds"] if v["seconds"] > 0 else 0
-    print(f"  {k:<18} {1e3 * v[\"seconds\"]:8.1f} {100 * v[\"seconds\"] / step:5.1f}% {work:>13} "
-          f"{1e3 * roof:11.1f} {share:10.0f}%")
-print(f"  {\"other\":<18} {1e3 * (step - counted):8.1f} {100 * (step - counted) / step:5.1f}%")
-' "$c"
+        work, roof = f"{v['bytes'] / 1e9:8.2f} GB   ", v["bytes"] / lim["copy_bandwidth"]
+    of_roof = 100 * roof / v["seconds"] if v["seconds"] > 0 else 0
+    print(f"  {k:<18} {1e3 * v['seconds']:8.1f} {100 * v['seconds'] / step:5.1f}% {work:>13} "
+          f"{1e3 * roof:11.1f} {of_roof:10.0f}%")
+print(f"  {'other':<18} {1e3 * (step - counted):8.1f} {100 * (step - counted) / step:5.1f}%")
+PY
   done
 done

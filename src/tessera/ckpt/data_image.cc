@@ -1,12 +1,10 @@
 #include "tessera/ckpt/data_image.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "tessera/core/checksum.h"
-#include "tessera/core/error.h"
+#include "tessera/core/huge_pages.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -30,7 +28,7 @@ DataFileLayout data_file_layout(const std::vector<NamedTensor>& tensors) {
 DataImage::~DataImage() { release(); }
 
 void DataImage::release() {
-  if (buffer_) ::munmap(buffer_, capacity_);
+  free_large(buffer_);
   buffer_ = nullptr;
   capacity_ = 0;
 }
@@ -39,15 +37,9 @@ void DataImage::allocate(uint64_t size) {
   const size_t capacity = round_up(std::max<uint64_t>(size, 1), kDirectAlignment);
   if (capacity == capacity_) return;
   release();
-  // Anonymous memory is page-aligned and zero; MAP_POPULATE faults it all in now rather than in
-  // the middle of a save.
-  void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) {
-    fail("cannot allocate {:.1f} MiB of host memory for saving checkpoints in the background: {}",
-         double(capacity) / (1 << 20), std::strerror(errno));
-  }
-  buffer_ = static_cast<std::byte*>(p);
+  // Faulted in now rather than in the middle of a save.
+  buffer_ = static_cast<std::byte*>(allocate_large(capacity, kDirectAlignment));
+  std::memset(buffer_, 0, capacity);
   capacity_ = capacity;
 }
 

@@ -61,7 +61,7 @@ class DataImage {
   };
   DataFileLayout layout_;
   std::vector<Piece> pieces_;
-  std::byte* buffer_ = nullptr;  // mapped anonymous memory of capacity_ bytes
+  std::byte* buffer_ = nullptr;  // capacity_ bytes from allocate_large
   size_t capacity_ = 0;
 };
 
