@@ -8,7 +8,9 @@
 // Decoding one token reads every matmul weight once, so memory bandwidth bounds it: the bench
 // also measures the read bandwidth with the same threads, over buffers far larger than the caches
 // (bench/machine_limits.h), and prints each format's bound, bandwidth / weight bytes per token, and
-// how close it came. One 'RESULT {...}' line last.
+// how close it came. With --profile 1, one more decode run of each format records where a token's
+// time goes by class of kernel (kernels/op_profile.h), and the rate the matmuls read their weights
+// at. One 'RESULT {...}' line last.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/config.h"
 #include "tessera/core/threading.h"
+#include "tessera/kernels/op_profile.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/train/run_config.h"
@@ -105,6 +108,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string config_path = "configs/gpt2-124m.toml", formats = "f32,bf16,int8", checkpoint;
   int64_t prompt_tokens = 8, steps = 128, repeats = 5, prefill_tokens = 0;
+  bool profile = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") {
@@ -123,10 +127,12 @@ int main(int argc, char** argv) {
       repeats = std::stoll(v);
     } else if (k == "--threads") {
       set_num_threads(std::stoi(v));
+    } else if (k == "--profile") {
+      profile = std::stoi(v) != 0;
     } else {
       std::fprintf(stderr,
                    "unknown flag %s (--config --checkpoint --formats --prompt --steps --prefill "
-                   "--repeats --threads)\n",
+                   "--repeats --threads --profile)\n",
                    k.c_str());
       return 2;
     }
@@ -218,6 +224,37 @@ int main(int argc, char** argv) {
       }
     }
     result["prefill"] = prefill_tokens;
+    if (profile) {
+      std::printf(
+          "one more run of each format: ms per decoded token by class of kernel, the prompt's "
+          "prefill (about one step's weight reads) spread over the %ld steps\n",
+          long(steps));
+      for (Runner& r : runners) {
+        kernels::start_op_profile();
+        const auto t0 = Clock::now();
+        r.run(prompt, steps);
+        const double token_s = seconds_since(t0) / double(steps);
+        const kernels::OpProfile ops = kernels::stop_op_profile();
+        nlohmann::json classes = nlohmann::json::object();
+        double counted = 0;
+        std::printf("%-6s %.3f ms:", r.format.name.c_str(), 1e3 * token_s);
+        for (int c = 0; c < kernels::kOpClasses; ++c) {
+          const double s = ops[c].seconds / double(steps);
+          if (ops[c].calls == 0) continue;
+          counted += s;
+          const std::string name(kernels::op_class_name(kernels::OpClass(c)));
+          classes[name] = {{"seconds", s}, {"calls", double(ops[c].calls) / double(steps)}};
+          std::printf(" %s %.3f (%.0f calls)", name.c_str(), 1e3 * s,
+                      double(ops[c].calls) / double(steps));
+        }
+        const double matmul_s = ops[int(kernels::OpClass::kMatmul)].seconds / double(steps);
+        const double read_rate = double(r.model->matmul_weight_bytes_per_token()) / matmul_s;
+        std::printf(", other %.3f; matmuls read weights at %.1f GB/s (%.0f%% of read bandwidth)\n",
+                    1e3 * (token_s - counted), read_rate / 1e9, 100 * read_rate / bandwidth);
+        result["formats"][r.format.name]["profile"] = classes;
+        result["formats"][r.format.name]["matmul_weight_read_rate"] = read_rate;
+      }
+    }
     std::printf("RESULT %s\n", result.dump().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

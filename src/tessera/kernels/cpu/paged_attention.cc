@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/device_dispatch.h"
 #include "tessera/kernels/cpu/vec_math.h"
+#include "tessera/kernels/op_profile.h"
 
 namespace tessera::kernels {
 
@@ -92,6 +93,11 @@ void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, fl
           chunks[c].start + chunks[c].n, max_context);
   }
   const int64_t group = H / kv.kv_heads, hd = kv.head_dim;
+  double products = 0;  // query-key pairs
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    products += double(chunks[c].n) * double(chunks[c].start + (chunks[c].n + 1) / 2.0);
+  }
+  const OpScope scope(OpClass::kAttention, 4.0 * double(H * hd) * products, 0);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t ch = 0; ch < num_chunks * H; ++ch) {
     const PagedChunk& chunk = chunks[ch / H];
