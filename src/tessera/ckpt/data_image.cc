@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/core/checksum.h"
+#include "tessera/core/error.h"
 #include "tessera/core/huge_pages.h"
 
 namespace tessera::ckpt {
@@ -38,7 +39,11 @@ void DataImage::allocate(uint64_t size) {
   if (capacity == capacity_) return;
   release();
   // Faulted in now rather than in the middle of a save.
-  buffer_ = static_cast<std::byte*>(allocate_large(capacity, kDirectAlignment));
+  try {
+    buffer_ = static_cast<std::byte*>(allocate_large(capacity, kDirectAlignment));
+  } catch (const Error& e) {
+    fail("cannot hold checkpoints for saving in the background: {}", e.what());
+  }
   std::memset(buffer_, 0, capacity);
   capacity_ = capacity;
 }
