@@ -1,6 +1,7 @@
 // Linear layers over few rows (decoding) take a path of their own in f32, bf16 and f16: each must
 // agree with the double-precision product of the values it multiplies, at every row count up to
-// and past the switch to the general matmul, with tile remainders in rows and columns.
+// and past the switch to the general matmul, with tile remainders in rows and columns, and give a
+// row the same bits whatever the other rows multiplied with it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,6 +71,39 @@ TEST(FewRowLinear, LowPrecisionMatchesTheProductOfTheRoundedValuesInDouble) {
         cast_from_low(kCpuContext, x.data(), xr.data(), M * in, p);
         linear_forward_low(kCpuContext, x.data(), w.data(), b.data(), y.data(), M, in, out, p);
         expect_product(y, xr, wr, b.data(), M, in, out);
+      }
+    }
+  }
+}
+
+// A decoded sequence's logits must not depend on what else is in the batch: a row of x multiplied
+// alone (the single-row tiles) gives bit for bit what it gives among others (the four-row tiles).
+TEST(FewRowLinear, EachRowGivesTheSameBitsAloneAsInABatch) {
+  const int64_t out = 37, in = 300, M = 7;
+  const std::vector<float> w = random_vector<float>(out * in, 1, 0.1);
+  const std::vector<float> b = random_vector<float>(out, 2);
+  const std::vector<float> x = random_vector<float>(M * in, 3);
+  std::vector<float> batch(M * out), alone(out);
+  linear_forward<float>(kCpuContext, x.data(), w.data(), b.data(), batch.data(), M, in, out);
+  for (int64_t m = 0; m < M; ++m) {
+    linear_forward<float>(kCpuContext, x.data() + m * in, w.data(), b.data(), alone.data(), 1, in,
+                          out);
+    for (int64_t j = 0; j < out; ++j) {
+      ASSERT_EQ(alone[j], batch[m * out + j]) << "f32, row " << m << " column " << j;
+    }
+  }
+  for (LowPrecision p : {LowPrecision::kBf16, LowPrecision::kF16}) {
+    std::vector<uint16_t> w_low(out * in), x_low(M * in);
+    cast_to_low(kCpuContext, w.data(), w_low.data(), out * in, p);
+    cast_to_low(kCpuContext, x.data(), x_low.data(), M * in, p);
+    linear_forward_low(kCpuContext, x_low.data(), w_low.data(), b.data(), batch.data(), M, in, out,
+                       p);
+    for (int64_t m = 0; m < M; ++m) {
+      linear_forward_low(kCpuContext, x_low.data() + m * in, w_low.data(), b.data(), alone.data(),
+                         1, in, out, p);
+      for (int64_t j = 0; j < out; ++j) {
+        ASSERT_EQ(alone[j], batch[m * out + j])
+            << (p == LowPrecision::kBf16 ? "bf16" : "f16") << ", row " << m << " column " << j;
       }
     }
   }

@@ -1,8 +1,9 @@
 // y[M, out] = x[M, in] * w[out, in]^T for few rows of x, as decoding runs every linear layer:
 // reading w from memory is the whole cost, and a general GEMM (or one that first widens all of w)
-// spends more than that. Each tile of four weight rows is read once and multiplied with every
-// row of x while it sits in the L1 cache; sums accumulate in f32 and each output is one
-// thread's, so results do not depend on the thread count or the schedule.
+// spends more than that. Each tile of weight rows is read once and multiplied with every row of x
+// while it sits in the L1 cache; each output has its own accumulator, summed over the columns in
+// order whatever the tile's shape, and is one thread's, so results depend neither on the thread
+// count nor on the number of rows of x.
 //
 // A product policy says how one step of a dot product loads kStep elements of an x row and of a
 // weight row and multiplies them into its accumulator: Widened converts both operands to f32 for
@@ -184,6 +185,10 @@ inline float int8_output(float sum, float x_scale, float w_scale, float bias) {
 
 namespace skinny {
 
+// Weight rows per tile when x has several rows: each weight vector loaded serves them all. A single
+// row of x takes one weight row at a time, so that each thread reads its weights as one sequential
+// stream: four interleaved row streams ran 17-24% slower in bf16 and f32 on Zen 5. Not int8, whose
+// rows are half as long: there the tile's final sums cost more than the stream gains (25% slower).
 constexpr int kTileRows = 4;
 // How far ahead each weight row is prefetched into L2. The hardware prefetchers alone left 40% of
 // the bandwidth of a token's matmuls unused on the development machine (2-core Xeon VM); from
@@ -192,41 +197,41 @@ constexpr int64_t kPrefetchBytes = 32 << 10;
 
 #ifdef TESSERA_SKINNY_AVX512
 
-// dots[m][r] = x row m . w row r over `in` columns, for RM rows of x and kTileRows rows of w.
-template <typename P, int RM>
+// dots[m][r] = x row m . w row r over `in` columns, for RM rows of x and RW rows of w.
+template <typename P, int RM, int RW>
 void dot_tile(const typename P::XElement* const* x, const typename P::WElement* const* w,
-              int64_t in, float dots[RM][kTileRows]) {
-  typename P::Acc acc[RM][kTileRows];
+              int64_t in, float dots[RM][RW]) {
+  typename P::Acc acc[RM][RW];
   for (int m = 0; m < RM; ++m) {
-    for (int r = 0; r < kTileRows; ++r) acc[m][r] = P::zero();
+    for (int r = 0; r < RW; ++r) acc[m][r] = P::zero();
   }
   constexpr int64_t kWeightBytes = sizeof(typename P::WElement);
   for (int64_t c = 0; c < in; c += P::kStep) {
     const typename P::Mask k = P::mask(in - c);
-    typename P::WVec wv[kTileRows];
+    typename P::WVec wv[RW];
     if (c * kWeightBytes % 64 < P::kStep * kWeightBytes) {  // once per cache line
-      for (int r = 0; r < kTileRows; ++r) {
+      for (int r = 0; r < RW; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(w[r] + c) + kPrefetchBytes, _MM_HINT_T1);
       }
     }
-    for (int r = 0; r < kTileRows; ++r) wv[r] = P::load_w(k, w[r] + c);
+    for (int r = 0; r < RW; ++r) wv[r] = P::load_w(k, w[r] + c);
     for (int m = 0; m < RM; ++m) {
       const typename P::XVec xv = P::load_x(k, x[m] + c);
-      for (int r = 0; r < kTileRows; ++r) acc[m][r] = P::madd(acc[m][r], xv, wv[r]);
+      for (int r = 0; r < RW; ++r) acc[m][r] = P::madd(acc[m][r], xv, wv[r]);
     }
   }
   for (int m = 0; m < RM; ++m) {
-    for (int r = 0; r < kTileRows; ++r) dots[m][r] = P::total(acc[m][r]);
+    for (int r = 0; r < RW; ++r) dots[m][r] = P::total(acc[m][r]);
   }
 }
 
 #else
 
-template <typename P, int RM>
+template <typename P, int RM, int RW>
 void dot_tile(const typename P::XElement* const* x, const typename P::WElement* const* w,
-              int64_t in, float dots[RM][kTileRows]) {
+              int64_t in, float dots[RM][RW]) {
   for (int m = 0; m < RM; ++m) {
-    for (int r = 0; r < kTileRows; ++r) {
+    for (int r = 0; r < RW; ++r) {
       typename P::Sum sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < in; ++c) sum += P::product(x[m][c], w[r][c]);
@@ -237,20 +242,20 @@ void dot_tile(const typename P::XElement* const* x, const typename P::WElement* 
 
 #endif
 
-// Rows [row, row + RM) of y against weight rows [r0, r0 + kTileRows). Past the last row of w or
-// of x, a tile repeats the last one and drops its results, so every tile runs the same code.
-template <typename P, int RM>
+// Rows [row, row + RM) of y against weight rows [r0, r0 + RW). Past the last row of w or of x, a
+// tile repeats the last one and drops its results, so every tile runs the same code.
+template <typename P, int RM, int RW = kTileRows>
 void tile(const typename P::XElement* x, const typename P::WElement* w, const Int8Scales* scales,
           const float* b, float* y, int64_t M, int64_t in, int64_t out, int64_t row, int64_t r0) {
   const typename P::XElement* xs[RM];
-  const typename P::WElement* ws[kTileRows];
+  const typename P::WElement* ws[RW];
   for (int m = 0; m < RM; ++m) xs[m] = x + std::min(row + m, M - 1) * in;
-  for (int r = 0; r < kTileRows; ++r) ws[r] = w + std::min(r0 + r, out - 1) * in;
-  float dots[RM][kTileRows];
-  dot_tile<P, RM>(xs, ws, in, dots);
+  for (int r = 0; r < RW; ++r) ws[r] = w + std::min(r0 + r, out - 1) * in;
+  float dots[RM][RW];
+  dot_tile<P, RM, RW>(xs, ws, in, dots);
   for (int m = 0; m < RM && row + m < M; ++m) {
     float* y_row = y + (row + m) * out;
-    for (int r = 0; r < kTileRows && r0 + r < out; ++r) {
+    for (int r = 0; r < RW && r0 + r < out; ++r) {
       const float d = dots[m][r];
       const float bias = b != nullptr ? b[r0 + r] : 0.0f;
       y_row[r0 + r] = scales != nullptr
@@ -269,9 +274,15 @@ void skinny_linear(const typename P::XElement* x, const typename P::WElement* w,
                    const Int8Scales* scales, const float* b, float* y, int64_t M, int64_t in,
                    int64_t out) {
   using skinny::tile;
+  // Static: each thread's rows are one contiguous block of w. Guided chunks interleaved the
+  // threads' reads and ran up to 20% slower on Zen 5, even with the machine shared.
+  if (M == 1 && sizeof(typename P::WElement) >= 2) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < out; ++r) tile<P, 1, 1>(x, w, scales, b, y, M, in, out, 0, r);
+    return;
+  }
   const int64_t tiles = (out + skinny::kTileRows - 1) / skinny::kTileRows;
-  // Guided: a thread slowed by another process on its core hands its tiles to the others.
-#pragma omp parallel for schedule(guided)
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r0 = t * skinny::kTileRows;
     int64_t row = 0;
