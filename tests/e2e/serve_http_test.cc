@@ -191,6 +191,35 @@ TEST_F(ServeHttp, PrefixCacheSavesPrefillWithTheSameGreedyText) {
   EXPECT_EQ(metric_value(without_metrics, "tessera_prefix_cache_hit_rate"), 0);
 }
 
+// A whole (non-streamed) reply goes out as soon as its last token is decoded: 50 in a row, each
+// within a small multiple of the slowest streamed reply of the same request, which shows the
+// decode time. The connection's poll is a second long, so one missed wake-up fails this.
+TEST_F(ServeHttp, WholeRepliesLeaveAsSoonAsTheyAreDecoded) {
+  ServerProcess server(serve_args());
+  httplib::Client client("127.0.0.1", server.port());
+  using Clock = std::chrono::steady_clock;
+  auto seconds_for = [&](bool stream) {
+    const json body = {{"model", "tiny"}, {"prompt", "And it was"}, {"max_tokens", 3},
+                       {"temperature", 0}, {"stream", stream}};
+    const auto start = Clock::now();
+    auto r = client.Post("/v1/completions", kAuth, body.dump(), "application/json");
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_TRUE(r && r->status == 200);
+    return seconds;
+  };
+  double slowest_streamed = 0;
+  for (int i = 0; i < 10; ++i) slowest_streamed = std::max(slowest_streamed, seconds_for(true));
+  const double bound = 3 * slowest_streamed + 0.1;
+  std::vector<double> late;
+  for (int i = 0; i < 50; ++i) {
+    const double seconds = seconds_for(false);
+    if (seconds > bound) late.push_back(seconds);
+  }
+  EXPECT_TRUE(late.empty()) << late.size() << " of 50 whole replies took longer than " << bound
+                            << " s (the slowest streamed reply took " << slowest_streamed
+                            << " s); the first: " << late.front() << " s";
+}
+
 TEST_F(ServeHttp, ReadyAndModelsDescribeTheServer) {
   ServerProcess server(serve_args());
   httplib::Client client("127.0.0.1", server.port());

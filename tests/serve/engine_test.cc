@@ -40,7 +40,8 @@ struct Result {
 Result collect(RequestStream& out) {
   Result r;
   std::vector<GeneratedToken> fresh;
-  while (!out.wait(fresh, 10s)) {
+  for (bool finished = false; !finished;) {
+    finished = out.wait(fresh, 10s);
     for (const GeneratedToken& t : fresh) {
       r.tokens.push_back(t.id);
       r.text += t.text;

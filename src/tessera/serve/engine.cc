@@ -16,7 +16,7 @@ bool RequestStream::wait(std::vector<GeneratedToken>& out, std::chrono::millisec
   std::unique_lock lock(mutex_);
   changed_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
   out.swap(pending_);
-  return finished_ && out.empty();
+  return finished_;
 }
 
 void RequestStream::set_listener(std::function<void()> listener) {

@@ -74,7 +74,8 @@ class RequestStream {
   explicit RequestStream(int64_t prompt_tokens) : prompt_tokens_(prompt_tokens) {}
 
   // Waits up to timeout for new tokens or the end and moves what arrived into out (cleared
-  // first). Returns true once the request has finished and everything has been taken.
+  // first). Returns true once the request has finished: out then holds its last tokens, and no
+  // more will come.
   bool wait(std::vector<GeneratedToken>& out, std::chrono::milliseconds timeout);
   // Called, on the engine's thread and with no lock held, after each token and at the end; an
   // asynchronous server uses it to wake the connection that waits. Replaces any earlier one;
