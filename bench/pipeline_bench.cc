@@ -1,10 +1,10 @@
 // Pipeline schedules measured against their simulation: under mpirun, every rank runs its
 // stage of a GPT for each schedule (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1
-// with its backwards split into input and weight gradients) through dist::PipelineRuntime, and
+// with its backwards split into input and weight gradients) through parallel::PipelineRuntime, and
 // reports the share of each step it spent outside its forwards and backwards (messages and
 // waiting) next to the idle share the simulator predicts from the same run's measured forward,
 // input-gradient and weight-gradient times on each stage. ZB-H1's table is laid out for the
-// stages' matmul costs (dist::stage_costs). bench/pipeline_idle.sh runs it.
+// stages' matmul costs (parallel::stage_costs). bench/pipeline_idle.sh runs it.
 //   mpirun -np P pipeline_bench [--n-layer 8] [--d-model 512] [--vocab 8192] [--batch 4]
 //                               [--seq 128] [--micro-batches 8] [--steps 3] [--threads 1]
 #include <chrono>
@@ -13,17 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/world.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/pipeline_runtime.h"
-#include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
+#include "tessera/parallel/pipeline_runtime.h"
+#include "tessera/parallel/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_stages.h"
 
 using namespace tessera;
 
 int main(int argc, char** argv) {
-  dist::Communicator& pp = dist::init_world(argc, argv);
+  comm::Communicator& pp = comm::init_world(argc, argv);
   std::map<std::string, int64_t> o = {{"n-layer", 8}, {"d-model", 512}, {"vocab", 8192},
                                       {"batch", 4},   {"seq", 128},     {"micro-batches", 8},
                                       {"steps", 3},   {"threads", 1}};
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
 
   const CounterRng rng(3, 0);
   std::vector<std::vector<int32_t>> tokens(m);
-  std::vector<dist::MicroBatch> batches;
+  std::vector<parallel::MicroBatch> batches;
   for (int i = 0; i < m; ++i) {
     for (int64_t k = 0; k < 2 * B * T; ++k) {
       tokens[i].push_back(int32_t(rng.below(uint64_t(i * 2 * B * T + k), uint64_t(c.vocab_size))));
@@ -65,20 +65,21 @@ int main(int argc, char** argv) {
     std::printf("%-12s %4s %9s %9s %9s %9s %14s %14s\n", "schedule", "rank", "step_ms", "fwd_ms",
                 "bwd_ms", "of_it_W", "measured_idle", "simulated_idle");
   }
-  const std::vector<std::pair<dist::PipelineScheduleKind, int>> schedules = {
-      {dist::PipelineScheduleKind::kGPipe, 1},
-      {dist::PipelineScheduleKind::k1F1B, 1},
-      {dist::PipelineScheduleKind::kInterleaved1F1B, 2},
-      {dist::PipelineScheduleKind::kZeroBubbleH1, 1}};
+  const std::vector<std::pair<comm::PipelineScheduleKind, int>> schedules = {
+      {comm::PipelineScheduleKind::kGPipe, 1},
+      {comm::PipelineScheduleKind::k1F1B, 1},
+      {comm::PipelineScheduleKind::kInterleaved1F1B, 2},
+      {comm::PipelineScheduleKind::kZeroBubbleH1, 1}};
   for (const auto& [kind, v] : schedules) {
     if (p == 1 && v > 1) continue;
     const std::vector<int64_t> boundaries =
-        dist::stage_boundaries(dist::stage_blocks(c, int64_t(p) * v, {}));
-    const dist::PipelineTable table =
-        dist::make_pipeline_table(kind, p, v, m, dist::stage_costs(c, boundaries));
-    dist::StageModels built = dist::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
+        parallel::stage_boundaries(parallel::stage_blocks(c, int64_t(p) * v, {}));
+    const parallel::PipelineTable table =
+        parallel::make_pipeline_table(kind, p, v, m, parallel::stage_costs(c, boundaries));
+    parallel::StageModels built =
+        parallel::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
     for (model::Transformer* s : built.stages) s->init_weights(1);
-    dist::PipelineRuntime runtime(table, pp, built.stages, built.slots);
+    parallel::PipelineRuntime runtime(table, pp, built.stages, built.slots);
     runtime.run(batches, B, T, 1.0f / float(m));  // warm-up
     double step = 0, forward = 0, backward = 0, weight = 0;
     for (int64_t i = 0; i < o["steps"]; ++i) {
@@ -99,12 +100,12 @@ int main(int argc, char** argv) {
     measured[3 * pp.rank() + 1] = (backward - weight) / steps / (m * v);
     measured[3 * pp.rank() + 2] = weight / steps / (m * v);
     pp.all_reduce(measured.data(), int64_t(measured.size()));
-    std::vector<dist::PipelineCosts> stage_costs;
+    std::vector<parallel::PipelineCosts> stage_costs;
     for (int s = 0; s < table.stages(); ++s) {
       const double* c = measured.data() + 3 * table.rank_of(s);
       stage_costs.push_back({c[0], c[1], c[2]});
     }
-    const dist::PipelineSimulation sim = dist::simulate_pipeline(table, stage_costs);
+    const parallel::PipelineSimulation sim = parallel::simulate_pipeline(table, stage_costs);
     constexpr int kColumns = 4;
     std::vector<double> rows(kColumns * p, 0.0);
     double* mine = rows.data() + kColumns * pp.rank();
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < p; ++r) {
         const double* row = rows.data() + kColumns * r;
         std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
-                    std::string(dist::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
+                    std::string(comm::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
                     1e3 * row[1], 1e3 * row[2], 1e3 * row[3],
                     100 * (1 - (row[1] + row[2]) / row[0]), 100 * sim.idle_fraction[r]);
       }

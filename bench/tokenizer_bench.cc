@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "tessera/core/threading.h"
-#include "tessera/data/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 using namespace tessera;
 
 namespace {
 
-double mb_per_s(const data::Tokenizer& tokenizer, const std::string& text, size_t& tokens) {
+double mb_per_s(const tokenizer::Tokenizer& tokenizer, const std::string& text, size_t& tokens) {
   const auto start = std::chrono::steady_clock::now();
   tokens = tokenizer.encode(text).size();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> warm(thread_counts.size());
   for (size_t i = 0; i < thread_counts.size(); ++i) {
     set_num_threads(thread_counts[i]);
-    const auto tokenizer = data::load_tokenizer(argv[1]);
+    const auto tokenizer = tokenizer::load_tokenizer(argv[1]);
     cold.push_back(mb_per_s(*tokenizer, text, tokens));
     for (int r = 0; r < repeats; ++r) warm[i].push_back(mb_per_s(*tokenizer, text, tokens));
   }

@@ -24,22 +24,22 @@
 #include <vector>
 
 #include "machine_limits.h"
+#include "tessera/comm/mesh.h"
+#include "tessera/comm/single_communicator.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/model_parallel.h"
-#include "tessera/dist/single_communicator.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
+#include "tessera/parallel/model_parallel.h"
 #include "tessera/train/train_state.h"
 
 using namespace tessera;
 
 int main(int argc, char** argv) {
-  dist::Communicator& world = dist::init_world(argc, argv);
+  comm::Communicator& world = comm::init_world(argc, argv);
   std::string comm = "overlap", device = "cpu";
   double bucket_mb = 4;
   model::ModelConfig mc;
@@ -142,17 +142,17 @@ int main(int argc, char** argv) {
       device == "cpu"
           ? kernels::Device{}
           : kernels::Device{kernels::DeviceKind::kCuda,
-                            dist::local_rank() % std::max(1, kernels::cuda_device_count())});
+                            comm::local_rank() % std::max(1, kernels::cuda_device_count())});
   const kernels::Context& ctx = on.context();
   train::TrainConfig tc;
   tc.weight_decay = 0.0;
   tc.beta2 = 0.999;
   tc.precision = options.precision;
-  dist::SingleCommunicator alone;
-  dist::Communicator& ranks = comm == "none" ? alone : world;
-  const dist::Mesh mesh(ranks, {.dp = ranks.size() / tp, .tp = tp, .sequence_parallel = sp != 0});
-  const dist::ModelGroups groups(mesh, mc, sp != 0);
-  dist::Communicator& dp = mesh.dp();
+  comm::SingleCommunicator alone;
+  comm::Communicator& ranks = comm == "none" ? alone : world;
+  const comm::Mesh mesh(ranks, {.dp = ranks.size() / tp, .tp = tp, .sequence_parallel = sp != 0});
+  const parallel::ModelGroups groups(mesh, mc, sp != 0);
+  comm::Communicator& dp = mesh.dp();
   tc.zero = zero;
   train::TrainState state(ctx, mc, tc, mesh, groups.parallel().sharding,
                           int64_t(bucket_mb * 1024 * 1024));

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tessera/data/byte_tokenizer.h"
 #include "tessera/serve/api_routes.h"
 #include "tessera/serve/http_parser.h"
+#include "tessera/tokenizer/byte_tokenizer.h"
 
 namespace {
 
@@ -17,7 +17,7 @@ using namespace tessera::serve;
 
 // Answers one request the way the service would, short of running the engine.
 void answer(HttpRequest request) {
-  static const tessera::data::ByteTokenizer tokenizer;
+  static const tessera::tokenizer::ByteTokenizer tokenizer;
   const RouteOptions options{"key", true, {"tiny", 64, 48}};
   try {
     RoutedRequest routed = route_request(request, options);

@@ -3,11 +3,11 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/data/byte_tokenizer.h"
 #include "tessera/serve/openai_api.h"
+#include "tessera/tokenizer/byte_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const tessera::data::ByteTokenizer tokenizer;
+  static const tessera::tokenizer::ByteTokenizer tokenizer;
   const tessera::serve::ApiLimits limits{"tiny", 64, 48};
   const std::string body(reinterpret_cast<const char*>(data), size);
   for (auto endpoint :

@@ -1,20 +1,21 @@
 // Vocabulary files are outside input: any bytes given to the encoder.json + vocab.bpe, .tiktoken,
-// Tessera's tokenizer.json or Hugging Face's tokenizer.json readers must parse or fail with a tessera::Error, and a vocabulary that
-// parses must build a tokenizer (or fail the same way) whose decode undoes its encode.
-// The first byte picks the reader; for GPT-2's two files a NUL byte separates them.
+// Tessera's tokenizer.json or Hugging Face's tokenizer.json readers must parse or fail with a
+// tessera::Error, and a vocabulary that parses must build a tokenizer (or fail the same way) whose
+// decode undoes its encode. The first byte picks the reader; for GPT-2's two files a NUL byte
+// separates them.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "tessera/core/error.h"
-#include "tessera/data/bpe_tokenizer.h"
-#include "tessera/data/gpt2_vocab_files.h"
-#include "tessera/data/hf_tokenizer_file.h"
-#include "tessera/data/tessera_tokenizer_files.h"
-#include "tessera/data/tiktoken_ranks.h"
+#include "tessera/tokenizer/bpe_tokenizer.h"
+#include "tessera/tokenizer/gpt2_vocab_files.h"
+#include "tessera/tokenizer/hf_tokenizer_file.h"
+#include "tessera/tokenizer/tessera_tokenizer_files.h"
+#include "tessera/tokenizer/tiktoken_ranks.h"
 
-using namespace tessera::data;
+using namespace tessera::tokenizer;
 
 namespace {
 

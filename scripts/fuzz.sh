@@ -13,16 +13,16 @@ mkdir -p "$out"
 # library itself rejects with a parse error. -D flags of a target apply to all its sources.
 # Sources that several targets link: the tokenizer files' readers, the chat templates' Jinja
 # engine, and the OpenAI request parser with what it calls.
-tokenizer_sources="src/tessera/data/base64.cc src/tessera/data/bpe_tokenizer.cc src/tessera/data/bpe_vocab.cc src/tessera/data/gpt2_pretokenizer.cc src/tessera/data/gpt2_vocab_files.cc src/tessera/data/hf_tokenizer_file.cc src/tessera/data/llama3_pretokenizer.cc src/tessera/data/tessera_tokenizer_files.cc src/tessera/data/text_corpus.cc src/tessera/data/tiktoken_ranks.cc src/tessera/data/token_index.cc src/tessera/data/unicode_classes.cc src/tessera/core/utf8.cc"
-chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/serve/jinja_*.cc)"
-openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/data/byte_tokenizer.cc src/tessera/data/tokenizer.cc src/tessera/data/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
+tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tokenizer.cc src/tessera/tokenizer/bpe_vocab.cc src/tessera/tokenizer/gpt2_pretokenizer.cc src/tessera/tokenizer/gpt2_vocab_files.cc src/tessera/tokenizer/hf_tokenizer_file.cc src/tessera/tokenizer/llama3_pretokenizer.cc src/tessera/tokenizer/tessera_tokenizer_files.cc src/tessera/core/text_corpus.cc src/tessera/tokenizer/tiktoken_ranks.cc src/tessera/tokenizer/token_index.cc src/tessera/tokenizer/unicode_classes.cc src/tessera/core/utf8.cc"
+chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/jinja/*.cc)"
+openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 
 targets=(
   "shard_reader_fuzz|25|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
   "vocab_reader_fuzz|30|$tokenizer_sources|-lfmt"
-  "toml_config_fuzz|15|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/kernels/context.cc src/tessera/dist/mesh_shape.cc src/tessera/dist/pipeline_schedule.cc src/tessera/dist/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "toml_config_fuzz|15|src/tessera/core/config.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/model/execution.cc src/tessera/kernels/context.cc src/tessera/comm/mesh_shape.cc src/tessera/parallel/pipeline_schedule.cc src/tessera/parallel/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "manifest_fuzz|15|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
-  "safetensors_fuzz|25|src/tessera/ckpt/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
+  "safetensors_fuzz|25|src/tessera/interop/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
   "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|15|$openai_api_sources|-lfmt -lisal -lz"
   "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc|-lfmt"

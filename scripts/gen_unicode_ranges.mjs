@@ -1,8 +1,8 @@
-// Regenerates src/tessera/data/unicode_ranges.inc, the character classes of the GPT-2
+// Regenerates src/tessera/tokenizer/unicode_ranges.inc, the character classes of the GPT-2
 // pre-tokeniser, from this node's own regular-expression engine: the reference tokenisers
 // are JavaScript, so taking \p{L}, \p{N} and \s from JavaScript makes the split agree with
 // them code point for code point.
-//   node scripts/gen_unicode_ranges.mjs > src/tessera/data/unicode_ranges.inc
+//   node scripts/gen_unicode_ranges.mjs > src/tessera/tokenizer/unicode_ranges.inc
 const classes = [
   ['kLetter', /^\p{L}$/u],
   ['kNumber', /^\p{N}$/u],

@@ -11,9 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "tessera/comm/mesh.h"
+#include "tessera/comm/single_communicator.h"
 #include "tessera/core/rng.h"
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/single_communicator.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/train_state.h"
@@ -40,8 +40,8 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t stream) {
 std::vector<float> training_losses(const Context& ctx, const ModelConfig& config, Precision p) {
   train::TrainConfig tc;
   tc.precision = p;
-  dist::SingleCommunicator alone;
-  const dist::Mesh mesh(alone, {});
+  comm::SingleCommunicator alone;
+  const comm::Mesh mesh(alone, {});
   train::TrainState state(ctx, config, tc, mesh, {}, int64_t{4} << 20);
   model::Transformer model(config, kBatch, kSeq, true,
                            {.context = &ctx, .precision = p, .store = &state.store()});

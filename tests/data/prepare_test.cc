@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/data/byte_tokenizer.h"
 #include "tessera/data/dataset.h"
+#include "tessera/tokenizer/byte_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -18,13 +18,13 @@ namespace tessera::data {
 namespace {
 
 // Bytes as ids plus an end-of-text id 256, so a dataset's tokens spell out its text.
-class EotTokenizer final : public Tokenizer {
+class EotTokenizer final : public tokenizer::Tokenizer {
  public:
   std::vector<int32_t> encode(std::string_view text) const override {
-    return ByteTokenizer().encode(text);
+    return tokenizer::ByteTokenizer().encode(text);
   }
   std::string decode(std::span<const int32_t> ids) const override {
-    return ByteTokenizer().decode(ids);
+    return tokenizer::ByteTokenizer().decode(ids);
   }
   int64_t vocab_size() const override { return 257; }
   std::optional<int32_t> end_of_text() const override { return 256; }
@@ -77,7 +77,7 @@ class PrepareTest : public ::testing::Test {
     o.val_fraction = val_fraction;
     return o;
   }
-  std::string error_of(const Tokenizer& t, const PrepareOptions& o) {
+  std::string error_of(const tokenizer::Tokenizer& t, const PrepareOptions& o) {
     try {
       prepare_dataset(t, "test", o);
     } catch (const Error& e) {
@@ -111,7 +111,7 @@ TEST_F(PrepareTest, FilesAreDocumentsSeparatedByEndOfTextAndTheTailIsHeldOut) {
 TEST_F(PrepareTest, WithoutEndOfTextDocumentsAreJoinedByALineBreak) {
   write("a.txt", "no newline at the end");
   write("b.txt", "second\nfile\nwith\nlines\n");
-  const DatasetManifest m = prepare_dataset(ByteTokenizer(), "byte", options("ds", 0.2));
+  const DatasetManifest m = prepare_dataset(tokenizer::ByteTokenizer(), "byte", options("ds", 0.2));
   const Dataset d = open_dataset(root_ / "ds");
   EXPECT_EQ(text_of(all_tokens(d.train)) + text_of(all_tokens(d.val)),
             "no newline at the end\nsecond\nfile\nwith\nlines\n");
@@ -129,8 +129,8 @@ TEST_F(PrepareTest, LargeFilesAreChunkedIndependentlyOfThreadsAndSharded) {
   one.threads = 1;
   two.threads = 2;
   one.shard_tokens = two.shard_tokens = 1 << 18;
-  const DatasetManifest a = prepare_dataset(ByteTokenizer(), "byte", one);
-  const DatasetManifest b = prepare_dataset(ByteTokenizer(), "byte", two);
+  const DatasetManifest a = prepare_dataset(tokenizer::ByteTokenizer(), "byte", one);
+  const DatasetManifest b = prepare_dataset(tokenizer::ByteTokenizer(), "byte", two);
   EXPECT_EQ(a.train.shards.size(), 10u);
   EXPECT_EQ(dataset_manifest_to_json(a).dump(), dataset_manifest_to_json(b).dump());
   for (const std::string& shard : a.train.shards) {
@@ -144,27 +144,27 @@ TEST_F(PrepareTest, LargeFilesAreChunkedIndependentlyOfThreadsAndSharded) {
 
 TEST_F(PrepareTest, BadInputsAreOneLineErrors) {
   write("a.txt", "some text\nmore text\n");
-  EXPECT_EQ(error_of(ByteTokenizer(), options("ds", 1.0)),
+  EXPECT_EQ(error_of(tokenizer::ByteTokenizer(), options("ds", 1.0)),
             "--val-fraction must be in (0, 1), got 1");
   fs::create_directories(root_ / "full");
   std::ofstream(root_ / "full" / "x") << "x";
-  EXPECT_EQ(error_of(ByteTokenizer(), options("full")),
+  EXPECT_EQ(error_of(tokenizer::ByteTokenizer(), options("full")),
             (root_ / "full").string() +
                 ": already exists and is not an empty folder; prepare into a new one");
   PrepareOptions missing = options("ds");
   missing.inputs = {root_ / "nope.txt"};
-  EXPECT_EQ(error_of(ByteTokenizer(), missing),
+  EXPECT_EQ(error_of(tokenizer::ByteTokenizer(), missing),
             (root_ / "nope.txt").string() + ": no such file or directory");
   fs::remove_all(root_ / "in");
   fs::create_directories(root_ / "in");
   write("empty.txt", "");
-  EXPECT_EQ(error_of(ByteTokenizer(), options("ds")),
+  EXPECT_EQ(error_of(tokenizer::ByteTokenizer(), options("ds")),
             (root_ / "in").string() + ": the corpus is empty");
 }
 
 TEST_F(PrepareTest, OpeningADamagedDatasetNamesTheFile) {
   write("a.txt", "some text\nmore text\nand more\n");
-  prepare_dataset(ByteTokenizer(), "byte", options("ds"));
+  prepare_dataset(tokenizer::ByteTokenizer(), "byte", options("ds"));
   const fs::path shard = root_ / "ds" / "train-000000.bin";
   std::string bytes = file_bytes(shard);
   bytes[bytes.size() - 3] ^= 0x20;

@@ -1,4 +1,4 @@
-#include "tessera/data/text_corpus.h"
+#include "tessera/core/text_corpus.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "tessera/dist/communicator.h"
+#include "tessera/comm/communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <numeric>
 #include <vector>
 
+#include "tessera/comm/single_communicator.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/dtype.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/single_communicator.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
@@ -24,7 +24,7 @@ using testing::to_bf16;
 using testing::uneven_counts;
 
 TEST(Communicator, AllReduceSumsF32AndI32) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const int n = w.size();
   std::vector<float> f(1000);
   std::vector<int32_t> i(1000);
@@ -41,7 +41,7 @@ TEST(Communicator, AllReduceSumsF32AndI32) {
 }
 
 TEST(Communicator, AllReduceSumsDoublesWithoutLosingPrecision) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   // 1e15 + small values: exact in f64, lost in f32.
   std::vector<double> v = {w.rank() == 0 ? 1e15 : 0.0, 0.25 * (w.rank() + 1), -1.0};
   w.all_reduce(v.data(), 3);
@@ -52,7 +52,7 @@ TEST(Communicator, AllReduceSumsDoublesWithoutLosingPrecision) {
 }
 
 TEST(Communicator, Bf16AllReduceAccumulatesInF32) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const int n = w.size();
   // Rank 0 holds a value a, every other rank a small b below half of a's bf16 spacing: adding
   // them one at a time in bf16 loses every b, and adding them in pairs keeps only some, while
@@ -77,7 +77,7 @@ TEST(Communicator, Bf16AllReduceAccumulatesInF32) {
 }
 
 TEST(Communicator, ReduceScatterWithVariableCountsAndZeros) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const std::vector<int64_t> counts = uneven_counts(w.size());
   const int64_t total = offset_of(counts, w.size());
   const int64_t mine = counts[w.rank()];
@@ -108,7 +108,7 @@ TEST(Communicator, ReduceScatterWithVariableCountsAndZeros) {
 }
 
 TEST(Communicator, ReduceScatterOntoOneRank) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   std::vector<int64_t> counts(w.size(), 0);
   counts[w.size() - 1] = 7;
   std::vector<float> send(7, 1.5f);
@@ -122,7 +122,7 @@ TEST(Communicator, ReduceScatterOntoOneRank) {
 }
 
 TEST(Communicator, AllGatherWithVariableCountsAndZeros) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const std::vector<int64_t> counts = uneven_counts(w.size());
   const int64_t total = offset_of(counts, w.size());
   const int64_t mine = counts[w.rank()];
@@ -151,7 +151,7 @@ TEST(Communicator, AllGatherWithVariableCountsAndZeros) {
 }
 
 TEST(Communicator, AllGatherInPlace) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const std::vector<int64_t> counts = uneven_counts(w.size());
   std::vector<float> all(offset_of(counts, w.size()), -1.0f);
   float* own = all.data() + offset_of(counts, w.rank());
@@ -165,7 +165,7 @@ TEST(Communicator, AllGatherInPlace) {
 }
 
 TEST(Communicator, BroadcastFromTheLastRank) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const int root = w.size() - 1;
   std::vector<float> f(5, w.rank() == root ? 2.5f : 0.0f);
   std::vector<uint16_t> h(5, f32_to_bf16(w.rank() == root ? -3.0f : 0.0f));
@@ -179,7 +179,7 @@ TEST(Communicator, BroadcastFromTheLastRank) {
 }
 
 TEST(Communicator, AllToAllTransposesBlocks) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const int n = w.size();
   const int64_t c = 3;
   std::vector<int32_t> send(n * c);
@@ -208,7 +208,7 @@ TEST(Communicator, AllToAllTransposesBlocks) {
 }
 
 TEST(Communicator, SendRecvAroundARing) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   if (w.size() == 1) GTEST_SKIP() << "needs two ranks";
   const int next = (w.rank() + 1) % w.size();
   const int prev = (w.rank() + w.size() - 1) % w.size();
@@ -217,8 +217,8 @@ TEST(Communicator, SendRecvAroundARing) {
   std::vector<uint16_t> out_h(2, f32_to_bf16(w.rank() + 0.5f));
   std::vector<uint16_t> in_h(2, 0);
   // Two messages between the same pair, told apart by tag and received in the other order.
-  Request r_h = w.start_recv(in_h.data(), 2, DType::bf16, prev, 2);
-  Request r = w.start_recv(in.data(), 6, DType::f32, prev, 1);
+  comm::Request r_h = w.start_recv(in_h.data(), 2, DType::bf16, prev, 2);
+  comm::Request r = w.start_recv(in.data(), 6, DType::f32, prev, 1);
   w.send(out.data(), 6, DType::f32, next, 1);
   w.send(out_h.data(), 2, DType::bf16, next, 2);
   w.wait(r);
@@ -228,7 +228,7 @@ TEST(Communicator, SendRecvAroundARing) {
 }
 
 TEST(Communicator, NonBlockingOperationsOverlapAndCompleteInAnyOrder) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const int n = w.size();
   const std::vector<int64_t> counts = uneven_counts(n);
   const int64_t total = offset_of(counts, n);
@@ -238,10 +238,10 @@ TEST(Communicator, NonBlockingOperationsOverlapAndCompleteInAnyOrder) {
   std::vector<float> rs_out(counts[w.rank()]);
   std::vector<int32_t> ag_in(counts[w.rank()], w.rank());
   std::vector<int32_t> ag_out(total);
-  Request ra = w.start_all_reduce(a.data(), 64, DType::f32);
-  Request rb = w.start_all_reduce(b.data(), 33, DType::bf16);
-  Request rs = w.start_reduce_scatter(rs_in.data(), rs_out.data(), counts, DType::f32);
-  Request rg = w.start_all_gather(ag_in.data(), ag_out.data(), counts, DType::i32);
+  comm::Request ra = w.start_all_reduce(a.data(), 64, DType::f32);
+  comm::Request rb = w.start_all_reduce(b.data(), 33, DType::bf16);
+  comm::Request rs = w.start_reduce_scatter(rs_in.data(), rs_out.data(), counts, DType::f32);
+  comm::Request rg = w.start_all_gather(ag_in.data(), ag_out.data(), counts, DType::i32);
   EXPECT_TRUE(ra.pending());
   w.wait(rg);
   w.wait(rb);
@@ -258,7 +258,7 @@ TEST(Communicator, NonBlockingOperationsOverlapAndCompleteInAnyOrder) {
 }
 
 TEST(Communicator, WarmOperationsDoNotAllocate) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   const std::vector<int64_t> counts = uneven_counts(w.size());
   const int64_t total = offset_of(counts, w.size());
   std::vector<uint16_t> grads(total, f32_to_bf16(1.0f));
@@ -278,7 +278,7 @@ TEST(Communicator, WarmOperationsDoNotAllocate) {
   const bool paired = partner < w.size();
   float* own_params = params.data() + offset_of(counts, w.rank());
   auto step = [&] {
-    Request r[5];
+    comm::Request r[5];
     r[0] = w.start_reduce_scatter(grads.data(), shard.data(), counts, DType::bf16);
     r[1] = w.start_all_reduce(acts.data(), 16, DType::bf16);
     r[2] = w.start_all_gather(own_params, params.data(), counts, DType::f32);
@@ -310,9 +310,9 @@ TEST(Communicator, WarmOperationsDoNotAllocate) {
 }
 
 TEST(Communicator, SplitGroupsRanksByColorAndOrdersThemByKey) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   // Even and odd ranks, each group in reverse rank order.
-  std::unique_ptr<Communicator> group = w.split(w.rank() % 2, -w.rank());
+  std::unique_ptr<comm::Communicator> group = w.split(w.rank() % 2, -w.rank());
   const int members = (w.size() + 1 - w.rank() % 2) / 2;
   ASSERT_EQ(group->size(), members);
   std::vector<int32_t> ranks(members);
@@ -326,7 +326,7 @@ TEST(Communicator, SplitGroupsRanksByColorAndOrdersThemByKey) {
 }
 
 TEST(Communicator, RejectsBadArgumentsOnEveryRank) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   float x[4] = {};
   const std::vector<int64_t> wrong(w.size() + 1, 1);
   expect_error([&] { w.reduce_scatter(x, x, wrong, DType::f32); },
@@ -347,23 +347,23 @@ TEST(Communicator, RejectsBadArgumentsOnEveryRank) {
 }
 
 TEST(Communicator, RequestsCompleteOnceAndOnlyOnTheirCommunicator) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   float x = 1.0f;
-  Request r = w.start_all_reduce(&x, 1, DType::f32);
-  const Request copy = r;
-  SingleCommunicator other;
-  Request stray = copy;
+  comm::Request r = w.start_all_reduce(&x, 1, DType::f32);
+  const comm::Request copy = r;
+  comm::SingleCommunicator other;
+  comm::Request stray = copy;
   expect_error([&] { other.wait(stray); }, {"another communicator"});
   w.wait(r);
   expect_error([&] { w.wait(r); }, {"not pending"});
-  if (dynamic_cast<SingleCommunicator*>(&w) == nullptr) {
-    Request again = copy;
+  if (dynamic_cast<comm::SingleCommunicator*>(&w) == nullptr) {
+    comm::Request again = copy;
     expect_error([&] { w.wait(again); }, {"already completed"});
   }
 }
 
 TEST(Communicator, MessageSizeMismatchIsAnErrorNamingTheOperation) {
-  Communicator& w = world();
+  comm::Communicator& w = comm::world();
   if (w.size() == 1) GTEST_SKIP() << "needs two ranks";
   std::vector<float> buffer(8, 1.0f);
   if (w.rank() == 0) {
@@ -379,7 +379,7 @@ TEST(Communicator, MessageSizeMismatchIsAnErrorNamingTheOperation) {
 }
 
 TEST(Communicator, SingleRankHasNoPeers) {
-  SingleCommunicator single;
+  comm::SingleCommunicator single;
   float x[2] = {1.0f, 2.0f};
   expect_error([&] { single.send(x, 2, DType::f32, 0, 0); },
                {"send of 2 f32 elements to rank 0 (tag 0) in a single-rank job", "mpirun"});
@@ -390,16 +390,16 @@ TEST(Communicator, SingleRankHasNoPeers) {
 
 TEST(Launch, OnlyALaunchedProcessUsesMpi) {
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  EXPECT_EQ(dynamic_cast<SingleCommunicator*>(&world()) == nullptr, launched);
+  EXPECT_EQ(dynamic_cast<comm::SingleCommunicator*>(&comm::world()) == nullptr, launched);
 }
 
 TEST(Launch, TimeoutMustBePositive) {
-  const double before = timeout_seconds();
-  expect_error([] { set_timeout_seconds(0); }, {"dist.timeout_s", "> 0"});
-  expect_error([] { set_timeout_seconds(NAN); }, {"dist.timeout_s"});
-  set_timeout_seconds(12.5);
-  EXPECT_EQ(timeout_seconds(), 12.5);
-  set_timeout_seconds(before);
+  const double before = comm::timeout_seconds();
+  expect_error([] { comm::set_timeout_seconds(0); }, {"dist.timeout_s", "> 0"});
+  expect_error([] { comm::set_timeout_seconds(NAN); }, {"dist.timeout_s"});
+  comm::set_timeout_seconds(12.5);
+  EXPECT_EQ(comm::timeout_seconds(), 12.5);
+  comm::set_timeout_seconds(before);
 }
 
 }  // namespace

@@ -15,10 +15,10 @@
 #include <cstring>
 #include <thread>
 
+#include "tessera/comm/flight_recorder.h"
+#include "tessera/comm/mesh.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/error.h"
-#include "tessera/dist/flight_recorder.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/mesh.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -27,32 +27,32 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "exit-at-start") == 0 && launcher_rank && std::atoi(launcher_rank) == 1) {
     _exit(3);
   }
-  dist::Communicator& world = dist::init_world(argc, argv);
+  comm::Communicator& world = comm::init_world(argc, argv);
   try {
     const bool timeout = std::strcmp(mode, "timeout") == 0;
     const bool wait_timeout = std::strcmp(mode, "wait-timeout") == 0;
     const bool barrier_timeout = std::strcmp(mode, "barrier-timeout") == 0;
     if (timeout || wait_timeout || barrier_timeout) {
-      dist::set_timeout_seconds(world.rank() == 0 ? 2 : 60);
+      comm::set_timeout_seconds(world.rank() == 0 ? 2 : 60);
       float buffer[4];
       if (world.rank() != 0) {
         world.recv(buffer, 4, DType::f32, 0, 7);
       } else if (timeout) {
         world.recv(buffer, 4, DType::f32, 1, 7);
       } else if (wait_timeout) {
-        dist::Request request = world.start_recv(buffer, 4, DType::f32, 1, 7);
+        comm::Request request = world.start_recv(buffer, 4, DType::f32, 1, 7);
         world.wait(request);
       } else {
         world.barrier();
       }
     } else if (std::strcmp(mode, "exit") == 0 || std::strcmp(mode, "exit-at-start") == 0) {
-      dist::set_timeout_seconds(60);
+      comm::set_timeout_seconds(60);
       if (world.rank() == 1) _exit(3);
       world.barrier();
     } else if (std::strcmp(mode, "all-reduce") == 0 && argc > 2) {
-      dist::set_timeout_seconds(3);
-      const dist::Mesh mesh(world, {.dp = world.size()});
-      dist::start_flight_recorder(argv[2]);
+      comm::set_timeout_seconds(3);
+      const comm::Mesh mesh(world, {.dp = world.size()});
+      comm::start_flight_recorder(argv[2]);
       float buffer[256] = {};
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (std::chrono::steady_clock::now() < end) {
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
           mode);
     }
   } catch (const Error& e) {
-    dist::abort_job(e.what());
+    comm::abort_job(e.what());
   }
   return 0;
 }

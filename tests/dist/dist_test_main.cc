@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "tessera/dist/launch.h"
+#include "tessera/comm/world.h"
 #include "tests/dist/dist_testing.h"
 
 std::atomic<int64_t> tessera::testing::allocations{0};
@@ -45,10 +45,10 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::dist::Communicator& world = tessera::dist::init_world(argc, argv);
+  tessera::comm::Communicator& world = tessera::comm::init_world(argc, argv);
   const int rank = world.rank();
   // A test that leaves the ranks out of step ends the job in seconds rather than minutes.
-  tessera::dist::set_timeout_seconds(30);
+  tessera::comm::set_timeout_seconds(30);
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -1,4 +1,4 @@
-#include "tessera/dist/flight_record.h"
+#include "tessera/comm/flight_record.h"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/dist/flight_recorder.h"
-#include "tessera/dist/stall_report.h"
+#include "tessera/comm/flight_recorder.h"
+#include "tessera/comm/stall_report.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
@@ -15,7 +15,7 @@ namespace {
 
 using testing::expect_error;
 
-FlightOp all_reduce(int64_t seq) {
+comm::FlightOp all_reduce(int64_t seq) {
   return {.op = "all_reduce",
           .dtype = "f32",
           .communicator = 1,
@@ -25,16 +25,16 @@ FlightOp all_reduce(int64_t seq) {
           .start_us = 1000 * seq};
 }
 
-std::vector<int64_t> seqs(const FlightRing& ring) {
-  std::vector<FlightOp> ops;
+std::vector<int64_t> seqs(const comm::FlightRing& ring) {
+  std::vector<comm::FlightOp> ops;
   ring.copy_oldest_first(ops);
   std::vector<int64_t> out;
-  for (const FlightOp& op : ops) out.push_back(op.seq);
+  for (const comm::FlightOp& op : ops) out.push_back(op.seq);
   return out;
 }
 
 TEST(FlightRing, KeepsTheNewestOperationsOldestFirst) {
-  FlightRing ring(3);
+  comm::FlightRing ring(3);
   EXPECT_TRUE(seqs(ring).empty());
   ring.push(all_reduce(1));
   ring.push(all_reduce(2));
@@ -44,13 +44,13 @@ TEST(FlightRing, KeepsTheNewestOperationsOldestFirst) {
 }
 
 TEST(FlightRing, CompletingAnOverwrittenOperationLeavesItsSuccessorPending) {
-  FlightRing ring(2);
+  comm::FlightRing ring(2);
   const int64_t first = ring.push(all_reduce(1));
   const int64_t second = ring.push(all_reduce(2));
   ring.push(all_reduce(3));  // takes the first one's place
   ring.complete(first, 77);
   ring.complete(second, 88);
-  std::vector<FlightOp> ops;
+  std::vector<comm::FlightOp> ops;
   ring.copy_oldest_first(ops);
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].seq, 2);
@@ -60,11 +60,11 @@ TEST(FlightRing, CompletingAnOverwrittenOperationLeavesItsSuccessorPending) {
 }
 
 TEST(FlightRing, NeedsRoom) {
-  expect_error([] { FlightRing ring(0); }, {"at least one"});
+  expect_error([] { comm::FlightRing ring(0); }, {"at least one"});
 }
 
-RankRecord record_of(int rank, int world_size) {
-  RankRecord r;
+comm::RankRecord record_of(int rank, int world_size) {
+  comm::RankRecord r;
   r.rank = rank;
   r.world_size = world_size;
   r.job = 1234567890123;
@@ -79,20 +79,20 @@ RankRecord record_of(int rank, int world_size) {
 }
 
 // Gives `r` dp collectives #1..#started, the last pending unless it completed as many.
-void on_dp(RankRecord& r, int64_t started, int64_t completed) {
-  FlightCommunicator& dp = r.communicators[1];
+void on_dp(comm::RankRecord& r, int64_t started, int64_t completed) {
+  comm::FlightCommunicator& dp = r.communicators[1];
   dp.collectives_started = started;
   dp.collectives_completed = completed;
   r.operations.clear();
   for (int64_t seq = 1; seq <= started; ++seq) {
-    FlightOp op = all_reduce(seq);
+    comm::FlightOp op = all_reduce(seq);
     if (seq <= completed) op.end_us = op.start_us + 10;
     r.operations.push_back(op);
   }
 }
 
 TEST(FlightRecord, JsonRoundTrips) {
-  RankRecord r = record_of(1, 2);
+  comm::RankRecord r = record_of(1, 2);
   on_dp(r, 3, 2);
   r.communicators[0].messages_started = 1;
   r.operations.push_back({.op = "send",
@@ -105,40 +105,44 @@ TEST(FlightRecord, JsonRoundTrips) {
                           .bytes = 8,
                           .start_us = 5,
                           .end_us = 6});
-  const std::string json = record_json(r);
-  EXPECT_EQ(parse_record(json, "rank-1.json"), r) << json;
+  const std::string json = comm::record_json(r);
+  EXPECT_EQ(comm::parse_record(json, "rank-1.json"), r) << json;
 }
 
 TEST(FlightRecord, ParseErrorsNameTheFileAndTheField) {
-  RankRecord r = record_of(1, 2);
+  comm::RankRecord r = record_of(1, 2);
   on_dp(r, 2, 1);
-  std::string json = record_json(r);
+  std::string json = comm::record_json(r);
   const auto without = [](std::string text, const std::string& part, const std::string& with) {
     const size_t at = text.find(part);
     EXPECT_NE(at, std::string::npos) << part;
     return text.replace(at, part.size(), with);
   };
-  expect_error([&] { parse_record(without(json, "\"host\"", "\"hast\""), "rank-1.json"); },
+  expect_error([&] { comm::parse_record(without(json, "\"host\"", "\"hast\""), "rank-1.json"); },
                {"rank-1.json", "missing field 'host'"});
-  expect_error([&] { parse_record(without(json, "\"seq\": 2", "\"seq\": \"2\""), "rank-1.json"); },
-               {"rank-1.json", "operations[1].seq", "integer"});
   expect_error(
-      [&] { parse_record(without(json, "\"communicator\": 1", "\"communicator\": 5"), "r.json"); },
+      [&] { comm::parse_record(without(json, "\"seq\": 2", "\"seq\": \"2\""), "rank-1.json"); },
+      {"rank-1.json", "operations[1].seq", "integer"});
+  expect_error(
+      [&] {
+        comm::parse_record(without(json, "\"communicator\": 1", "\"communicator\": 5"), "r.json");
+      },
       {"r.json", "operations[0].communicator", "2 communicators"});
-  expect_error([&] { parse_record(without(json, "\"rank\": 1", "\"rank\": 2"), "r.json"); },
+  expect_error([&] { comm::parse_record(without(json, "\"rank\": 1", "\"rank\": 2"), "r.json"); },
                {"r.json", "'rank'", "outside the world of 2 ranks"});
-  expect_error([&] { parse_record(json.substr(0, json.size() / 2), "r.json"); },
+  expect_error([&] { comm::parse_record(json.substr(0, json.size() / 2), "r.json"); },
                {"r.json", "does not parse"});
 }
 
 // Rank 0 of 3 timed out in dp's all_reduce #57.
 struct StallCase {
-  RankRecord self = record_of(0, 3);
-  std::vector<std::optional<RankRecord>> records{std::nullopt, record_of(1, 3), record_of(2, 3)};
-  Stall stall{.what = "all_reduce #57 of 256 f32 elements on dp (3 ranks)",
-              .communicator = 1,
-              .seq = 57,
-              .timeout_s = 3};
+  comm::RankRecord self = record_of(0, 3);
+  std::vector<std::optional<comm::RankRecord>> records{std::nullopt, record_of(1, 3),
+                                                       record_of(2, 3)};
+  comm::Stall stall{.what = "all_reduce #57 of 256 f32 elements on dp (3 ranks)",
+                    .communicator = 1,
+                    .seq = 57,
+                    .timeout_s = 3};
 
   StallCase() {
     on_dp(self, 57, 56);
@@ -146,7 +150,7 @@ struct StallCase {
     on_dp(*records[2], 57, 56);
   }
   std::optional<std::string> message() const {
-    return stall_message(stall, self, records, self.wall_ms, "/run/flight");
+    return comm::stall_message(stall, self, records, self.wall_ms, "/run/flight");
   }
 };
 
@@ -218,7 +222,7 @@ TEST(ExitedRanks, NamesTheProcessesGoneFromThisHostAndTheSilentRanksElsewhere) {
   c.records[1]->host = c.self.host;
   const auto alive_but = [](int64_t dead) { return [dead](int64_t pid) { return pid != dead; }; };
   const auto message = [&](int64_t dead) {
-    return exited_ranks_message(c.self, c.records, c.self.wall_ms, alive_but(dead));
+    return comm::exited_ranks_message(c.self, c.records, c.self.wall_ms, alive_but(dead));
   };
   EXPECT_EQ(message(-1), std::nullopt);
   EXPECT_EQ(message(4001),
@@ -235,14 +239,15 @@ TEST(ExitedRanks, NamesTheProcessesGoneFromThisHostAndTheSilentRanksElsewhere) {
 }
 
 TEST(FlightRecorder, NumbersCollectivesAndMessagesApartWithoutAllocating) {
-  FlightRecorder& recorder = FlightRecorder::instance();
+  comm::FlightRecorder& recorder = comm::FlightRecorder::instance();
   const int32_t c = recorder.add_communicator("flight-test", {0});
-  const FlightOp op{.op = "all_reduce", .dtype = "f32", .communicator = c, .count = 1, .bytes = 4};
+  const comm::FlightOp op{
+      .op = "all_reduce", .dtype = "f32", .communicator = c, .count = 1, .bytes = 4};
   const int64_t before = testing::allocations.load();
-  const FlightTicket first = recorder.begin(op, /*collective=*/true);
-  const FlightTicket message = recorder.begin(op, /*collective=*/false);
+  const comm::FlightTicket first = recorder.begin(op, /*collective=*/true);
+  const comm::FlightTicket message = recorder.begin(op, /*collective=*/false);
   recorder.end(first);
-  const FlightTicket second = recorder.begin(op, /*collective=*/true);
+  const comm::FlightTicket second = recorder.begin(op, /*collective=*/true);
   recorder.end(second);
   recorder.end(message);
   EXPECT_EQ(testing::allocations.load(), before);

@@ -17,9 +17,9 @@
 #include <string>
 #include <thread>
 
+#include "tessera/comm/flight_record.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/error.h"
-#include "tessera/dist/flight_record.h"
-#include "tessera/dist/launch.h"
 
 namespace tessera::dist {
 namespace {
@@ -62,7 +62,7 @@ bool contains(const std::string& text, const std::string& part) {
 class JobFailure : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (world().size() > 1) GTEST_SKIP() << "starts its own mpirun jobs";
+    if (comm::world().size() > 1) GTEST_SKIP() << "starts its own mpirun jobs";
   }
 };
 
@@ -133,12 +133,12 @@ TEST_F(JobFailure, AStoppedRankIsNamedFromTheFlightRecords) {
   });
 
   // Rank 1 is stopped once its record shows it all-reducing.
-  std::optional<RankRecord> before;
+  std::optional<comm::RankRecord> before;
   for (auto give_up = Clock::now() + std::chrono::seconds(20); Clock::now() < give_up && !ended;
        std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
-    before = read_record_file(dir / "rank-1.json");
+    before = comm::read_record_file(dir / "rank-1.json");
     if (before && std::any_of(before->communicators.begin(), before->communicators.end(),
-                              [](const FlightCommunicator& c) {
+                              [](const comm::FlightCommunicator& c) {
                                 return c.name == "dp" && c.collectives_completed > 0;
                               })) {
       break;
@@ -159,12 +159,12 @@ TEST_F(JobFailure, AStoppedRankIsNamedFromTheFlightRecords) {
 
   EXPECT_TRUE(ended) << "the job ran on " << seconds << " s after the SIGSTOP";
   EXPECT_NE(exit_code, 0) << output;
-  const std::optional<RankRecord> waiting = read_record_file(dir / "rank-0.json");
+  const std::optional<comm::RankRecord> waiting = comm::read_record_file(dir / "rank-0.json");
   ASSERT_TRUE(waiting.has_value()) << output;
-  EXPECT_TRUE(read_record_file(dir / "rank-1.json").has_value());
+  EXPECT_TRUE(comm::read_record_file(dir / "rank-1.json").has_value());
   // Rank 0's last record holds the all_reduce it gave up on.
-  const FlightOp* pending = nullptr;
-  for (const FlightOp& op : waiting->operations) {
+  const comm::FlightOp* pending = nullptr;
+  for (const comm::FlightOp& op : waiting->operations) {
     if (op.pending()) pending = &op;
   }
   ASSERT_NE(pending, nullptr) << output;

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/communicator.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/dtype.h"
-#include "tessera/dist/communicator.h"
-#include "tessera/dist/launch.h"
 #include "tessera/kernels/context.h"
 #include "tessera/kernels/device.h"
 #include "tests/dist/dist_testing.h"
 #if TESSERA_CUDA
-#include "tessera/dist/cuda/nccl_communicator.h"
+#include "tessera/comm/cuda/nccl_communicator.h"
 #endif
 
 namespace tessera::dist {
@@ -37,7 +37,7 @@ using testing::uneven_counts;
 
 // This rank's index among the ranks on its host, and how many there are, from the host names:
 // NCCL refuses two ranks of one communicator on one device, so each needs a device of its own.
-void local_rank_and_size(Communicator& w, int& local_rank, int& local_size) {
+void local_rank_and_size(comm::Communicator& w, int& local_rank, int& local_size) {
   constexpr int kWords = 16;
   std::vector<int32_t> mine(kWords, 0);
   char name[kWords * sizeof(int32_t)] = {};
@@ -61,7 +61,7 @@ void local_rank_and_size(Communicator& w, int& local_rank, int& local_size) {
 class Nccl : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    Communicator& w = world();
+    comm::Communicator& w = comm::world();
     const int devices = kernels::cuda_device_count();
     int local_rank = 0, local_size = 0;
     local_rank_and_size(w, local_rank, local_size);
@@ -83,7 +83,7 @@ class Nccl : public ::testing::Test {
     try {
       device_ = std::make_unique<kernels::DeviceContext>(
           kernels::Device{kernels::DeviceKind::kCuda, local_rank % devices});
-      nccl_ = make_nccl_communicator(w, device_->context(), "world-nccl");
+      nccl_ = comm::make_nccl_communicator(w, device_->context(), "world-nccl");
     } catch (const Error& e) {
       error_ = e.what();
     }
@@ -98,7 +98,7 @@ class Nccl : public ::testing::Test {
   }
 
   static const kernels::Context& ctx() { return device_->context(); }
-  static Communicator& nccl() { return *nccl_; }
+  static comm::Communicator& nccl() { return *nccl_; }
 
   template <typename T>
   static kernels::DeviceArray<T> upload(const std::vector<T>& host) {
@@ -116,11 +116,11 @@ class Nccl : public ::testing::Test {
   static inline std::string skip_;
   static inline std::string error_;
   static inline std::unique_ptr<kernels::DeviceContext> device_;
-  static inline std::unique_ptr<Communicator> nccl_;
+  static inline std::unique_ptr<comm::Communicator> nccl_;
 };
 
 TEST_F(Nccl, AllReduceSumsF32AndI32) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   std::vector<float> f(1000);
   std::vector<int32_t> i(1000);
@@ -142,7 +142,7 @@ TEST_F(Nccl, AllReduceSumsF32AndI32) {
 }
 
 TEST_F(Nccl, Bf16AllReduceSumsInF32LikeTheMpiCommunicator) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   // Rank 0 holds a, every other rank a small b below half of a's bf16 spacing: a bf16 chain of
   // sums would lose every b, an f32 sum keeps them and rounds once.
@@ -162,7 +162,7 @@ TEST_F(Nccl, Bf16AllReduceSumsInF32LikeTheMpiCommunicator) {
   ASSERT_EQ(from_bf16(host), mine);  // the inputs are exact in bf16
   kernels::DeviceArray<uint16_t> device = upload(host);
   c.all_reduce(device.data(), device.size(), DType::bf16);
-  world().all_reduce(host.data(), int64_t(host.size()), DType::bf16);
+  comm::world().all_reduce(host.data(), int64_t(host.size()), DType::bf16);
   const std::vector<uint16_t> got = download(device);
   EXPECT_EQ(got, host);
   for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(bf16_to_f32(got[k]), expected[k]) << k;
@@ -172,7 +172,7 @@ TEST_F(Nccl, Bf16AllReduceSumsInF32LikeTheMpiCommunicator) {
 }
 
 TEST_F(Nccl, ReduceScatterWithUnevenAndEqualCounts) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   auto value = [](int q, int64_t j) { return q + 1 + static_cast<int>(j % 5); };
   auto expected = [&](int64_t j) { return n * (n + 1) / 2 + n * static_cast<int>(j % 5); };
@@ -208,7 +208,7 @@ TEST_F(Nccl, ReduceScatterWithUnevenAndEqualCounts) {
 }
 
 TEST_F(Nccl, ReduceScatterOntoOneRankLeavesTheOthersAlone) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   std::vector<int64_t> counts(c.size(), 0);
   counts[c.size() - 1] = 7;
   kernels::DeviceArray<float> send = upload(std::vector<float>(7, 1.5f));
@@ -219,7 +219,7 @@ TEST_F(Nccl, ReduceScatterOntoOneRankLeavesTheOthersAlone) {
 }
 
 TEST_F(Nccl, AllGatherWithUnevenAndEqualCountsAndInPlace) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   auto value = [](int q, int64_t j) { return q * 8 + static_cast<int>(j); };
   for (const std::vector<int64_t>& counts : {uneven_counts(n), std::vector<int64_t>(n, 3)}) {
@@ -254,7 +254,7 @@ TEST_F(Nccl, AllGatherWithUnevenAndEqualCountsAndInPlace) {
 }
 
 TEST_F(Nccl, BroadcastFromTheLastRank) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int root = c.size() - 1;
   kernels::DeviceArray<float> f = upload(std::vector<float>(5, c.rank() == root ? 2.5f : 0.0f));
   kernels::DeviceArray<uint16_t> h =
@@ -269,7 +269,7 @@ TEST_F(Nccl, BroadcastFromTheLastRank) {
 }
 
 TEST_F(Nccl, AllToAllAndAllToAllV) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   const int me = c.rank();
   const int64_t per = 3;
@@ -307,7 +307,7 @@ TEST_F(Nccl, AllToAllAndAllToAllV) {
 }
 
 TEST_F(Nccl, SendRecvAroundARingAndBetweenPairs) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   if (c.size() == 1) GTEST_SKIP() << "needs two ranks";
   const int next = (c.rank() + 1) % c.size();
   const int prev = (c.rank() + c.size() - 1) % c.size();
@@ -315,7 +315,7 @@ TEST_F(Nccl, SendRecvAroundARingAndBetweenPairs) {
   // deadlock with every rank's stream stuck in its receive.
   kernels::DeviceArray<float> out = upload(std::vector<float>(6, float(c.rank())));
   kernels::DeviceArray<float> in = upload(std::vector<float>(6, -1.0f));
-  Request r = c.start_recv(in.data(), 6, DType::f32, prev, 1);
+  comm::Request r = c.start_recv(in.data(), 6, DType::f32, prev, 1);
   c.send(out.data(), 6, DType::f32, next, 1);
   c.wait(r);
   EXPECT_EQ(download(in), std::vector<float>(6, float(prev)));
@@ -323,10 +323,10 @@ TEST_F(Nccl, SendRecvAroundARingAndBetweenPairs) {
   // Two messages between the same pair arrive in the order they were sent (NCCL has no tags).
   kernels::DeviceArray<uint16_t> out_h = upload(std::vector<uint16_t>(2, f32_to_bf16(0.5f)));
   kernels::DeviceArray<uint16_t> in_h(ctx(), 2);
-  Request first = c.start_recv(in.data(), 6, DType::f32, prev, 1);
-  Request second = c.start_recv(in_h.data(), 2, DType::bf16, prev, 2);
-  Request sent_first = c.start_send(out.data(), 6, DType::f32, next, 1);
-  Request sent_second = c.start_send(out_h.data(), 2, DType::bf16, next, 2);
+  comm::Request first = c.start_recv(in.data(), 6, DType::f32, prev, 1);
+  comm::Request second = c.start_recv(in_h.data(), 2, DType::bf16, prev, 2);
+  comm::Request sent_first = c.start_send(out.data(), 6, DType::f32, next, 1);
+  comm::Request sent_second = c.start_send(out_h.data(), 2, DType::bf16, next, 2);
   c.wait(second);
   c.wait(sent_second);
   while (!c.test(first)) {
@@ -349,8 +349,8 @@ TEST_F(Nccl, SendRecvAroundARingAndBetweenPairs) {
 }
 
 TEST_F(Nccl, SplitGroupsRanksByColorAndOrdersThemByKey) {
-  Communicator& c = nccl();
-  std::unique_ptr<Communicator> group = c.split(c.rank() % 2, -c.rank(), "parity");
+  comm::Communicator& c = nccl();
+  std::unique_ptr<comm::Communicator> group = c.split(c.rank() % 2, -c.rank(), "parity");
   const int members = (c.size() + 1 - c.rank() % 2) / 2;
   ASSERT_EQ(group->size(), members);
   kernels::DeviceArray<int32_t> me = upload(std::vector<int32_t>(1, c.rank()));
@@ -371,7 +371,7 @@ TEST_F(Nccl, SplitGroupsRanksByColorAndOrdersThemByKey) {
 }
 
 TEST_F(Nccl, NonBlockingOperationsSeeComputeWritesAndCompleteInAnyOrder) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   const int n = c.size();
   const std::vector<int64_t> counts = uneven_counts(n);
   const int64_t total = offset_of(counts, n);
@@ -379,15 +379,15 @@ TEST_F(Nccl, NonBlockingOperationsSeeComputeWritesAndCompleteInAnyOrder) {
   kernels::DeviceArray<float> a(ctx(), 1 << 20);
   const std::vector<float> a_host(1 << 20, 1.0f);
   kernels::copy_to_device(ctx(), a.data(), a_host.data(), a_host.size() * sizeof(float));
-  Request ra = c.start_all_reduce(a.data(), a.size(), DType::f32);
+  comm::Request ra = c.start_all_reduce(a.data(), a.size(), DType::f32);
   kernels::DeviceArray<uint16_t> b = upload(std::vector<uint16_t>(33, f32_to_bf16(2.0f)));
-  Request rb = c.start_all_reduce(b.data(), 33, DType::bf16);
+  comm::Request rb = c.start_all_reduce(b.data(), 33, DType::bf16);
   kernels::DeviceArray<float> rs_in = upload(std::vector<float>(total, 1.0f));
   kernels::DeviceArray<float> rs_out(ctx(), counts[c.rank()]);
-  Request rs = c.start_reduce_scatter(rs_in.data(), rs_out.data(), counts, DType::f32);
+  comm::Request rs = c.start_reduce_scatter(rs_in.data(), rs_out.data(), counts, DType::f32);
   kernels::DeviceArray<int32_t> ag_in = upload(std::vector<int32_t>(counts[c.rank()], c.rank()));
   kernels::DeviceArray<int32_t> ag_out(ctx(), total);
-  Request rg = c.start_all_gather(ag_in.data(), ag_out.data(), counts, DType::i32);
+  comm::Request rg = c.start_all_gather(ag_in.data(), ag_out.data(), counts, DType::i32);
   EXPECT_TRUE(ra.pending());
   c.wait(rg);
   c.wait(rb);
@@ -407,10 +407,10 @@ TEST_F(Nccl, NonBlockingOperationsSeeComputeWritesAndCompleteInAnyOrder) {
 }
 
 TEST_F(Nccl, ManyRequestsInFlightGrowTheSlots) {
-  Communicator& c = nccl();
+  comm::Communicator& c = nccl();
   // More than the slots made up front, bf16 among them so that the scratch grows under them.
   std::vector<kernels::DeviceArray<uint16_t>> buffers;
-  std::vector<Request> requests;
+  std::vector<comm::Request> requests;
   for (int k = 0; k < 20; ++k) {
     buffers.push_back(upload(std::vector<uint16_t>(100 * (k + 1), f32_to_bf16(float(k)))));
     requests.push_back(
@@ -425,7 +425,7 @@ TEST_F(Nccl, ManyRequestsInFlightGrowTheSlots) {
 }
 
 TEST(NcclCommunicator, RefusesAHostContext) {
-  expect_error([] { make_nccl_communicator(world(), kernels::kCpuContext); },
+  expect_error([] { comm::make_nccl_communicator(comm::world(), kernels::kCpuContext); },
                {"make_nccl_communicator", "not on a CUDA device"});
 }
 

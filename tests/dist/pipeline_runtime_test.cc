@@ -2,7 +2,7 @@
 // runs (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1 with its backwards split
 // into input and weight gradients) gives the losses and, summed over the stages that hold them,
 // the gradients of the whole model trained on one rank.
-#include "tessera/dist/pipeline_runtime.h"
+#include "tessera/parallel/pipeline_runtime.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/world.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
+#include "tessera/parallel/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_stages.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
@@ -45,7 +45,7 @@ model::ModelConfig eight_blocks(model::Architecture arch) {
 
 struct Batches {
   std::vector<std::vector<int32_t>> inputs, targets;
-  std::vector<MicroBatch> micro_batches;
+  std::vector<parallel::MicroBatch> micro_batches;
 };
 
 Batches batches(const model::ModelConfig& c, int m) {
@@ -78,7 +78,7 @@ class PipelineRuntime : public ::testing::Test {
 };
 
 TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
-  Communicator& pp = world();
+  comm::Communicator& pp = comm::world();
   const int p = pp.size();
   for (model::Architecture arch : {model::Architecture::kGpt2, model::Architecture::kLlama}) {
     const model::ModelConfig c = eight_blocks(arch);
@@ -90,29 +90,30 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
     whole.init_weights(5);
     whole.zero_grad();
     double whole_loss = 0;
-    for (const MicroBatch& mb : data.micro_batches) {
+    for (const parallel::MicroBatch& mb : data.micro_batches) {
       whole_loss += whole.forward_backward(mb.inputs, mb.targets, kB, kT, scale);
     }
     std::map<std::string, const model::ParamInfo*> by_name;
     for (const model::ParamInfo& e : whole.layout().entries()) by_name[e.name] = &e;
 
-    std::vector<std::pair<PipelineScheduleKind, int>> schedules = {
-        {PipelineScheduleKind::kGPipe, 1},
-        {PipelineScheduleKind::k1F1B, 1},
-        {PipelineScheduleKind::kZeroBubbleH1, 1}};
-    if (p > 1) schedules.push_back({PipelineScheduleKind::kInterleaved1F1B, 2});
+    std::vector<std::pair<comm::PipelineScheduleKind, int>> schedules = {
+        {comm::PipelineScheduleKind::kGPipe, 1},
+        {comm::PipelineScheduleKind::k1F1B, 1},
+        {comm::PipelineScheduleKind::kZeroBubbleH1, 1}};
+    if (p > 1) schedules.push_back({comm::PipelineScheduleKind::kInterleaved1F1B, 2});
     for (const auto& [kind, v] : schedules) {
-      SCOPED_TRACE(fmt::format("{} on {} ranks, {}", pipeline_schedule_name(kind), p,
+      SCOPED_TRACE(fmt::format("{} on {} ranks, {}", comm::pipeline_schedule_name(kind), p,
                                model::architecture_name(arch)));
-      const PipelineTable table = make_pipeline_table(kind, p, v, m);
-      StageModels built = build_stage_models(
-          c, table, pp.rank(), stage_boundaries(stage_blocks(c, table.stages(), {})), kB, kT, {});
+      const parallel::PipelineTable table = parallel::make_pipeline_table(kind, p, v, m);
+      parallel::StageModels built = parallel::build_stage_models(
+          c, table, pp.rank(),
+          parallel::stage_boundaries(parallel::stage_blocks(c, table.stages(), {})), kB, kT, {});
       for (model::Transformer* s : built.stages) {
         s->init_weights(5);
         s->zero_grad();
       }
       const std::vector<model::Transformer*>& stages = built.stages;
-      dist::PipelineRuntime runtime(table, pp, stages, built.slots);
+      parallel::PipelineRuntime runtime(table, pp, stages, built.slots);
       double loss = runtime.run(data.micro_batches, kB, kT, scale);
       pp.all_reduce(&loss, 1);
       EXPECT_NEAR(loss, whole_loss, 1e-5 * std::abs(whole_loss));
@@ -141,17 +142,18 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
 }
 
 TEST_F(PipelineRuntime, ASplitScheduleNeedsModelsBuiltToSplitTheirBackward) {
-  Communicator& pp = world();
+  comm::Communicator& pp = comm::world();
   const model::ModelConfig c = eight_blocks(model::Architecture::kGpt2);
   const int m = 2 * pp.size();
-  const std::vector<int64_t> boundaries = stage_boundaries(stage_blocks(c, pp.size(), {}));
-  StageModels whole_backward =
-      build_stage_models(c, make_pipeline_table(PipelineScheduleKind::k1F1B, pp.size(), 1, m),
-                         pp.rank(), boundaries, kB, kT, {});
-  const PipelineTable zb =
-      make_pipeline_table(PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, m);
+  const std::vector<int64_t> boundaries =
+      parallel::stage_boundaries(parallel::stage_blocks(c, pp.size(), {}));
+  parallel::StageModels whole_backward = parallel::build_stage_models(
+      c, parallel::make_pipeline_table(comm::PipelineScheduleKind::k1F1B, pp.size(), 1, m),
+      pp.rank(), boundaries, kB, kT, {});
+  const parallel::PipelineTable zb =
+      parallel::make_pipeline_table(comm::PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, m);
   testing::expect_error(
-      [&] { dist::PipelineRuntime(zb, pp, whole_backward.stages, whole_backward.slots); },
+      [&] { parallel::PipelineRuntime(zb, pp, whole_backward.stages, whole_backward.slots); },
       {"zb-h1", "split_backward"});
 }
 

@@ -1,30 +1,31 @@
-#include "tessera/dist/pipeline_schedule.h"
+#include "tessera/parallel/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "tessera/dist/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_simulator.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
 namespace {
 
 using testing::expect_error;
-using Kind = PipelineAction::Kind;
-using S = PipelineScheduleKind;
+using Kind = parallel::PipelineAction::Kind;
+using S = comm::PipelineScheduleKind;
 
 // Forward, input gradient and weight gradient take the same time: the whole backward twice the
 // forward, as in a transformer.
-constexpr PipelineCosts kEven{1, 1, 1};
+constexpr parallel::PipelineCosts kEven{1, 1, 1};
 
 TEST(PipelineSchedule, OneFOneBAndGPipeBubbleIsPMinusOneOverM) {
   for (int p : {2, 4, 8}) {
     for (int m : {1, 3, p, 2 * p, 16}) {
       for (S kind : {S::k1F1B, S::kGPipe}) {
-        const PipelineSimulation sim = simulate_pipeline(make_pipeline_table(kind, p, 1, m), kEven);
+        const parallel::PipelineSimulation sim =
+            parallel::simulate_pipeline(parallel::make_pipeline_table(kind, p, 1, m), kEven);
         EXPECT_NEAR(sim.bubble, double(p - 1) / m, 1e-12)
-            << pipeline_schedule_name(kind) << " p=" << p << " m=" << m;
+            << comm::pipeline_schedule_name(kind) << " p=" << p << " m=" << m;
       }
     }
   }
@@ -32,16 +33,18 @@ TEST(PipelineSchedule, OneFOneBAndGPipeBubbleIsPMinusOneOverM) {
 
 TEST(PipelineSchedule, OneFOneBHoldsPMinusRankMicroBatchesWhereGPipeHoldsAll) {
   const int p = 4, m = 8;
-  const PipelineSimulation one = simulate_pipeline(make_pipeline_table(S::k1F1B, p, 1, m));
-  const PipelineSimulation gpipe = simulate_pipeline(make_pipeline_table(S::kGPipe, p, 1, m));
+  const parallel::PipelineSimulation one =
+      parallel::simulate_pipeline(parallel::make_pipeline_table(S::k1F1B, p, 1, m));
+  const parallel::PipelineSimulation gpipe =
+      parallel::simulate_pipeline(parallel::make_pipeline_table(S::kGPipe, p, 1, m));
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(one.peak_in_flight[r], p - r) << "rank " << r;
     EXPECT_EQ(gpipe.peak_in_flight[r], m) << "rank " << r;
     EXPECT_EQ(one.stage_peak_in_flight[r], p - r) << "stage " << r;
   }
   // Interleaved: each rank's stages together hold at least its peak, and none more than it.
-  const PipelineTable table = make_pipeline_table(S::kInterleaved1F1B, p, 2, m);
-  const PipelineSimulation interleaved = simulate_pipeline(table);
+  const parallel::PipelineTable table = parallel::make_pipeline_table(S::kInterleaved1F1B, p, 2, m);
+  const parallel::PipelineSimulation interleaved = parallel::simulate_pipeline(table);
   for (int r = 0; r < p; ++r) {
     const int first = interleaved.stage_peak_in_flight[r];
     const int second = interleaved.stage_peak_in_flight[r + p];
@@ -55,8 +58,8 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
   for (int p : {2, 4}) {
     for (int v : {2, 3}) {
       for (int m : {p, 2 * p, 4 * p}) {
-        const PipelineSimulation sim =
-            simulate_pipeline(make_pipeline_table(S::kInterleaved1F1B, p, v, m), kEven);
+        const parallel::PipelineSimulation sim = parallel::simulate_pipeline(
+            parallel::make_pipeline_table(S::kInterleaved1F1B, p, v, m), kEven);
         EXPECT_NEAR(sim.bubble, double(p - 1) / (v * m), 1e-12)
             << "p=" << p << " v=" << v << " m=" << m;
       }
@@ -67,10 +70,10 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
 TEST(PipelineSchedule, ZeroBubbleWaitsAThirdOfOneFOneB) {
   for (int p : {2, 4, 8}) {
     for (int m : {p, 2 * p, 24}) {
-      const PipelineSimulation zb =
-          simulate_pipeline(make_pipeline_table(S::kZeroBubbleH1, p, 1, m), kEven);
-      const PipelineSimulation one =
-          simulate_pipeline(make_pipeline_table(S::k1F1B, p, 1, m), kEven);
+      const parallel::PipelineSimulation zb = parallel::simulate_pipeline(
+          parallel::make_pipeline_table(S::kZeroBubbleH1, p, 1, m), kEven);
+      const parallel::PipelineSimulation one =
+          parallel::simulate_pipeline(parallel::make_pipeline_table(S::k1F1B, p, 1, m), kEven);
       EXPECT_LT(zb.bubble, one.bubble) << "p=" << p << " m=" << m;
       // ZB-H1's bubble is a third of 1F1B's when the three parts take the same time.
       EXPECT_NEAR(zb.bubble, one.bubble / 3, 1e-12) << "p=" << p << " m=" << m;
@@ -89,13 +92,14 @@ TEST(PipelineSchedule, ZeroBubbleWaitsAThirdOfOneFOneB) {
 TEST(PipelineSchedule, ZeroBubbleLaidOutByTheStagesCostsWaitsLessThanOneFOneB) {
   for (int p : {2, 4, 8}) {
     for (int m : {2 * p, 4 * p}) {
-      for (const PipelineCosts& block : {PipelineCosts{1.7, 1.2, 1.0}, PipelineCosts{1, 2, 0.5}}) {
-        std::vector<PipelineCosts> stages(p, block);
+      for (const parallel::PipelineCosts& block :
+           {parallel::PipelineCosts{1.7, 1.2, 1.0}, parallel::PipelineCosts{1, 2, 0.5}}) {
+        std::vector<parallel::PipelineCosts> stages(p, block);
         stages.back().forward += 2 * block.forward;
-        const PipelineSimulation zb = simulate_pipeline(
-            make_pipeline_table(S::kZeroBubbleH1, p, 1, m, stages), std::span(stages));
-        const PipelineSimulation one =
-            simulate_pipeline(make_pipeline_table(S::k1F1B, p, 1, m), std::span(stages));
+        const parallel::PipelineSimulation zb = parallel::simulate_pipeline(
+            parallel::make_pipeline_table(S::kZeroBubbleH1, p, 1, m, stages), std::span(stages));
+        const parallel::PipelineSimulation one = parallel::simulate_pipeline(
+            parallel::make_pipeline_table(S::k1F1B, p, 1, m), std::span(stages));
         EXPECT_LT(zb.bubble, one.bubble) << "p=" << p << " m=" << m << " forward " << block.forward;
       }
     }
@@ -103,48 +107,52 @@ TEST(PipelineSchedule, ZeroBubbleLaidOutByTheStagesCostsWaitsLessThanOneFOneB) {
 }
 
 TEST(PipelineSchedule, EachRankRunsOnlyItsStagesWithAReceiveForEverySend) {
-  const PipelineTable t = make_pipeline_table(S::kInterleaved1F1B, 2, 2, 4);
+  const parallel::PipelineTable t = parallel::make_pipeline_table(S::kInterleaved1F1B, 2, 2, 4);
   for (int r = 0; r < t.ranks; ++r) {
-    for (const PipelineAction& a : t.actions[r]) EXPECT_EQ(t.rank_of(a.stage), r) << to_string(a);
+    for (const parallel::PipelineAction& a : t.actions[r])
+      EXPECT_EQ(t.rank_of(a.stage), r) << parallel::to_string(a);
   }
-  EXPECT_EQ(t.actions[0].front(), (PipelineAction{Kind::kForward, 0, 0}));
-  EXPECT_EQ(t.actions[1].front(), (PipelineAction{Kind::kRecvActivation, 1, 0}));
+  EXPECT_EQ(t.actions[0].front(), (parallel::PipelineAction{Kind::kForward, 0, 0}));
+  EXPECT_EQ(t.actions[1].front(), (parallel::PipelineAction{Kind::kRecvActivation, 1, 0}));
 }
 
 TEST(PipelineSchedule, AReceiveBeforeTheSendItWaitsForIsANamedDeadlock) {
-  PipelineTable t = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  parallel::PipelineTable t = parallel::make_pipeline_table(S::k1F1B, 2, 1, 2);
   auto& rank0 = t.actions[0];
   // Rank 0 waits for the gradient of micro-batch 0 before sending it its activation.
-  auto recv = std::find(rank0.begin(), rank0.end(), PipelineAction{Kind::kRecvGradient, 0, 0});
+  auto recv =
+      std::find(rank0.begin(), rank0.end(), parallel::PipelineAction{Kind::kRecvGradient, 0, 0});
   ASSERT_NE(recv, rank0.end());
   std::rotate(rank0.begin(), recv, recv + 1);
-  expect_error([&] { simulate_pipeline(t); },
+  expect_error([&] { parallel::simulate_pipeline(t); },
                {"1f1b", "deadlock", "rank 0 waits in recvG(s0,m0) (action 0)",
                 "rank 1 waits in recvA(s1,m0) (action 0)"});
 }
 
 TEST(PipelineSchedule, ABackwardBeforeItsForwardIsRejected) {
-  PipelineTable t = make_pipeline_table(S::kGPipe, 1, 1, 2);
+  parallel::PipelineTable t = parallel::make_pipeline_table(S::kGPipe, 1, 1, 2);
   std::swap(t.actions[0][0], t.actions[0][2]);  // B(s0,m0) first
-  expect_error([&] { simulate_pipeline(t); },
+  expect_error([&] { parallel::simulate_pipeline(t); },
                {"rank 0 runs B(s0,m0) (action 0) before its forward has not run"});
-  PipelineTable lost = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  parallel::PipelineTable lost = parallel::make_pipeline_table(S::k1F1B, 2, 1, 2);
   lost.actions[0].pop_back();
-  expect_error([&] { simulate_pipeline(lost); }, {"rank 0 must run either B(s0,m1)"});
-  PipelineTable past = make_pipeline_table(S::k1F1B, 2, 1, 2);
+  expect_error([&] { parallel::simulate_pipeline(lost); }, {"rank 0 must run either B(s0,m1)"});
+  parallel::PipelineTable past = parallel::make_pipeline_table(S::k1F1B, 2, 1, 2);
   past.actions[1].push_back({Kind::kSendActivation, 1, 0});
-  expect_error([&] { simulate_pipeline(past); },
+  expect_error([&] { parallel::simulate_pipeline(past); },
                {"rank 1 has sendA(s1,m0), a message past the end"});
 }
 
 TEST(PipelineSchedule, CountsASchedulesCannotRunAreClearErrors) {
-  expect_error([] { make_pipeline_table(S::kInterleaved1F1B, 4, 2, 6); },
+  expect_error([] { parallel::make_pipeline_table(S::kInterleaved1F1B, 4, 2, 6); },
                {"train.grad_accum = 6", "multiple", "mesh.pp = 4"});
-  expect_error([] { make_pipeline_table(S::kInterleaved1F1B, 4, 1, 8); }, {"mesh.pp_virtual"});
-  expect_error([] { make_pipeline_table(S::k1F1B, 4, 2, 8); }, {"1f1b", "interleaved"});
-  expect_error([] { make_pipeline_table(S::kZeroBubbleH1, 2, 1, 0); }, {"train.grad_accum = 0"});
-  expect_error([] { parse_pipeline_schedule("zbv"); }, {"'zbv'", "gpipe, 1f1b, interleaved"});
-  EXPECT_EQ(parse_pipeline_schedule("zb-h1"), S::kZeroBubbleH1);
+  expect_error([] { parallel::make_pipeline_table(S::kInterleaved1F1B, 4, 1, 8); },
+               {"mesh.pp_virtual"});
+  expect_error([] { parallel::make_pipeline_table(S::k1F1B, 4, 2, 8); }, {"1f1b", "interleaved"});
+  expect_error([] { parallel::make_pipeline_table(S::kZeroBubbleH1, 2, 1, 0); },
+               {"train.grad_accum = 0"});
+  expect_error([] { comm::parse_pipeline_schedule("zbv"); }, {"'zbv'", "gpipe, 1f1b, interleaved"});
+  EXPECT_EQ(comm::parse_pipeline_schedule("zb-h1"), S::kZeroBubbleH1);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/ckpt/safetensors.h"
+#include "tessera/interop/safetensors.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
@@ -328,21 +328,21 @@ TEST_F(ConvertBadInput, OverlappingOffsets) {
 }
 
 TEST_F(ConvertBadInput, MissingTensor) {
-  const ckpt::SafetensorsFile file(weights);
-  std::vector<std::pair<const ckpt::SafetensorsEntry*, std::vector<float>>> kept;
-  for (const ckpt::SafetensorsEntry& e : file.header().tensors) {
+  const interop::SafetensorsFile file(weights);
+  std::vector<std::pair<const interop::SafetensorsEntry*, std::vector<float>>> kept;
+  for (const interop::SafetensorsEntry& e : file.header().tensors) {
     if (e.name == "transformer.h.1.attn.c_proj.weight") continue;
     kept.emplace_back(&e, std::vector<float>(size_t(e.numel())));
     file.read_f32(e, kept.back().second);
   }
-  std::vector<ckpt::SafetensorsTensor> tensors;
+  std::vector<interop::SafetensorsTensor> tensors;
   for (const auto& [entry, values] : kept) {
     tensors.push_back({entry->name, entry->shape, [&values = values](std::span<float> out) {
                          std::copy(values.begin(), values.end(), out.begin());
                        }});
   }
   const fs::path rewritten = dir / "rewritten.safetensors";
-  ckpt::write_safetensors(rewritten, tensors, DType::f32, {{"format", "pt"}});
+  interop::write_safetensors(rewritten, tensors, DType::f32, {{"format", "pt"}});
   fs::rename(rewritten, weights);
   expect_one_line_error(import(), "missing tensor 'transformer.h.1.attn.c_proj.weight'");
   EXPECT_FALSE(fs::exists(dir / "imported/checkpoints"));

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tessera/ckpt/safetensors.h"
+#include "tessera/interop/safetensors.h"
 #include "tests/e2e/cli_runner.h"
 
 namespace tessera::testing {
@@ -89,7 +89,7 @@ TEST_F(CorruptionCli, AFlippedByteInAnExportIsRefusedOnImportNamingTheFile) {
   const fs::path weights = dir / "hf/model.safetensors";
   uint64_t at = 0;
   {
-    const ckpt::SafetensorsFile file(weights);
+    const interop::SafetensorsFile file(weights);
     at = file.header().data_start + file.find("transformer.wte.weight")->begin + 5;
   }
   flip_byte(weights, at);

@@ -13,8 +13,8 @@
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
-#include "tessera/data/tokenizer.h"
 #include "tessera/model/transformer.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "tests/e2e/cli_runner.h"
 #include "tests/e2e/run_checkpoint.h"
 
@@ -105,15 +105,15 @@ class GgufLlamaCpp : public ::testing::Test {
   std::string gguf(const std::string& dtype) const { return dir / ("model-" + dtype + ".gguf"); }
 
   std::vector<int32_t> prompt_tokens() const {
-    const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
+    const std::unique_ptr<tokenizer::Tokenizer> tokenizer = run_tokenizer();
     std::vector<int32_t> tokens = tokenizer->encode(small_corpus().substr(1000));
     tokens.resize(kScored);
     return tokens;
   }
 
-  std::unique_ptr<data::Tokenizer> run_tokenizer() const {
+  std::unique_ptr<tokenizer::Tokenizer> run_tokenizer() const {
     const fs::path step = ckpt::resolve(fs::path(dir / "run") / "checkpoints");
-    return data::load_tokenizer(
+    return tokenizer::load_tokenizer(
         ckpt::checkpoint_tokenizer(step, ckpt::read_manifest(step).metadata));
   }
 

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "tessera/data/gpt2_vocab_files.h"
-#include "tessera/data/llama3_pretokenizer.h"
+#include "tessera/tokenizer/gpt2_vocab_files.h"
+#include "tessera/tokenizer/llama3_pretokenizer.h"
 #include "tests/e2e/cli_runner.h"
 
 namespace tessera::testing {
@@ -103,7 +103,7 @@ TEST_F(TokenizerCli, BadInputsEndInOneLineErrors) {
 TEST(HfTokenizerCli, ALlama3StyleTokenizerJsonEncodesAndTrains) {
   const TempDir dir("hf-tokenizer-cli");
   nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[data::map_gpt2_bytes(std::string(1, char(b)))] = b;
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::map_gpt2_bytes(std::string(1, char(b)))] = b;
   vocab["ab"] = 256;
   vocab["abc"] = 257;
   const nlohmann::json tokenizer = {
@@ -114,7 +114,7 @@ TEST(HfTokenizerCli, ALlama3StyleTokenizerJsonEncodesAndTrains) {
        {{"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"},
-           {"pattern", {{"Regex", data::kLlama3Pattern}}},
+           {"pattern", {{"Regex", tokenizer::kLlama3Pattern}}},
            {"behavior", "Isolated"},
            {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
@@ -131,8 +131,8 @@ TEST(HfTokenizerCli, ALlama3StyleTokenizerJsonEncodesAndTrains) {
   for (int i = 0; i < 300; ++i) corpus += "abc (abc) cab " + std::to_string(i) + "\n";
   write_file(dir / "corpus.txt", corpus);
   const CliResult trained =
-      run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") +
-              " --out " + (dir / "run") + kSmallModel + " --set train.steps=2 --set model.vocab_size=260");
+      run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") + " --out " +
+              (dir / "run") + kSmallModel + " --set train.steps=2 --set model.vocab_size=260");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "run/tokenizer/tokenizer.json"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "run/tokenizer/digests.json"));

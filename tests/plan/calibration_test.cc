@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/mesh.h"
+#include "tessera/comm/single_communicator.h"
 #include "tessera/core/config.h"
 #include "tessera/core/cpu_model.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/single_communicator.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
@@ -50,8 +50,8 @@ std::vector<double> timed_steps(const model::ModelConfig& config, const StepShap
                                 const std::function<void()>& before_each) {
   train::TrainConfig tc;
   tc.precision = step.precision;
-  dist::SingleCommunicator alone;
-  const dist::Mesh mesh(alone, {});
+  comm::SingleCommunicator alone;
+  const comm::Mesh mesh(alone, {});
   train::TrainState state(kernels::kCpuContext, config, tc, mesh, {}, int64_t{4} << 20);
   model::Transformer model(
       config, step.batch, step.seq, true,
@@ -104,7 +104,7 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
   constexpr int kPairs = 5;
   const ThreadCount thread_count(threads);
   const model::ModelConfig config = shipped(config_file);
-  dist::SingleCommunicator alone;
+  comm::SingleCommunicator alone;
   std::vector<StepPrediction> predictions;
   // Counted as a step is, and the fastest, as steps are: a slow spell also stretches calibration
   // (the first one's page faults have been seen to take a second of system time).

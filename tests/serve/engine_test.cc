@@ -27,7 +27,7 @@ ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
   const int64_t max_batch = (max_step_tokens + c.max_seq - 1) / c.max_seq;
   served.model = std::make_unique<model::Transformer>(c, max_batch, c.max_seq, false, options);
   served.model->init_weights(7);
-  served.tokenizer = data::load_tokenizer("byte");
+  served.tokenizer = tokenizer::load_tokenizer("byte");
   return served;
 }
 

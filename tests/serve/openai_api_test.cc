@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/data/bpe_tokenizer.h"
+#include "tessera/tokenizer/bpe_tokenizer.h"
 
 namespace tessera::serve {
 namespace {
@@ -105,7 +105,7 @@ TEST(OpenAiApi, ChatRendersTheDocumentedTemplateAndStopsAtTheNextTurn) {
       {"role": "assistant", "content": "Hello."},
       {"role": "user", "content": "Bye"}], "stop": ["END"]})",
                                kLimits);
-  auto tokenizer = data::load_tokenizer("byte");
+  auto tokenizer = tokenizer::load_tokenizer("byte");
   EXPECT_EQ(tokenizer->decode(prompt_tokens(r, *tokenizer, nullptr)),
             "System: Be brief.\nUser: Hi!\nAssistant: Hello.\nUser: Bye\nAssistant:");
   const GenerationRequest g = to_generation(
@@ -118,9 +118,9 @@ TEST(OpenAiApi, ChatRendersTheDocumentedTemplateAndStopsAtTheNextTurn) {
 }
 
 TEST(OpenAiApi, ChatFollowsTheModelsTemplateWithItsSpecialTokens) {
-  data::BpeVocab vocab = data::read_bpe_vocab("byte");
+  tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab("byte");
   vocab.special_tokens = {{"<|im_start|>", 256}, {"<|im_end|>", 257}};
-  const data::BpeTokenizer tokenizer(std::move(vocab), "hf-bpe", "test");
+  const tokenizer::BpeTokenizer tokenizer(std::move(vocab), "hf-bpe", "test");
   const ChatTemplate chatml(
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
@@ -160,7 +160,7 @@ TEST(OpenAiApi, ChatFollowsTheModelsTemplateWithItsSpecialTokens) {
 }
 
 TEST(OpenAiApi, FitsMaxTokensToTheContext) {
-  auto tokenizer = data::load_tokenizer("byte");
+  auto tokenizer = tokenizer::load_tokenizer("byte");
   auto generation = [&](const std::string& body) {
     return to_generation(parse_request(Endpoint::kCompletions, body, kLimits), *tokenizer, kLimits);
   };
@@ -186,7 +186,7 @@ TEST(OpenAiApi, FitsMaxTokensToTheContext) {
 }
 
 TEST(OpenAiApi, BuildsResponsesAndStreamChunksInOpenAisShape) {
-  auto tokenizer = data::load_tokenizer("byte");
+  auto tokenizer = tokenizer::load_tokenizer("byte");
   std::vector<GeneratedToken> tokens(2);
   tokens[0].id = 'h';
   tokens[0].text = "h";

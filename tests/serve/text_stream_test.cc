@@ -15,7 +15,7 @@ namespace {
 using Chunks = std::vector<std::string>;
 
 // A tokenizer whose tokens are whatever pieces of bytes a test needs, added as it asks for them.
-class PieceTokenizer final : public data::Tokenizer {
+class PieceTokenizer final : public tokenizer::Tokenizer {
  public:
   int32_t id(const std::string& piece) {
     pieces_.push_back(piece);
@@ -73,7 +73,7 @@ const std::string kEuro = "\xE2\x82\xAC";  // U+20AC, three bytes
 const std::string kReplacement = "\xEF\xBF\xBD";
 
 TEST(TextStream, HoldsBackACharacterSplitAcrossTokens) {
-  const auto byte = data::load_tokenizer("byte");
+  const auto byte = tokenizer::load_tokenizer("byte");
   TextStream text(*byte, {});
   const std::string input = "h" + kEuro + "!";
   Chunks pushed;
@@ -171,7 +171,7 @@ TEST(TextStream, HowTextIsSplitIntoTokensNeverChangesTheResult) {
 }
 
 TEST(TextStream, RejectsBadStopStrings) {
-  const auto byte = data::load_tokenizer("byte");
+  const auto byte = tokenizer::load_tokenizer("byte");
   testing::expect_error([&] { TextStream(*byte, {"a", ""}); }, {"stop string 2 of 2", "empty"});
   testing::expect_error([&] { TextStream(*byte, {"a\xFF"}); }, {"a\\xff", "UTF-8"});
   testing::expect_error(

@@ -97,7 +97,7 @@ TEST(DryRun, MemoryIsThePlannersForTheSameLayout) {
                                                .precision = run.train.precision,
                                                .reliability = {}});
       ASSERT_TRUE(e.invalid.empty()) << e.invalid;
-      const dist::RankMemory& m = plan.ranks[plan.fullest].memory;
+      const parallel::RankMemory& m = plan.ranks[plan.fullest].memory;
       EXPECT_EQ(m.params, e.memory.params);
       EXPECT_EQ(m.grads, e.memory.grads);
       EXPECT_EQ(m.optimizer, e.memory.optimizer);
@@ -112,23 +112,23 @@ TEST(DryRun, MemoryIsThePlannersForTheSameLayout) {
 TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
   const RunConfig run = run_with({"train.precision=bf16"});
   const model::Transformer engine(run.model, 4, 16, true, {.precision = model::Precision::kBf16});
-  dist::MemoryModel memory(run.model);
-  const dist::TrainingShape shape{0, 1,
-                                  model::ActivationOptions{.max_batch = 4,
-                                                           .max_seq = 16,
-                                                           .training = true,
-                                                           .precision = model::Precision::kBf16,
-                                                           .threads = omp_get_max_threads()}};
-  const dist::RankMemory one = memory.rank({{model::Sharding{}}, {1}}, shape);
+  parallel::MemoryModel memory(run.model);
+  const parallel::TrainingShape shape{0, 1,
+                                      model::ActivationOptions{.max_batch = 4,
+                                                               .max_seq = 16,
+                                                               .training = true,
+                                                               .precision = model::Precision::kBf16,
+                                                               .threads = omp_get_max_threads()}};
+  const parallel::RankMemory one = memory.rank({{model::Sharding{}}, {1}}, shape);
   EXPECT_EQ(one.activations, double(engine.activation_bytes_total()));
   const double parameters = double(engine.layout().total());
   EXPECT_EQ(one.params + one.grads + one.optimizer, 16 * parameters);
-  const dist::RankMemory three = memory.rank({{model::Sharding{}}, {3}}, shape);
+  const parallel::RankMemory three = memory.rank({{model::Sharding{}}, {3}}, shape);
   EXPECT_EQ(three.activations - one.activations,
             2 * double(6 * engine.saved_activation_bytes_per_layer() + 4 * 4 * 16 * 32));
   // A pipeline stage built for three micro-batches in flight allocates what the rank is counted,
   // with its backward whole or split (zero-bubble).
-  dist::TrainingShape split_shape = shape;
+  parallel::TrainingShape split_shape = shape;
   split_shape.activations.split_backward = true;
   for (const auto& [begin, end] : {std::pair{0, 2}, std::pair{2, 5}, std::pair{5, 6}}) {
     model::ModelParallel stage;

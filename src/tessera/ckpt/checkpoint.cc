@@ -19,7 +19,6 @@
 #include <utility>
 
 #include "tessera/ckpt/data_image.h"
-#include "tessera/ckpt/hf_convert.h"
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 
@@ -526,10 +525,12 @@ std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir) {
     fail("{}: checkpoint is incomplete (no COMMIT marker)", dir.string());
   }
   std::optional<fs::path> latest = find_latest(dir);
-  if (!latest && is_hf_model_folder(dir)) {
-    fail("{}: a Hugging Face model folder, not a Tessera run: import it once with 'tessera "
-         "convert import --hf {} --out RUN' and give RUN instead",
-         dir.string(), dir.string());
+  // A Hugging Face model folder has its config.json at the top (interop/hf_convert.h).
+  if (!latest && fs::is_regular_file(dir / "config.json", ec)) {
+    fail(
+        "{}: a Hugging Face model folder, not a Tessera run: import it once with 'tessera "
+        "convert import --hf {} --out RUN' and give RUN instead",
+        dir.string(), dir.string());
   }
   if (!latest) fail("{}: no committed checkpoint found", dir.string());
   return *latest;

@@ -4,17 +4,17 @@
 #include <vector>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/ckpt/gguf_export.h"
-#include "tessera/ckpt/hf_convert.h"
-#include "tessera/ckpt/hf_names.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
-#include "tessera/core/gguf_writer.h"
-#include "tessera/data/gguf_tokenizer.h"
-#include "tessera/data/hf_tokenizer_file.h"
-#include "tessera/data/tokenizer.h"
+#include "tessera/interop/gguf_export.h"
+#include "tessera/interop/gguf_tokenizer.h"
+#include "tessera/interop/gguf_writer.h"
+#include "tessera/interop/hf_convert.h"
+#include "tessera/interop/hf_names.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/tokenizer/hf_tokenizer_file.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "tessera/train/hf_run.h"
 
 namespace tessera::cli {
@@ -63,27 +63,27 @@ int export_checkpoint(int argc, char** argv) {
   check(format == "hf" || format == "gguf",
         "tessera convert export: --format must be hf or gguf, got '{}'", format);
   const std::string dtype = flags.get_or("dtype", "f32");
-  const ckpt::GgufWeights gguf_weights =
-      format == "gguf" ? ckpt::gguf_weights_from_name(dtype) : ckpt::GgufWeights::f32;
+  const interop::GgufWeights gguf_weights =
+      format == "gguf" ? interop::gguf_weights_from_name(dtype) : interop::GgufWeights::f32;
   const DType safetensors_dtype = format == "hf" ? hf_dtype(dtype) : DType::f32;
 
   const fs::path step_dir = ckpt::checkpoint_step_dir(*checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
   const auto [mc, params] = ckpt::read_checkpoint_params(step_dir, manifest);
   const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
-  const data::BpeVocab vocab = data::read_bpe_vocab(tokenizer);
+  const tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab(tokenizer);
   std::string architecture;
   if (format == "hf") {
-    architecture = ckpt::export_hf(mc, params, *out, safetensors_dtype);
-    data::write_hf_tokenizer_files(vocab, mc.max_seq, *out);
+    architecture = interop::export_hf(mc, params, *out, safetensors_dtype);
+    tokenizer::write_hf_tokenizer_files(vocab, mc.max_seq, *out);
   } else {
     check(!fs::is_directory(*out),
           "tessera convert export: --out {} is a folder; --format gguf "
           "writes one file, e.g. --out model.gguf",
           *out);
-    GgufWriter gguf;
-    architecture = ckpt::add_gguf_model(mc, params, gguf_weights, gguf);
-    data::add_gguf_tokenizer(vocab, mc.vocab_size, gguf);
+    interop::GgufWriter gguf;
+    architecture = interop::add_gguf_model(mc, params, gguf_weights, gguf);
+    interop::add_gguf_tokenizer(vocab, mc.vocab_size, gguf);
     gguf.write(*out);
   }
   std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n",
@@ -114,9 +114,9 @@ int import_model(int argc, char** argv) {
   check(hf.has_value(), "tessera convert import: --hf DIR is required");
   check(out.has_value(), "tessera convert import: --out DIR is required");
   const fs::path step = train::import_hf_run(*hf, *out, flags.get_or("tokenizer", "byte"));
-  const model::ModelConfig mc = ckpt::read_hf_model_config(*hf);
+  const model::ModelConfig mc = interop::read_hf_model_config(*hf);
   std::printf("imported %s (%s, %.2fM parameters) into %s\n", hf->c_str(),
-              ckpt::hf_layout(mc).architecture.c_str(),
+              interop::hf_layout(mc).architecture.c_str(),
               double(model::count_parameters(mc).total) / 1e6, step.string().c_str());
   return 0;
 }

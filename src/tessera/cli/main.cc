@@ -6,10 +6,10 @@
 #include <string>
 
 #include "tessera/cli/flags.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/error.h"
-#include "tessera/dist/launch.h"
+#include "tessera/launch/supervisor.h"
 #include "tessera/train/divergence_guard.h"
-#include "tessera/train/supervisor.h"
 
 namespace {
 
@@ -33,7 +33,7 @@ constexpr const char* kUsage =
 
 int main(int argc, char** argv) {
   // First, before anything reads argv: MPI may remove its own arguments.
-  const bool many_ranks = tessera::dist::init_world(argc, argv).size() > 1;
+  const bool many_ranks = tessera::comm::init_world(argc, argv).size() > 1;
   spdlog::set_pattern("[%H:%M:%S] %v");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -55,14 +55,14 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const tessera::train::DivergedError& e) {
     // Every rank judges the same reduced figures, so all of them end here together.
-    if (tessera::dist::world().rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return tessera::train::kExitDiverged;
+    if (tessera::comm::world().rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return tessera::launch::kExitDiverged;
   } catch (const tessera::Error& e) {
     // With several ranks, one that fails alone would leave the others waiting for it.
-    if (many_ranks) tessera::dist::abort_job(e.what());
+    if (many_ranks) tessera::comm::abort_job(e.what());
     std::fprintf(stderr, "error: %s\n", e.what());
   } catch (const std::exception& e) {
-    if (many_ranks) tessera::dist::abort_job(std::string("internal failure: ") + e.what());
+    if (many_ranks) tessera::comm::abort_job(std::string("internal failure: ") + e.what());
     std::fprintf(stderr, "error: internal failure: %s\n", e.what());
   }
   return 1;

@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "tessera/ckpt/hf_convert.h"
 #include "tessera/cli/flags.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/config.h"
 #include "tessera/core/error.h"
 #include "tessera/core/split_commas.h"
-#include "tessera/dist/launch.h"
+#include "tessera/interop/hf_convert.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/plan/calibration.h"
 #include "tessera/plan/cost_model.h"
@@ -260,7 +260,7 @@ int run_layout(const PlanInputs& in, const plan::Accelerator& a, const std::stri
 
 // Under mpirun every rank measures (the all-reduce needs them all); rank 0 reports.
 int run_calibrate(const PlanInputs& in, int64_t data_parallel) {
-  dist::Communicator& world = dist::world();
+  comm::Communicator& world = comm::world();
   check(in.train.batch_size % data_parallel == 0,
         "train.batch_size ({}) must be divisible by mesh.dp ({})", in.train.batch_size,
         data_parallel);
@@ -351,8 +351,8 @@ int plan_command(int argc, char** argv) {
   const std::optional<std::string> model_file = flags.get("model");
   check(model_file.has_value(), "tessera plan: --model FILE|HF_DIR is required");
   Config config(train::run_config_schema());
-  if (ckpt::is_hf_model_folder(*model_file)) {
-    config = train::hf_run_config(ckpt::read_hf_model_config(*model_file), "byte");
+  if (interop::is_hf_model_folder(*model_file)) {
+    config = train::hf_run_config(interop::read_hf_model_config(*model_file), "byte");
   } else {
     config.load_file(*model_file);
   }

@@ -3,7 +3,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/data/prepare.h"
-#include "tessera/data/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 
@@ -34,7 +34,7 @@ int prepare_command(int argc, char** argv) {
   options.threads = int(flags.get_int("threads", 0));
   check(options.threads >= 0, "--threads must be at least 0, got {}", options.threads);
   const std::string tokenizer_name = flags.get_or("tokenizer", "byte");
-  data::prepare_dataset(*data::load_tokenizer(tokenizer_name), tokenizer_name, options);
+  data::prepare_dataset(*tokenizer::load_tokenizer(tokenizer_name), tokenizer_name, options);
   return 0;
 }
 

@@ -4,7 +4,7 @@
 
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
-#include "tessera/train/supervisor.h"
+#include "tessera/launch/supervisor.h"
 
 namespace tessera::cli {
 
@@ -29,10 +29,10 @@ int supervise_command(int argc, char** argv) {
   check(separator + 1 < argc,
         "tessera supervise: give the job after '--', e.g. tessera supervise -- mpirun -n 2 "
         "tessera train --out runs/a");
-  return train::supervise(std::vector<std::string>(argv + separator + 1, argv + argc),
-                          {.max_restarts = int(flags.get_int("max-restarts", 3)),
-                           .backoff_s = flags.get_double("backoff-s", 1),
-                           .log = flags.get_or("log", "")});
+  return launch::supervise(std::vector<std::string>(argv + separator + 1, argv + argc),
+                           {.max_restarts = int(flags.get_int("max-restarts", 3)),
+                            .backoff_s = flags.get_double("backoff-s", 1),
+                            .log = flags.get_or("log", "")});
 }
 
 }  // namespace tessera::cli

@@ -6,11 +6,11 @@
 
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
-#include "tessera/data/bpe_trainer.h"
-#include "tessera/data/tessera_tokenizer_files.h"
-#include "tessera/data/text_corpus.h"
-#include "tessera/data/tokenizer.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/core/utf8.h"
+#include "tessera/tokenizer/bpe_trainer.h"
+#include "tessera/tokenizer/tessera_tokenizer_files.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 namespace {
@@ -50,15 +50,15 @@ int train(int argc, char** argv) {
   std::vector<std::string> texts;
   size_t bytes = 0;
   for (const std::string& operand : flags.operands()) {
-    for (const auto& file : data::corpus_files(operand)) {
-      texts.push_back(data::read_text_file(file));
+    for (const auto& file : corpus_files(operand)) {
+      texts.push_back(read_text_file(file));
       bytes += texts.back().size();
     }
   }
-  const data::BpeVocab vocab =
-      data::train_bpe({texts.begin(), texts.end()}, flags.get_int("vocab-size", 0));
+  const tokenizer::BpeVocab vocab =
+      tokenizer::train_bpe({texts.begin(), texts.end()}, flags.get_int("vocab-size", 0));
   const std::string out = *flags.get("out");
-  data::save_tessera_tokenizer(vocab, out);
+  tokenizer::save_tessera_tokenizer(vocab, out);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t requested = flags.get_int("vocab-size", 0), got = int64_t(vocab.tokens.size()) + 1;
@@ -87,7 +87,7 @@ int encode(int argc, char** argv) {
     return 0;
   }
   check(flags.has("tokenizer"), "tessera tokenizer encode: --tokenizer DIR is required");
-  const auto tokenizer = data::load_tokenizer(*flags.get("tokenizer"));
+  const auto tokenizer = tokenizer::load_tokenizer(*flags.get("tokenizer"));
   const std::string text = read_stdin();
   const std::vector<int32_t> ids = flags.has("allow-special")
                                        ? tokenizer->encode_allowing_special(text)
@@ -145,8 +145,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 int decode(int argc, char** argv) {
   Flags flags("tokenizer decode",
-              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"}},
-              argc, argv);
+              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"}}, argc, argv);
   if (flags.has("help")) {
     std::fputs(flags
                    .help("Write the text of the token ids on stdin (space-separated or a JSON\n"
@@ -156,7 +155,7 @@ int decode(int argc, char** argv) {
     return 0;
   }
   check(flags.has("tokenizer"), "tessera tokenizer decode: --tokenizer DIR is required");
-  const auto tokenizer = data::load_tokenizer(*flags.get("tokenizer"));
+  const auto tokenizer = tokenizer::load_tokenizer(*flags.get("tokenizer"));
   const std::string text = tokenizer->decode(parse_ids(read_stdin()));
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;

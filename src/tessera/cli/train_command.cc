@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/ckpt/hf_convert.h"
 #include "tessera/cli/flags.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/error.h"
-#include "tessera/dist/launch.h"
+#include "tessera/interop/hf_convert.h"
+#include "tessera/launch/supervisor.h"
 #include "tessera/train/dry_run.h"
 #include "tessera/train/hf_run.h"
 #include "tessera/train/run_config.h"
-#include "tessera/train/supervisor.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -24,7 +24,7 @@ namespace {
 // Returns the run's config.toml.
 std::filesystem::path start_from_hf_folder(const std::filesystem::path& hf, const std::string& out,
                                            const std::optional<std::string>& tokenizer) {
-  dist::Communicator& world = dist::world();
+  comm::Communicator& world = comm::world();
   if (world.rank() == 0 && !ckpt::find_latest(std::filesystem::path(out) / "checkpoints")) {
     const std::filesystem::path step =
         train::import_hf_run(hf, out, tokenizer.value_or(train::hf_folder_tokenizer(hf)));
@@ -71,7 +71,7 @@ int train_command(int argc, char** argv) {
   }
   const std::string out = flags.get_or("out", "runs/train");
   if (flags.has("max-restarts")) {
-    check(dist::world().size() == 1,
+    check(comm::world().size() == 1,
           "--max-restarts restarts this process, so it cannot run under a launcher's ranks; "
           "put the launcher under the supervisor instead: tessera supervise -- mpirun ...");
     // The same command without the supervisor's flags, so each attempt trains and resumes.
@@ -86,15 +86,15 @@ int train_command(int argc, char** argv) {
         command.push_back(arg);
       }
     }
-    return train::supervise(command, {.max_restarts = int(flags.get_int("max-restarts", 0)),
-                                      .backoff_s = flags.get_double("restart-backoff", 1),
-                                      .log = std::filesystem::path(out) / "restarts.jsonl"});
+    return launch::supervise(command, {.max_restarts = int(flags.get_int("max-restarts", 0)),
+                                       .backoff_s = flags.get_double("restart-backoff", 1),
+                                       .log = std::filesystem::path(out) / "restarts.jsonl"});
   }
   Config config(train::run_config_schema());
   if (auto path = flags.get("config")) {
-    if (ckpt::is_hf_model_folder(*path) && flags.has("dry-run")) {
-      config = train::hf_run_config(ckpt::read_hf_model_config(*path), "byte");
-    } else if (ckpt::is_hf_model_folder(*path)) {
+    if (interop::is_hf_model_folder(*path) && flags.has("dry-run")) {
+      config = train::hf_run_config(interop::read_hf_model_config(*path), "byte");
+    } else if (interop::is_hf_model_folder(*path)) {
       config.load_file(start_from_hf_folder(*path, out, flags.get("tokenizer")));
     } else {
       config.load_file(*path);
@@ -105,7 +105,7 @@ int train_command(int argc, char** argv) {
   if (auto port = flags.get("metrics-port")) config.set_override("obs.metrics_port=" + *port);
   for (const std::string& assignment : flags.all("set")) config.set_override(assignment);
   if (flags.has("dry-run")) {
-    check(dist::world().size() == 1,
+    check(comm::world().size() == 1,
           "--dry-run plans every rank in one process: run it without mpirun or srun");
     const train::RunConfig run = train::run_config_from(config);
     const auto start = std::chrono::steady_clock::now();

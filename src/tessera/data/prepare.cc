@@ -8,11 +8,11 @@
 #include <span>
 
 #include "tessera/core/error.h"
-#include "tessera/core/progress_bar.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/core/threading.h"
+#include "tessera/data/progress_bar.h"
 #include "tessera/data/shard.h"
-#include "tessera/data/text_corpus.h"
-#include "tessera/data/tokenizer_copy.h"
+#include "tessera/tokenizer/tokenizer_copy.h"
 
 namespace tessera::data {
 namespace fs = std::filesystem;
@@ -106,8 +106,8 @@ void create_empty_dir(const fs::path& dir) {
 
 }  // namespace
 
-DatasetManifest prepare_dataset(const Tokenizer& tokenizer, const std::string& tokenizer_source,
-                                const PrepareOptions& o) {
+DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
+                                const std::string& tokenizer_source, const PrepareOptions& o) {
   check(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got {}",
         o.val_fraction);
   check(o.shard_tokens >= 1, "--shard-tokens must be at least 1, got {}", o.shard_tokens);
@@ -136,7 +136,7 @@ DatasetManifest prepare_dataset(const Tokenizer& tokenizer, const std::string& t
   if (tokenizer_source != "byte" && fs::is_directory(tokenizer_source, ec)) {
     m.tokenizer_source = fs::absolute(tokenizer_source).string();
     m.tokenizer_copy = "tokenizer";
-    copy_tokenizer(tokenizer_source, o.out_dir / m.tokenizer_copy);
+    tokenizer::copy_tokenizer(tokenizer_source, o.out_dir / m.tokenizer_copy);
   }
 
   const std::vector<int32_t> separator =

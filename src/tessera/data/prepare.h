@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tessera/data/dataset_manifest.h"
-#include "tessera/data/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::data {
 
@@ -25,7 +25,7 @@ struct PrepareOptions {
 // parallel (Tokenizer::encode must be safe to call concurrently); the chunking depends only on
 // the text, so the tokens do not depend on the thread count. A tokenizer directory is copied
 // into out_dir/tokenizer so the dataset is self-contained. Draws a progress bar on stderr.
-DatasetManifest prepare_dataset(const Tokenizer& tokenizer, const std::string& tokenizer_source,
-                                const PrepareOptions& options);
+DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
+                                const std::string& tokenizer_source, const PrepareOptions& options);
 
 }  // namespace tessera::data

@@ -293,7 +293,7 @@ RatesFrom time_casts(const StepShape& step, KernelTimer& timer) {
 
 // Bytes/s of an all-reduce of one gradient bucket in the format the parameter store keeps
 // gradients in: bf16 in a bf16 step, else f32.
-double allreduce_bandwidth(dist::Communicator& dp, const StepShape& step) {
+double allreduce_bandwidth(comm::Communicator& dp, const StepShape& step) {
   const DType dtype = step.precision == model::Precision::kBf16 ? DType::bf16 : DType::f32;
   const int64_t n = kAllReduceBytes / int64_t(dtype_size(dtype));
   LargeVector<float> values = random_values(n, 14);
@@ -315,7 +315,7 @@ double allreduce_bandwidth(dist::Communicator& dp, const StepShape& step) {
 }  // namespace
 
 MachineRates measure_machine(const ModelConfig& config, const StepShape& step,
-                             dist::Communicator& dp) {
+                             comm::Communicator& dp) {
   check_modelled(config, step);
   KernelTimer timer;
   std::vector<RatesFrom> rates_from = {time_gemms(config, step, timer),

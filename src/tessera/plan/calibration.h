@@ -17,7 +17,7 @@
 
 #include <map>
 
-#include "tessera/dist/communicator.h"
+#include "tessera/comm/communicator.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 #include "tessera/plan/step_work.h"
@@ -68,7 +68,7 @@ struct MachineRates {
 
 // Takes about a second of CPU time. Collective over `dp` when it has more than one rank.
 MachineRates measure_machine(const model::ModelConfig& config, const StepShape& step,
-                             dist::Communicator& dp);
+                             comm::Communicator& dp);
 
 // Seconds of one training step on one rank.
 struct StepPrediction {

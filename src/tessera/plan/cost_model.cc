@@ -8,11 +8,11 @@
 #include <tuple>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
-#include "tessera/dist/zero_memory.h"
 #include "tessera/model/block_spec.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/parallel/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_stages.h"
+#include "tessera/parallel/zero_memory.h"
 #include "tessera/plan/collectives.h"
 
 namespace tessera::plan {
@@ -42,16 +42,16 @@ PipelineCost pipeline_cost(int64_t pp, int64_t vpp, int64_t micro_batches) {
   // set against the real count: tables of thousands of micro-batches stay out of the search.
   const int64_t simulated = std::min(micro_batches, 2 * pp);
   static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int64_t>, dist::PipelineSimulation> cache;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, parallel::PipelineSimulation> cache;
   std::lock_guard lock(mutex);
   auto [it, fresh] = cache.try_emplace({pp, vpp, simulated});
   if (fresh) {
     const auto kind =
-        vpp > 1 ? dist::PipelineScheduleKind::kInterleaved1F1B : dist::PipelineScheduleKind::k1F1B;
-    it->second =
-        dist::simulate_pipeline(dist::make_pipeline_table(kind, int(pp), int(vpp), int(simulated)));
+        vpp > 1 ? comm::PipelineScheduleKind::kInterleaved1F1B : comm::PipelineScheduleKind::k1F1B;
+    it->second = parallel::simulate_pipeline(
+        parallel::make_pipeline_table(kind, int(pp), int(vpp), int(simulated)));
   }
-  const dist::PipelineSimulation& sim = it->second;
+  const parallel::PipelineSimulation& sim = it->second;
   const double idle = sim.makespan - sim.ideal;
   return {idle / (sim.ideal / double(simulated) * double(micro_batches)), sim.stage_peak_in_flight};
 }
@@ -79,7 +79,7 @@ ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   return it->second;
 }
 
-dist::TrainingShape training_shape(const Layout& l, const Workload& w) {
+parallel::TrainingShape training_shape(const Layout& l, const Workload& w) {
   // Context parallelism splits each sequence, and shards ZeRO's state over its ranks too (as
   // Megatron-LM's distributed optimizer and FSDP over dp x cp do).
   return {int(l.zero), l.dp * l.cp,
@@ -168,24 +168,24 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   const double experts_per_chip = held.experts / double(l.pp);
   const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
   const std::vector<int64_t> boundaries =
-      dist::stage_boundaries(dist::stage_blocks(c, l.pp * l.vpp, {}));
-  const dist::TrainingShape shape = training_shape(l, w);
+      parallel::stage_boundaries(parallel::stage_blocks(c, l.pp * l.vpp, {}));
+  const parallel::TrainingShape shape = training_shape(l, w);
   // The share of blocks that recompute (rf); the rest keep everything, their activations and
   // FLOPs those of recompute = none, as Megatron-LM's --recompute-num-layers leaves them.
   const double recomputed = l.recompute == Recompute::kNone ? 0 : l.recompute_fraction;
   const double fully_recomputed = l.recompute == Recompute::kFull ? recomputed : 0;
-  dist::TrainingShape keeping = shape;
+  parallel::TrainingShape keeping = shape;
   keeping.activations.recompute = Recompute::kNone;
   // The engine's split, even or not (70 layers on 12 stages): the rank with the most blocks
   // paces the pipeline.
   int64_t busiest_blocks = 0;
   for (int64_t r = 0; r < l.pp; ++r) {
-    const dist::RankWork work = dist::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp, r,
-                                                pipeline.stage_peak_in_flight);
+    const parallel::RankWork work = parallel::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp,
+                                                        r, pipeline.stage_peak_in_flight);
     int64_t blocks = 0;
     for (const model::Sharding& stage : work.stages) blocks += stage.block_end - stage.block_begin;
     busiest_blocks = std::max(busiest_blocks, blocks);
-    dist::RankMemory m = planned.memory().rank(work, shape);
+    parallel::RankMemory m = planned.memory().rank(work, shape);
     if (recomputed < 1) {
       m.activations = recomputed * m.activations +
                       (1 - recomputed) * planned.memory().rank(work, keeping).activations;
@@ -285,7 +285,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   // parameters all-gathered block by block after the update (1, 2) or before every forward and
   // backward (3).
   const int64_t dp_per_domain = std::max<int64_t>(1, domain / l.tp);
-  const double gradient_element = dist::zero_model_state(0, w.precision, 1, 1).grads;
+  const double gradient_element = parallel::zero_model_state(0, w.precision, 1, 1).grads;
   const double m = double(micro_batches);
   auto dp_seconds = [&](double params, int64_t ranks) {
     const double bytes = params * gradient_element;
@@ -333,7 +333,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   }
   // AdamW reads and writes the master weights and both moments and writes bf16 parameters.
   const double optimizer_params =
-      e.memory.optimizer / dist::zero_model_state(0, w.precision, 1, 1).optimizer;
+      e.memory.optimizer / parallel::zero_model_state(0, w.precision, 1, 1).optimizer;
   e.time.optimizer = optimizer_params * 28 / a.hbm_bandwidth;
 
   const double step = e.time.total();
@@ -343,8 +343,8 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   e.mfu = e.model_tflops_per_chip * 1e12 / a.peak_bf16_flops;
   e.hfu = e.hardware_tflops_per_chip * 1e12 / a.peak_bf16_flops;
   e.days_failure_free = w.tokens / e.tokens_per_s / 86400;
-  const dist::ZeroBytes state =
-      dist::zero_model_state(0, w.precision, planned.parameter_count(), 1);
+  const parallel::ZeroBytes state =
+      parallel::zero_model_state(0, w.precision, planned.parameter_count(), 1);
   e.goodput = expected_goodput(state.params + state.optimizer, l.chips(), w.reliability);
   e.days = e.goodput.fraction > 0 ? e.days_failure_free / e.goodput.fraction
                                   : std::numeric_limits<double>::infinity();

@@ -9,9 +9,9 @@
 #include <tuple>
 #include <utility>
 
-#include "tessera/dist/rank_memory.h"
 #include "tessera/model/flops.h"
 #include "tessera/model/model_config.h"
+#include "tessera/parallel/rank_memory.h"
 #include "tessera/plan/collectives.h"
 #include "tessera/plan/goodput.h"
 #include "tessera/plan/hardware.h"
@@ -51,7 +51,7 @@ struct ChipParameters {
 };
 
 // A model as the cost model evaluates it: its parameter split, and the engine's own layout and
-// memory (dist::MemoryModel) for each tensor- and expert-parallel shape, pipeline stage and
+// memory (parallel::MemoryModel) for each tensor- and expert-parallel shape, pipeline stage and
 // micro-batch. A search evaluates thousands of layouts that share a few hundred of these, so
 // each is computed once.
 class PlannedModel {
@@ -63,7 +63,7 @@ class PlannedModel {
   double parameter_count() const { return parameter_count_; }
   double tensors_per_block() const { return tensors_per_block_; }  // weights and biases
   ChipParameters parameters(int64_t tp, int64_t ep);
-  dist::MemoryModel& memory() { return memory_; }
+  parallel::MemoryModel& memory() { return memory_; }
 
  private:
   model::ModelConfig config_;
@@ -71,15 +71,15 @@ class PlannedModel {
   double parameter_count_;
   double tensors_per_block_;
   std::map<std::pair<int64_t, int64_t>, ChipParameters> parameters_;
-  dist::MemoryModel memory_;
+  parallel::MemoryModel memory_;
 };
 
 // The memory of the layout's fullest chip: the pipeline rank whose stages and micro-batches in
 // flight hold the most.
-using MemoryPerChip = dist::RankMemory;
+using MemoryPerChip = parallel::RankMemory;
 
-// The engine's terms for a layout: how each rank is built and trains (dist::MemoryModel).
-dist::TrainingShape training_shape(const Layout& layout, const Workload& workload);
+// The engine's terms for a layout: how each rank is built and trains (parallel::MemoryModel).
+parallel::TrainingShape training_shape(const Layout& layout, const Workload& workload);
 
 // Seconds per optimizer step on one chip. Communication that the engine does not overlap is
 // added to compute; the data-parallel reduction of ZeRO 0 and 1 overlaps the last micro-batch's

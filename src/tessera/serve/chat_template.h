@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/serve/jinja_template.h"
+#include "tessera/jinja/template.h"
 
 namespace tessera::serve {
 
@@ -30,7 +30,7 @@ class ChatTemplate {
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
  private:
-  JinjaTemplate template_;
+  jinja::JinjaTemplate template_;
   std::string bos_token_;
   std::string eos_token_;
 };

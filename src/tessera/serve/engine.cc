@@ -81,7 +81,7 @@ void RequestStream::finish(FinishReason reason, std::string error) {
 // A request inside the engine: its prompt and generated tokens, how many of them the cache
 // holds, and its own sampler and text stream.
 struct Engine::Sequence {
-  Sequence(GenerationRequest r, const data::Tokenizer& tokenizer)
+  Sequence(GenerationRequest r, const tokenizer::Tokenizer& tokenizer)
       : request(std::move(r)),
         out(std::make_shared<RequestStream>(int64_t(request.prompt.size()))),
         tokens(request.prompt),

@@ -296,7 +296,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   return r;
 }
 
-std::vector<int32_t> prompt_tokens(ApiRequest& request, const data::Tokenizer& tokenizer,
+std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokenizer& tokenizer,
                                    const ChatTemplate* chat_template) {
   if (!request.messages.is_null()) {
     if (chat_template == nullptr) return tokenizer.encode(render_chat(request.messages));
@@ -319,7 +319,7 @@ std::vector<int32_t> prompt_tokens(ApiRequest& request, const data::Tokenizer& t
   return tokenizer.encode(request.prompt);
 }
 
-GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& tokenizer,
+GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& tokenizer,
                                 const ApiLimits& limits, const ChatTemplate* chat_template) {
   GenerationRequest g = std::move(request.generation);
   const char* param = request.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
@@ -365,7 +365,7 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
 }
 
 ResponseBuilder::ResponseBuilder(Endpoint endpoint, std::string model_name,
-                                 const data::Tokenizer& tokenizer, bool with_logprobs)
+                                 const tokenizer::Tokenizer& tokenizer, bool with_logprobs)
     : endpoint_(endpoint),
       model_name_(std::move(model_name)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/data/tokenizer.h"
 #include "tessera/serve/chat_template.h"
 #include "tessera/serve/engine.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 
@@ -70,12 +70,12 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLi
 // special tokens it writes recognised, as Transformers' apply_chat_template and vLLM do (so
 // message text that spells a special token is that token). Without a template (nullptr) the
 // conversation takes the built-in form of render_chat. A template's raise_exception() is a 400.
-std::vector<int32_t> prompt_tokens(ApiRequest& request, const data::Tokenizer& tokenizer,
+std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokenizer& tokenizer,
                                    const ChatTemplate* chat_template);
 
 // Tokenizes the prompt and fixes max_tokens against the context: a prompt that fills the context,
 // or an explicit max_tokens that runs past it, is a 400 (code context_length_exceeded).
-GenerationRequest to_generation(ApiRequest request, const data::Tokenizer& tokenizer,
+GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& tokenizer,
                                 const ApiLimits& limits,
                                 const ChatTemplate* chat_template = nullptr);
 
@@ -88,7 +88,7 @@ inline const std::vector<std::string> kChatStops = {"\nUser:", "\nSystem:"};
 // Builds the response objects of one request, streamed as chunks or whole.
 class ResponseBuilder {
  public:
-  ResponseBuilder(Endpoint endpoint, std::string model_name, const data::Tokenizer& tokenizer,
+  ResponseBuilder(Endpoint endpoint, std::string model_name, const tokenizer::Tokenizer& tokenizer,
                   bool with_logprobs);
 
   // A stream chunk carrying tokens' text (and log-probabilities); the first chat chunk also
@@ -110,7 +110,7 @@ class ResponseBuilder {
   Endpoint endpoint_;
   std::string model_name_, id_;
   int64_t created_;
-  const data::Tokenizer& tokenizer_;
+  const tokenizer::Tokenizer& tokenizer_;
   bool with_logprobs_;
   bool role_sent_ = false;
   int64_t text_offset_ = 0;  // completions' logprobs.text_offset

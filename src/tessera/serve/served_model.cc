@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/ckpt/hf_convert.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/json_file.h"
-#include "tessera/data/hf_tokenizer_file.h"
-#include "tessera/data/text_corpus.h"
+#include "tessera/core/text_corpus.h"
+#include "tessera/interop/hf_convert.h"
+#include "tessera/tokenizer/hf_tokenizer_file.h"
 
 namespace tessera::serve {
 
@@ -68,7 +68,7 @@ std::unique_ptr<model::Transformer> inference_model(const model::ModelConfig& mc
 // (a folder Tessera exported from a byte-level run has none, and reads bytes).
 ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
                            const ServingFormat& format) {
-  ckpt::HfImport imported = ckpt::import_hf(dir);
+  interop::HfImport imported = interop::import_hf(dir);
   ServedModel served;
   served.step_dir = dir;
   served.device = std::make_unique<kernels::DeviceContext>(format.device);
@@ -81,9 +81,9 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
           dir.string(), p.name, from.shape.str(), p.shape.str());
     std::copy_n(imported.params.data() + from.offset, p.shape.numel(), params.data() + p.offset);
   }
-  const bool has_tokenizer = data::holds_tokenizer(dir);
+  const bool has_tokenizer = tokenizer::holds_tokenizer(dir);
   if (!has_tokenizer) spdlog::info("{} holds no tokenizer: reading text as bytes", dir.string());
-  served.tokenizer = data::load_tokenizer(has_tokenizer ? dir.string() : "byte");
+  served.tokenizer = tokenizer::load_tokenizer(has_tokenizer ? dir.string() : "byte");
   return served;
 }
 
@@ -98,8 +98,9 @@ std::optional<nlohmann::json> read_json_if_present(const fs::path& path) {
 void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir,
                         const fs::path& chat_template_file, ServedModel& served) {
   const std::optional<nlohmann::json> config =
-      tokenizer_dir.empty() ? std::nullopt
-                            : read_json_if_present(tokenizer_dir / data::kHfTokenizerConfigFile);
+      tokenizer_dir.empty()
+          ? std::nullopt
+          : read_json_if_present(tokenizer_dir / tokenizer::kHfTokenizerConfigFile);
   std::vector<int32_t>& stops = served.stop_tokens;
   if (config && config->is_object()) {
     const std::string eos = special_token_text(*config, "eos_token");
@@ -120,7 +121,7 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
   if (!chat_template_file.empty()) {
     nlohmann::json with_template =
         config && config->is_object() ? *config : nlohmann::json::object();
-    with_template["chat_template"] = data::read_text_file(chat_template_file);
+    with_template["chat_template"] = read_text_file(chat_template_file);
     try {
       served.chat_template = chat_template_from_tokenizer_config(with_template);
     } catch (const Error& e) {
@@ -130,7 +131,7 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
     try {
       served.chat_template = chat_template_from_tokenizer_config(*config);
     } catch (const Error& e) {
-      fail("{}: {}", (tokenizer_dir / data::kHfTokenizerConfigFile).string(), e.what());
+      fail("{}: {}", (tokenizer_dir / tokenizer::kHfTokenizerConfigFile).string(), e.what());
     }
   }
 }
@@ -141,10 +142,10 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
                               const ServingFormat& format, const fs::path& chat_template_file) {
   ServedModel served;
   fs::path tokenizer_dir, model_dir;
-  if (ckpt::is_hf_model_folder(checkpoint)) {
+  if (interop::is_hf_model_folder(checkpoint)) {
     served = load_hf_folder(checkpoint, max_step_tokens, format);
     model_dir = checkpoint;
-    if (data::holds_tokenizer(checkpoint)) tokenizer_dir = checkpoint;
+    if (tokenizer::holds_tokenizer(checkpoint)) tokenizer_dir = checkpoint;
   } else {
     served.step_dir = ckpt::checkpoint_step_dir(checkpoint);
     const fs::path& step_dir = served.step_dir;
@@ -156,7 +157,7 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
                            int64_t(params.size()), params.data());
     const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
-    served.tokenizer = data::load_tokenizer(tokenizer);
+    served.tokenizer = tokenizer::load_tokenizer(tokenizer);
     if (tokenizer != "byte") tokenizer_dir = model_dir = tokenizer;
   }
   read_chat_settings(tokenizer_dir, model_dir, chat_template_file, served);

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "tessera/data/tokenizer.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/chat_template.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 
@@ -34,7 +34,7 @@ struct ServedModel {
   // Where the model computes (null: the CPU); declared first so that it outlives the model.
   std::unique_ptr<kernels::DeviceContext> device;
   std::unique_ptr<model::Transformer> model;
-  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
   // one, chats take the built-in form (openai_api.h).
   std::optional<ChatTemplate> chat_template;

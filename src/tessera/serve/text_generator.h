@@ -7,11 +7,11 @@
 #include <memory>
 #include <string>
 
-#include "tessera/data/tokenizer.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/serve/sampler.h"
 #include "tessera/serve/served_model.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 

@@ -59,7 +59,7 @@ bool valid_utf8(std::string_view text) {
 
 }  // namespace
 
-TextStream::TextStream(const data::Tokenizer& tokenizer, std::vector<std::string> stop)
+TextStream::TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop)
     : tokenizer_(&tokenizer), stop_(std::move(stop)) {
   check(stop_.size() <= kMaxStopStrings, "stop holds {} strings; at most {} are allowed",
         stop_.size(), kMaxStopStrings);

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/data/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 
@@ -19,7 +19,7 @@ class TextStream {
 
   // Throws an Error for more than kMaxStopStrings stop strings, or one that is empty or not
   // valid UTF-8. The tokenizer must outlive the stream.
-  TextStream(const data::Tokenizer& tokenizer, std::vector<std::string> stop);
+  TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop);
 
   // Returns the text this token releases, valid until the next call: empty while everything is
   // held back, and for every token once a stop string has appeared. When one appears, the text
@@ -37,7 +37,7 @@ class TextStream {
   void release(bool final);
   size_t stop_prefix_length() const;
 
-  const data::Tokenizer* tokenizer_;
+  const tokenizer::Tokenizer* tokenizer_;
   std::vector<std::string> stop_;
   std::string undecoded_;  // the start of a character whose remaining bytes may still come
   std::string held_;       // valid UTF-8 whose end may begin a stop string

@@ -23,7 +23,7 @@ double seconds_since(Clock::time_point t0) {
 }  // namespace
 
 Checkpointer::Checkpointer(const fs::path& checkpoint_dir, const CheckpointConfig& config,
-                           dist::Communicator& world)
+                           comm::Communicator& world)
     : dir_(checkpoint_dir),
       keep_last_(int(config.keep_last)),
       async_(config.async),

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "tessera/ckpt/data_image.h"
+#include "tessera/comm/communicator.h"
 #include "tessera/core/tensor.h"
-#include "tessera/dist/communicator.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/train_state.h"
 
@@ -28,7 +28,7 @@ namespace tessera::train {
 class Checkpointer {
  public:
   Checkpointer(const std::filesystem::path& checkpoint_dir, const CheckpointConfig& config,
-               dist::Communicator& world);
+               comm::Communicator& world);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -70,7 +70,7 @@ class Checkpointer {
   std::filesystem::path dir_;
   int keep_last_;
   bool async_;
-  dist::Communicator& world_;
+  comm::Communicator& world_;
   int rank_, ranks_;  // the writer thread must not ask the communicator
   double stall_s_ = 0;
   bool in_flight_ = false;  // a save that every rank started and that has not been committed

@@ -6,9 +6,9 @@
 #include <tuple>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/parallel/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_stages.h"
 
 namespace tessera::train {
 
@@ -71,21 +71,21 @@ std::string count(double n) {
 }  // namespace
 
 DryRun dry_run(const RunConfig& run, int64_t world_size) {
-  const dist::MeshShape& mesh = run.mesh;
-  dist::check_mesh(mesh, world_size);
+  const comm::MeshShape& mesh = run.mesh;
+  comm::check_mesh(mesh, world_size);
   const model::ModelConfig& config = run.model;
   DryRun plan;
   plan.mesh = mesh;
   plan.micro_batches = run.train.grad_accum;
 
-  const std::vector<int64_t> boundaries =
-      dist::stage_boundaries(dist::stage_blocks(config, mesh.pp * mesh.pp_virtual, mesh.pp_layers));
-  dist::PipelineSimulation simulation;
+  const std::vector<int64_t> boundaries = parallel::stage_boundaries(
+      parallel::stage_blocks(config, mesh.pp * mesh.pp_virtual, mesh.pp_layers));
+  parallel::PipelineSimulation simulation;
   bool split_backward = false;
   if (mesh.pp > 1) {
-    const dist::PipelineTable table =
-        dist::run_pipeline_table(config, mesh, boundaries, plan.micro_batches);
-    simulation = dist::simulate_pipeline(table);
+    const parallel::PipelineTable table =
+        parallel::run_pipeline_table(config, mesh, boundaries, plan.micro_batches);
+    simulation = parallel::simulate_pipeline(table);
     split_backward = table.splits_backward();
     plan.bubble = simulation.bubble;
   } else {
@@ -102,7 +102,8 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
       for (int64_t e = 0; e < mesh.ep; ++e) {
         int64_t held = 0;
         const model::Sharding sharding{.tp = mesh.tp, .tp_rank = t, .ep = mesh.ep, .ep_rank = e};
-        for (const model::Sharding& stage : dist::rank_stages(sharding, boundaries, mesh.pp, p)) {
+        for (const model::Sharding& stage :
+             parallel::rank_stages(sharding, boundaries, mesh.pp, p)) {
           const model::ModelLayout layout = model::model_layout(config, stage);
           coverage.add(layout, e > 0);
           held += layout.params.total();
@@ -114,8 +115,8 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
   }
   coverage.check_complete(mesh.tp);
 
-  dist::MemoryModel memory(config);
-  const dist::TrainingShape shape{
+  parallel::MemoryModel memory(config);
+  const parallel::TrainingShape shape{
       int(run.train.zero), mesh.dp,
       model::ActivationOptions{.max_batch = run.train.batch_size / mesh.dp,
                                .max_seq = run.train.seq_len,
@@ -129,11 +130,11 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
   for (int64_t rank = 0; rank < world_size; ++rank) {
     DryRunRank& r = plan.ranks[rank];
     r.rank = rank;
-    r.coords = dist::mesh_coords(mesh, rank);
+    r.coords = comm::mesh_coords(mesh, rank);
     const int64_t ep_rank = r.coords.dp % mesh.ep;
-    const dist::RankWork work =
-        dist::rank_work({.tp = mesh.tp, .tp_rank = r.coords.tp, .ep = mesh.ep, .ep_rank = ep_rank},
-                        boundaries, mesh.pp, r.coords.pp, simulation.stage_peak_in_flight);
+    const parallel::RankWork work = parallel::rank_work(
+        {.tp = mesh.tp, .tp_rank = r.coords.tp, .ep = mesh.ep, .ep_rank = ep_rank}, boundaries,
+        mesh.pp, r.coords.pp, simulation.stage_peak_in_flight);
     r.stages = work.stages;
     r.parameters = parameters.at({r.coords.pp, r.coords.tp, ep_rank});
     r.in_flight = simulation.peak_in_flight[r.coords.pp];
@@ -145,7 +146,7 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
 }
 
 std::string dry_run_report(const RunConfig& run, const DryRun& plan) {
-  const dist::MeshShape& mesh = plan.mesh;
+  const comm::MeshShape& mesh = plan.mesh;
   const model::ParameterCount parameters = model::count_parameters(run.model);
   std::string out = fmt::format(
       "dry run: {} ranks ({}{}), {} schedule over {} micro-batches of {} x {} tokens, bubble "
@@ -154,7 +155,7 @@ std::string dry_run_report(const RunConfig& run, const DryRun& plan) {
       "replica\n",
       plan.ranks.size(), mesh.str(),
       mesh.pp_virtual > 1 ? fmt::format(", {} stages per pipeline rank", mesh.pp_virtual) : "",
-      mesh.pp > 1 ? dist::pipeline_schedule_name(mesh.pp_schedule) : "no pipeline",
+      mesh.pp > 1 ? comm::pipeline_schedule_name(mesh.pp_schedule) : "no pipeline",
       plan.micro_batches, run.train.batch_size / mesh.dp, run.train.seq_len, 100 * plan.bubble,
       count(double(parameters.total)), plan.layouts_checked);
   out += fmt::format("{:<8} {:>6} {:>12} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>6} {:>11}\n",

@@ -1,31 +1,31 @@
 // A dry run of a training job: every rank's place in the mesh, its pipeline stages and their
 // parameter layouts, its schedule and its memory, built for a world of any size without MPI and
 // without allocating the model, so that a job for thousands of accelerators is checked on a
-// laptop before it is bought. Its memory is dist::MemoryModel's, the planner's too.
+// laptop before it is bought. Its memory is parallel::MemoryModel's, the planner's too.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/rank_memory.h"
+#include "tessera/comm/mesh.h"
+#include "tessera/parallel/rank_memory.h"
 #include "tessera/train/run_config.h"
 
 namespace tessera::train {
 
 struct DryRunRank {
   int64_t rank = 0;
-  dist::MeshCoords coords;
+  comm::MeshCoords coords;
   std::vector<model::Sharding> stages;  // its pipeline stages: blocks, tp and ep coordinates
   int64_t parameters = 0;               // elements of its stages' layouts, padding included
   int64_t in_flight = 1;                // the most micro-batches whose activations it holds
   double idle_fraction = 0;             // of the simulated step
-  dist::RankMemory memory;
+  parallel::RankMemory memory;
 };
 
 struct DryRun {
-  dist::MeshShape mesh;
+  comm::MeshShape mesh;
   int64_t micro_batches = 1;
   double bubble = 0;              // the simulated schedule's idle time over its work
   int64_t layouts_checked = 0;    // distinct stage layouts built and checked for coverage

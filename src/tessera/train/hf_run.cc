@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/ckpt/checkpoint.h"
-#include "tessera/ckpt/hf_convert.h"
 #include "tessera/core/error.h"
-#include "tessera/data/tokenizer.h"
-#include "tessera/data/tokenizer_copy.h"
+#include "tessera/interop/hf_convert.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/tokenizer/tokenizer.h"
+#include "tessera/tokenizer/tokenizer_copy.h"
 #include "tessera/train/run_config.h"
 
 namespace tessera::train {
@@ -53,7 +53,7 @@ Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer) 
 }
 
 std::string hf_folder_tokenizer(const fs::path& hf) {
-  return data::holds_tokenizer(hf) ? fs::absolute(hf).string() : "byte";
+  return tokenizer::holds_tokenizer(hf) ? fs::absolute(hf).string() : "byte";
 }
 
 fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::string& tokenizer) {
@@ -62,8 +62,8 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::s
     fail("{}: already holds checkpoint {}; import into a new folder", out.string(),
          existing->string());
   }
-  const std::unique_ptr<data::Tokenizer> loaded = data::load_tokenizer(tokenizer);
-  ckpt::HfImport imported = ckpt::import_hf(hf);
+  const std::unique_ptr<tokenizer::Tokenizer> loaded = tokenizer::load_tokenizer(tokenizer);
+  interop::HfImport imported = interop::import_hf(hf);
   const model::ModelConfig& mc = imported.config;
   check(loaded->vocab_size() <= mc.vocab_size,
         "tokenizer {}: {} tokens, but the model of {} has only {} (vocab_size)", tokenizer,
@@ -75,7 +75,7 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::s
   nlohmann::json tokenizer_meta = "byte";
   if (tokenizer != "byte") {
     const fs::path copy = out / kTokenizerDir;
-    data::copy_tokenizer(tokenizer, copy);
+    tokenizer::copy_tokenizer(tokenizer, copy);
     tokenizer_meta = {{"kind", loaded->kind()}, {"dir", copy.string()}};
   }
   const Config config =

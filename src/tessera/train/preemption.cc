@@ -7,9 +7,9 @@
 #include <csignal>
 #include <string>
 
+#include "tessera/comm/flight_recorder.h"
 #include "tessera/core/error.h"
 #include "tessera/core/stop_signals.h"
-#include "tessera/dist/flight_recorder.h"
 
 namespace tessera::train {
 namespace {
@@ -51,7 +51,7 @@ Preemption::~Preemption() {
   on_stop_signal(std::move(previous_));
 }
 
-bool Preemption::stop_requested(dist::Communicator& world) {
+bool Preemption::stop_requested(comm::Communicator& world) {
   double signalled = signals_.load() > 0 ? 1 : 0;
   if (world.size() > 1) world.all_reduce(&signalled, 1);
   return signalled > 0;
@@ -66,7 +66,7 @@ void Preemption::watch() {
   bool exited_named = false;
   for (int64_t tick = 0; !done_; ++tick) {
     if (from_launcher_.load() && !exited_named && tick % kLookForExitedEvery == 0) {
-      if (const auto exited = dist::FlightRecorder::instance().exited_ranks_message()) {
+      if (const auto exited = comm::FlightRecorder::instance().exited_ranks_message()) {
         say(fmt::format("{}the launcher stops the job because {}\n", who_, *exited));
         exited_named = true;
       }

@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "tessera/comm/communicator.h"
 #include "tessera/core/stop_signals.h"
-#include "tessera/dist/communicator.h"
 
 namespace tessera::train {
 
@@ -24,7 +24,7 @@ class Preemption {
   Preemption& operator=(const Preemption&) = delete;
 
   // Collective over `world`: whether any rank has received SIGTERM.
-  bool stop_requested(dist::Communicator& world);
+  bool stop_requested(comm::Communicator& world);
 
  private:
   void watch();

@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/pipeline_stages.h"
 #include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/parallel/pipeline_stages.h"
 
 namespace tessera::train {
 
@@ -241,7 +241,7 @@ RunConfig run_config_from(const Config& config) {
   run.mesh.ep = int_at_least(config, "mesh.ep", 1);
   run.mesh.sequence_parallel = config.get_bool("mesh.sequence_parallel");
   run.mesh.pp_virtual = int_at_least(config, "mesh.pp_virtual", 1);
-  run.mesh.pp_schedule = dist::parse_pipeline_schedule(config.get_string("mesh.pp_schedule"));
+  run.mesh.pp_schedule = comm::parse_pipeline_schedule(config.get_string("mesh.pp_schedule"));
   run.mesh.pp_layers = int_list(config, "mesh.pp_layers");
   check(
       run.mesh.pp > 1 || run.mesh.pp_virtual == 1,
@@ -249,10 +249,10 @@ RunConfig run_config_from(const Config& config) {
       run.mesh.pp_virtual);
   // The split and the schedule's table are made here, so that every error they have is the
   // config's, before any rank starts.
-  dist::run_pipeline_table(m, run.mesh,
-                           dist::stage_boundaries(dist::stage_blocks(
-                               m, run.mesh.pp * run.mesh.pp_virtual, run.mesh.pp_layers)),
-                           t.grad_accum);
+  parallel::run_pipeline_table(m, run.mesh,
+                               parallel::stage_boundaries(parallel::stage_blocks(
+                                   m, run.mesh.pp * run.mesh.pp_virtual, run.mesh.pp_layers)),
+                               t.grad_accum);
   check(run.mesh.dp % run.mesh.ep == 0,
         "mesh.ep = {} does not divide mesh.dp = {}: expert-parallel ranks are carved out of the "
         "data-parallel ones",

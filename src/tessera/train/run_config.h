@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/mesh_shape.h"
 #include "tessera/core/config.h"
-#include "tessera/dist/mesh_shape.h"
 #include "tessera/kernels/context.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
@@ -78,7 +78,7 @@ struct FaultConfig {
 struct RunConfig {
   model::ModelConfig model;
   TrainConfig train;
-  dist::MeshShape mesh;
+  comm::MeshShape mesh;
   DistConfig dist;
   DataConfig data;
   CheckpointConfig checkpoint;

@@ -7,16 +7,16 @@
 #include <tuple>
 
 #include "tessera/ckpt/state_reader.h"
+#include "tessera/comm/device_communicator.h"
 #include "tessera/core/error.h"
-#include "tessera/dist/device_communicator.h"
-#include "tessera/dist/rank_memory.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/parallel/rank_memory.h"
 
 namespace tessera::train {
 
 namespace k = kernels;
-using dist::ZeroShards;
+using parallel::ZeroShards;
 
 namespace {
 
@@ -31,7 +31,7 @@ TrainState::Group& TrainState::Stage::group_of(int64_t unit) {
 }
 
 TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& config,
-                       const TrainConfig& train, const dist::Mesh& mesh,
+                       const TrainConfig& train, const comm::Mesh& mesh,
                        const model::Sharding& sharding, int64_t bucket_bytes,
                        std::span<const int64_t> boundaries)
     : ctx_(ctx),
@@ -39,14 +39,14 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       mesh_(mesh),
       zero_(int(train.zero)),
       scaled_(ctx, ZeroShards::kChunk) {
-  const dist::MeshShape& shape = mesh.shape();
+  const comm::MeshShape& shape = mesh.shape();
   if (ctx.on_cuda()) {
     check(shape.tp == 1 && shape.pp == 1 && shape.ep == 1 && !config.is_moe(),
           "train.device = cuda trains a dense model over data-parallel ranks (mesh.dp): tensor, "
           "pipeline and expert parallelism (mesh.tp {}, mesh.pp {}, mesh.ep {}) and mixtures of "
           "experts run on the CPU",
           shape.tp, shape.pp, shape.ep);
-    device_dp_ = dist::device_communicator(mesh.dp(), ctx);
+    device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   }
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
@@ -59,14 +59,14 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
         mesh.pp().split(pp_rank == 0 || pp_rank == shape.pp - 1 ? 0 : 1, pp_rank, "tied embedding");
   }
   int k = 0;
-  for (const model::Sharding& s : dist::rank_stages(sharding, boundaries_, shape.pp, pp_rank)) {
+  for (const model::Sharding& s : parallel::rank_stages(sharding, boundaries_, shape.pp, pp_rank)) {
     auto stage = std::make_unique<Stage>();
     Stage& st = *stage;
     st.index = pp_rank + k++ * int(shape.pp);
     st.layout = model::model_layout(config, s);
     const int64_t blocks = int64_t(st.layout.blocks.size());
-    auto add = [&](std::string name, std::pair<int64_t, int64_t> units, dist::Communicator& group,
-                   dist::Communicator* across, int group_rank) {
+    auto add = [&](std::string name, std::pair<int64_t, int64_t> units, comm::Communicator& group,
+                   comm::Communicator* across, int group_rank) {
       Group g;
       g.name = std::move(name);
       g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.second, zero_,
@@ -140,7 +140,7 @@ void TrainState::load(const std::filesystem::path& step_dir, bool with_optimizer
 }
 
 // One rank alone, unsharded, saves every tensor by its name, as every tool reads them.
-static bool saves_by_name(const dist::MeshShape& shape, int zero) {
+static bool saves_by_name(const comm::MeshShape& shape, int zero) {
   return shape.tp == 1 && shape.ep == 1 && shape.pp == 1 && zero == 0;
 }
 
@@ -205,18 +205,18 @@ std::vector<NamedTensor> TrainState::device_checkpoint_tensors() {
 }
 
 nlohmann::json TrainState::checkpoint_layout() const {
-  const dist::MeshShape& shape = mesh_.shape();
+  const comm::MeshShape& shape = mesh_.shape();
   if (saves_by_name(shape, zero_)) return nullptr;
   // Every rank's stage layouts and pieces, as every rank computes them alike: one layout per
   // stage and tp and ep coordinate.
   std::map<std::tuple<int64_t, int64_t, int64_t>, model::ModelLayout> slices;
   std::vector<ckpt::PlacedPiece> pieces;
   for (int r = 0; r < mesh_.world().size(); ++r) {
-    const dist::MeshCoords c = mesh_.coords_of(r);
+    const comm::MeshCoords c = mesh_.coords_of(r);
     const int64_t ep_rank = c.dp % shape.ep;
     const model::Sharding sharding{shape.tp, c.tp, shape.ep, ep_rank};
     int k = 0;
-    for (const model::Sharding& s : dist::rank_stages(sharding, boundaries_, shape.pp, c.pp)) {
+    for (const model::Sharding& s : parallel::rank_stages(sharding, boundaries_, shape.pp, c.pp)) {
       const int stage = c.pp + k++ * int(shape.pp);
       auto [it, added] = slices.try_emplace({stage, c.tp, ep_rank});
       if (added) it->second = model::model_layout(config_, s);
@@ -356,7 +356,7 @@ MemoryReport TrainState::memory() const {
   MemoryReport r;
   for (const auto& s : stages_) {
     for (const Group& g : s->groups) {
-      const dist::ShardBytes b = g.shards->memory();
+      const parallel::ShardBytes b = g.shards->memory();
       r.params += b.params;
       r.grads += b.grads;
       r.optimizer += b.master + 8 * (g.shards->owned_end() - g.shards->owned_begin());

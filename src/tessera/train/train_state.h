@@ -8,12 +8,12 @@
 #include <span>
 #include <vector>
 
+#include "tessera/comm/mesh.h"
 #include "tessera/core/tensor.h"
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/zero_shards.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/parameter_store.h"
+#include "tessera/parallel/zero_shards.h"
 #include "tessera/train/optimizer.h"
 #include "tessera/train/run_config.h"
 
@@ -40,7 +40,7 @@ class TrainState {
   // The state lives on ctx's device; on a CUDA device its data-parallel collectives go through
   // NCCL.
   TrainState(const kernels::Context& ctx, const model::ModelConfig& config,
-             const TrainConfig& train, const dist::Mesh& mesh, const model::Sharding& sharding,
+             const TrainConfig& train, const comm::Mesh& mesh, const model::Sharding& sharding,
              int64_t bucket_bytes, std::span<const int64_t> boundaries = {});
 
   int stages() const { return int(stages_.size()); }
@@ -82,9 +82,9 @@ class TrainState {
   // Parameters replicated over the same ranks: the dense parts, or the expert stacks.
   struct Group {
     std::string name;
-    std::unique_ptr<dist::ZeroShards> shards;
+    std::unique_ptr<parallel::ZeroShards> shards;
     std::unique_ptr<AdamW> adam;
-    dist::Communicator* across = nullptr;  // ranks holding other slices of the group (ep)
+    comm::Communicator* across = nullptr;  // ranks holding other slices of the group (ep)
     bool writes = false;                   // this rank saves its owned range
   };
   // A flat range whose values this many ranks hold (tensor-parallel copies, a tied embedding).
@@ -113,12 +113,12 @@ class TrainState {
 
   const kernels::Context& ctx_;
   model::ModelConfig config_;
-  const dist::Mesh& mesh_;
-  std::unique_ptr<dist::Communicator> device_dp_;  // mesh.dp() over device memory (NCCL)
+  const comm::Mesh& mesh_;
+  std::unique_ptr<comm::Communicator> device_dp_;  // mesh.dp() over device memory (NCCL)
   int zero_;
   std::vector<int64_t> boundaries_;
   std::vector<std::unique_ptr<Stage>> stages_;
-  std::unique_ptr<dist::Communicator> tied_;  // the first and last pipeline ranks
+  std::unique_ptr<comm::Communicator> tied_;  // the first and last pipeline ranks
   kernels::DeviceArray<float> scaled_;        // a gradient chunk times the update's multiplier
   std::vector<float> host_values_;
   std::vector<std::vector<float>> host_mirrors_;  // checkpoint_tensors' copies of device state

@@ -13,17 +13,12 @@
 #include <tuple>
 
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/comm/flight_recorder.h"
+#include "tessera/comm/mesh.h"
+#include "tessera/comm/world.h"
 #include "tessera/core/threading.h"
 #include "tessera/core/trace.h"
 #include "tessera/data/loader.h"
-#include "tessera/dist/flight_recorder.h"
-#include "tessera/dist/launch.h"
-#include "tessera/dist/mesh.h"
-#include "tessera/dist/model_parallel.h"
-#include "tessera/dist/pipeline_runtime.h"
-#include "tessera/dist/pipeline_simulator.h"
-#include "tessera/dist/pipeline_stages.h"
-#include "tessera/dist/zero_memory.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
@@ -33,6 +28,11 @@
 #include "tessera/obs/chrome_trace.h"
 #include "tessera/obs/live_page.h"
 #include "tessera/obs/metrics_server.h"
+#include "tessera/parallel/model_parallel.h"
+#include "tessera/parallel/pipeline_runtime.h"
+#include "tessera/parallel/pipeline_simulator.h"
+#include "tessera/parallel/pipeline_stages.h"
+#include "tessera/parallel/zero_memory.h"
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/divergence_guard.h"
 #include "tessera/train/goodput.h"
@@ -63,7 +63,7 @@ std::string format_duration(double seconds) {
 class Evaluator {
  public:
   using BatchLoss = std::function<double(const int32_t* inputs, const int32_t* targets, int64_t B)>;
-  Evaluator(const data::TokenStream& val, const TrainConfig& c, dist::Communicator& dp)
+  Evaluator(const data::TokenStream& val, const TrainConfig& c, comm::Communicator& dp)
       : val_(val),
         config_(c),
         dp_(dp),
@@ -86,7 +86,7 @@ class Evaluator {
  private:
   const data::TokenStream& val_;
   TrainConfig config_;
-  dist::Communicator& dp_;
+  comm::Communicator& dp_;
   std::vector<int32_t> inputs_, targets_;
 };
 
@@ -120,11 +120,12 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
 // Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its pipeline
 // stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
 // ranks that hold the same experts. Returns them, for the metrics.
-std::vector<RankMemoryBytes> log_memory(const TrainState& state, const dist::StageModels& models,
-                                        const dist::Mesh& mesh, const TrainConfig& tc) {
+std::vector<RankMemoryBytes> log_memory(const TrainState& state,
+                                        const parallel::StageModels& models, const comm::Mesh& mesh,
+                                        const TrainConfig& tc) {
   constexpr int kFields = 7;
-  dist::Communicator& world = mesh.world();
-  const dist::MeshShape& shape = mesh.shape();
+  comm::Communicator& world = mesh.world();
+  const comm::MeshShape& shape = mesh.shape();
   const MemoryReport m = state.memory();
   double activations = 0, dense = 0, experts = 0;
   for (const model::Transformer* stage : models.stages) {
@@ -147,8 +148,8 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const dist::Sta
     const double* v = all.data() + kFields * r;
     memory[r].bytes = {v[0], v[1], v[2], v[3]};
     const double formula =
-        dist::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
-        dist::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total();
+        parallel::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
+        parallel::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total();
     const double model_state = v[0] + v[1] + v[2];
     const std::string expert_share =
         v[6] > 0
@@ -172,13 +173,13 @@ kernels::Device train_device(const TrainConfig& tc) {
   if (tc.device == kernels::DeviceKind::kCpu) return {};
   const int devices = kernels::cuda_device_count();
   check(devices > 0, "train.device = cuda, but {}", kernels::cuda_unavailable_reason());
-  return {kernels::DeviceKind::kCuda, dist::local_rank() % devices};
+  return {kernels::DeviceKind::kCuda, comm::local_rank() % devices};
 }
 
 // The peak FLOP/s that MFU divides by, over all ranks: train.peak_flops per rank when given, else
 // a CUDA device's dense bf16 peak, else each rank's CPU measured now.
 std::pair<double, std::string> job_peak_flops(const TrainConfig& tc, const kernels::Device& device,
-                                              dist::Communicator& world) {
+                                              comm::Communicator& world) {
   if (tc.peak_flops > 0) {
     return {tc.peak_flops * world.size(),
             fmt::format("train.peak_flops = {:.4g} FLOP/s per rank", tc.peak_flops)};
@@ -199,7 +200,7 @@ std::pair<double, std::string> job_peak_flops(const TrainConfig& tc, const kerne
 }
 
 // The seconds each phase of the step has taken on this rank's models so far.
-model::Transformer::PhaseSeconds phase_seconds(const dist::StageModels& models) {
+model::Transformer::PhaseSeconds phase_seconds(const parallel::StageModels& models) {
   model::Transformer::PhaseSeconds sum;
   for (const model::Transformer* m : models.stages) {
     const model::Transformer::PhaseSeconds& p = m->phase_seconds();
@@ -211,8 +212,8 @@ model::Transformer::PhaseSeconds phase_seconds(const dist::StageModels& models) 
   return sum;
 }
 
-void log_parallelism(const RunConfig& rc, const TrainState& state, const dist::ModelGroups& groups,
-                     const dist::Communicator& dp) {
+void log_parallelism(const RunConfig& rc, const TrainState& state,
+                     const parallel::ModelGroups& groups, const comm::Communicator& dp) {
   const TrainConfig& tc = rc.train;
   if (dp.size() > 1) {
     const std::string buckets =
@@ -237,12 +238,13 @@ void log_parallelism(const RunConfig& rc, const TrainState& state, const dist::M
   }
 }
 
-void log_pipeline(const RunConfig& rc, const dist::PipelineTable& table, const TrainState& state) {
-  const dist::MeshShape& mesh = rc.mesh;
+void log_pipeline(const RunConfig& rc, const parallel::PipelineTable& table,
+                  const TrainState& state) {
+  const comm::MeshShape& mesh = rc.mesh;
   if (mesh.pp == 1) return;
-  const dist::PipelineSimulation sim = dist::simulate_pipeline(table);
+  const parallel::PipelineSimulation sim = parallel::simulate_pipeline(table);
   std::string blocks;
-  for (const int64_t n : dist::stage_blocks(rc.model, table.stages(), mesh.pp_layers)) {
+  for (const int64_t n : parallel::stage_blocks(rc.model, table.stages(), mesh.pp_layers)) {
     blocks += fmt::format("{}{}", blocks.empty() ? "" : ",", n);
   }
   std::string mine;
@@ -254,7 +256,7 @@ void log_pipeline(const RunConfig& rc, const dist::PipelineTable& table, const T
   spdlog::info(
       "pipeline: {} ranks, {} schedule, {} stage(s) per rank, {} micro-batches (train.grad_accum), "
       "blocks per stage {}, simulated bubble {:.1f}% | this rank: {}",
-      mesh.pp, dist::pipeline_schedule_name(table.kind), table.virtual_stages, table.micro_batches,
+      mesh.pp, comm::pipeline_schedule_name(table.kind), table.virtual_stages, table.micro_batches,
       blocks, 100 * sim.bubble, mine);
 }
 
@@ -307,20 +309,20 @@ class Run {
   const RunConfig rc_;
   const std::unique_ptr<RunFolderLock> lock_;
   const TrainConfig& tc_;
-  dist::Communicator& world_;
-  const dist::Mesh mesh_;
-  dist::Communicator& dp_;
+  comm::Communicator& world_;
+  const comm::Mesh mesh_;
+  comm::Communicator& dp_;
   const bool lead_;  // rank 0 alone writes logs, metrics, the resolved config and checkpoints
   const int64_t local_batch_;
   data::Dataset dataset_;
-  dist::ModelGroups groups_;
+  parallel::ModelGroups groups_;
   const kernels::DeviceContext device_;  // where the model and the training state live
   TrainState state_;
-  const dist::PipelineTable table_;  // one rank's plain sequence of micro-batches without pp
-  dist::StageModels models_;         // this rank's stages
-  std::optional<dist::PipelineRuntime> pipeline_;
+  const parallel::PipelineTable table_;  // one rank's plain sequence of micro-batches without pp
+  parallel::StageModels models_;         // this rank's stages
+  std::optional<parallel::PipelineRuntime> pipeline_;
   std::vector<int32_t> micro_tokens_;  // a pipelined step's inputs and targets
-  std::vector<dist::MicroBatch> micro_batches_;
+  std::vector<parallel::MicroBatch> micro_batches_;
   const fs::path ckpt_dir_;
   Checkpointer checkpointer_;
   DivergenceGuard guard_;
@@ -336,7 +338,7 @@ class Run {
 };
 
 // Text is prepared by rank 0; the others open what it wrote.
-data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, dist::Communicator& world) {
+data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, comm::Communicator& world) {
   const bool lead = world.rank() == 0;
   if (!lead) world.barrier();
   data::Dataset d = open_training_data(rc, out_dir);
@@ -345,8 +347,8 @@ data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, dist::Comm
 }
 
 std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
-  return dist::stage_boundaries(
-      dist::stage_blocks(rc.model, rc.mesh.pp * rc.mesh.pp_virtual, rc.mesh.pp_layers));
+  return parallel::stage_boundaries(
+      parallel::stage_blocks(rc.model, rc.mesh.pp * rc.mesh.pp_virtual, rc.mesh.pp_layers));
 }
 
 std::vector<model::ParameterStore*> stage_stores(TrainState& state) {
@@ -356,7 +358,7 @@ std::vector<model::ParameterStore*> stage_stores(TrainState& state) {
 }
 
 Config sized_for_world(const Config& config) {
-  const int ranks = dist::world().size();
+  const int ranks = comm::world().size();
   Config sized = elastic_config(config, ranks);
   if (sized.get_int("mesh.dp") != config.get_int("mesh.dp")) {
     spdlog::info("dist.elastic: {} ranks, so mesh.dp {} -> {}", ranks, config.get_int("mesh.dp"),
@@ -371,7 +373,7 @@ std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& 
                                            const Config& config) {
   // Every rank finds a mesh that does not fit the job here, before rank 0 alone starts writing,
   // so that each says why before the launcher stops it.
-  dist::check_mesh(rc.mesh, dist::world().size());
+  comm::check_mesh(rc.mesh, comm::world().size());
   train_device(rc.train);  // a device this rank cannot use is refused before anything is written
   check(rc.mesh.pp == 1 || rc.train.zero <= 1,
         "mesh.pp = {} with train.zero = {}: a pipeline combines with ZeRO-0 or ZeRO-1 only. ZeRO-2 "
@@ -381,8 +383,8 @@ std::unique_ptr<RunFolderLock> prepare_run(const RunConfig& rc, const fs::path& 
         "with ZeRO-1 at most)",
         rc.mesh.pp, rc.train.zero);
   if (rc.train.threads > 0) set_num_threads(int(rc.train.threads));
-  dist::set_timeout_seconds(rc.dist.timeout_s);
-  if (dist::world().rank() != 0) {
+  comm::set_timeout_seconds(rc.dist.timeout_s);
+  if (comm::world().rank() != 0) {
     spdlog::set_level(spdlog::level::warn);
     return nullptr;
   }
@@ -402,7 +404,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       rc_(run_config_from(config_)),
       lock_(prepare_run(rc_, out_dir, config_)),
       tc_(rc_.train),
-      world_(dist::world()),
+      world_(comm::world()),
       mesh_(world_, rc_.mesh),
       dp_(mesh_.dp()),
       lead_(world_.rank() == 0),
@@ -412,14 +414,15 @@ Run::Run(const Config& config, const fs::path& out_dir)
       device_(train_device(tc_)),
       state_(device_.context(), rc_.model, tc_, mesh_, groups_.parallel().sharding,
              int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
-      table_(dist::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
-      models_(dist::build_stage_models(rc_.model, table_, mesh_.coords().pp, state_.boundaries(),
-                                       local_batch_, tc_.seq_len,
-                                       {.context = &device_.context(),
-                                        .precision = tc_.precision,
-                                        .recompute = tc_.recompute,
-                                        .parallel = &groups_.parallel()},
-                                       stage_stores(state_))),
+      table_(
+          parallel::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
+      models_(parallel::build_stage_models(rc_.model, table_, mesh_.coords().pp,
+                                           state_.boundaries(), local_batch_, tc_.seq_len,
+                                           {.context = &device_.context(),
+                                            .precision = tc_.precision,
+                                            .recompute = tc_.recompute,
+                                            .parallel = &groups_.parallel()},
+                                           stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
       guard_(rc_.guard),
@@ -436,7 +439,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       micro_batches_.push_back({at, at + n});
     }
   }
-  dist::start_flight_recorder(out_dir / "flight");
+  comm::start_flight_recorder(out_dir / "flight");
 }
 
 TrainSummary Run::train() {

@@ -1,10 +1,10 @@
 #include "tessera/train/training_data.h"
 
 #include "tessera/core/error.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/data/prepare.h"
-#include "tessera/data/text_corpus.h"
-#include "tessera/data/tokenizer.h"
-#include "tessera/data/tokenizer_copy.h"
+#include "tessera/tokenizer/tokenizer.h"
+#include "tessera/tokenizer/tokenizer_copy.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -32,7 +32,7 @@ fs::path prepared_text(const RunConfig& rc, const fs::path& out_dir) {
   const fs::path dir = out_dir / kDatasetDir;
   const std::string source = tokenizer_source(rc.data.tokenizer);
   std::vector<std::string> inputs;
-  for (const fs::path& f : data::corpus_files(rc.data.path)) {
+  for (const fs::path& f : corpus_files(rc.data.path)) {
     inputs.push_back(fs::absolute(f).string());
   }
   if (data::is_dataset_dir(dir)) {
@@ -46,7 +46,7 @@ fs::path prepared_text(const RunConfig& rc, const fs::path& out_dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);  // an interrupted preparation: start it again
   check(!ec, "{}: cannot remove the incomplete dataset ({})", dir.string(), ec.message());
-  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(source);
+  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::load_tokenizer(source);
   check_vocab_fits(rc, tokenizer->kind(), tokenizer->vocab_size(), source);
   data::PrepareOptions options;
   options.inputs = {rc.data.path};
@@ -81,7 +81,7 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
         "train.seq_len + 1 needs {}",
         dir.string(), dataset.train.size(), dataset.val.size(), window);
   if (!m.tokenizer_copy.empty()) {
-    data::copy_tokenizer(dir / m.tokenizer_copy, out_dir / kTokenizerDir);
+    tokenizer::copy_tokenizer(dir / m.tokenizer_copy, out_dir / kTokenizerDir);
   }
   return dataset;
 }

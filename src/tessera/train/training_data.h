@@ -11,7 +11,7 @@ namespace tessera::train {
 // The run's tokens. data.path is opened as is when it is a prepared dataset; text is prepared
 // into out_dir/dataset with data.tokenizer first (a resumed run reuses that preparation after
 // checking it was made from the same files and tokenizer). The tokenizer's files are copied to
-// out_dir/tokenizer with their digests (data::copy_tokenizer, which checks the dataset's copy
+// out_dir/tokenizer with their digests (tokenizer::copy_tokenizer, which checks the dataset's copy
 // against its own), so the run folder alone can decode what it trains. Errors when
 // model.vocab_size cannot hold the tokenizer's ids.
 data::Dataset open_training_data(const RunConfig& rc, const std::filesystem::path& out_dir);

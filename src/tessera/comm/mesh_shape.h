@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::comm {
+
+enum class PipelineScheduleKind { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubbleH1 };
+
+// "gpipe", "1f1b", "interleaved", "zb-h1"; anything else is an error naming the choices.
+PipelineScheduleKind parse_pipeline_schedule(std::string_view name);
+std::string_view pipeline_schedule_name(PipelineScheduleKind kind);
+
+// The [mesh] section: how many ranks along each axis. Expert parallelism does not add ranks: the
+// ep ranks of an expert-parallel group are data-parallel ranks (torchtitan's rule, which the
+// planner assumes too), so ep must divide dp and the job has dp x tp x pp ranks.
+struct MeshShape {
+  int64_t dp = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t ep = 1;
+  // Megatron's sequence parallelism within each tensor-parallel group (model::ModelParallel).
+  bool sequence_parallel = false;
+  // The pipeline: stages per rank (interleaving when > 1), the schedule, and the blocks of each
+  // stage, first to last (empty: a split balanced by parallel::stage_blocks).
+  int64_t pp_virtual = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
+  std::vector<int64_t> pp_layers{};
+
+  int64_t ranks() const { return dp * tp * pp; }
+  std::string str() const;  // "dp=2 tp=2 pp=1 ep=1"
+};
+
+}  // namespace tessera::comm

@@ -1,0 +1,26 @@
+// A model's parameters and hyperparameters as llama.cpp's "gpt2" and "llama" architectures read
+// them from GGUF: ggml's tensor names, GPT-2's fused qkv, and Llama's q and k rows permuted from
+// Tessera's (and Hugging Face's) rotate-half order into the interleaved pairs llama.cpp rotates.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "tessera/interop/gguf_writer.h"
+#include "tessera/model/model_config.h"
+
+namespace tessera::interop {
+
+// The element type of the weights llama.cpp multiplies by; norms, biases and rows too narrow
+// for q8_0 blocks are kept wider, as llama.cpp's own converter keeps them.
+enum class GgufWeights { f32, f16, q8_0 };
+
+GgufWeights gguf_weights_from_name(const std::string& name);
+
+// Adds general.*, <arch>.* and the tensors of `params`, the flat buffer model_layout(config)
+// describes; the tensors read `params` when the file is written. Returns llama.cpp's
+// architecture name. A Mixture-of-Experts model is refused: it is not exported to GGUF yet.
+std::string add_gguf_model(const model::ModelConfig& config, std::span<const float> params,
+                           GgufWeights weights, GgufWriter& gguf);
+
+}  // namespace tessera::interop

@@ -1,0 +1,18 @@
+// A byte-level BPE vocabulary as llama.cpp reads it from GGUF metadata: its "gpt2" tokenizer
+// model, tokens and merges spelled through GPT-2's byte-to-unicode table, and the
+// pre-tokenizer named by the split it uses ("gpt-2" or Llama 3's "llama-bpe").
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/interop/gguf_writer.h"
+#include "tessera/tokenizer/bpe_vocab.h"
+
+namespace tessera::interop {
+
+// Sets the tokenizer.ggml.* keys for a model of `n_vocab` ids (at least the vocabulary's); ids
+// the vocabulary leaves unused are written as unused "[PAD<id>]" tokens, as llama.cpp's own
+// converter pads them.
+void add_gguf_tokenizer(const tokenizer::BpeVocab& vocab, int64_t n_vocab, GgufWriter& gguf);
+
+}  // namespace tessera::interop

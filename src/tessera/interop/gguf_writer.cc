@@ -1,0 +1,219 @@
+#include "tessera/interop/gguf_writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
+
+namespace tessera::interop {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint32_t kGgufVersion = 3;
+constexpr uint64_t kAlignment = 32;  // ggml's default general.alignment
+
+// GGUF's metadata value types.
+enum class GgufType : uint32_t {
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+};
+
+uint64_t aligned(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
+
+class Output {
+ public:
+  explicit Output(const fs::path& path) : path_(path), file_(std::fopen(path.c_str(), "wb")) {
+    check(file_ != nullptr, "{}: cannot create: {}", path.string(), std::strerror(errno));
+  }
+  ~Output() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  void bytes(const void* data, size_t n) {
+    check(std::fwrite(data, 1, n, file_) == n, "{}: write failed: {}", path_.string(),
+          std::strerror(errno));
+    written_ += n;
+  }
+  template <typename T>
+  void scalar(T value) {
+    bytes(&value, sizeof(T));
+  }
+  void string(const std::string& s) {
+    scalar(uint64_t(s.size()));
+    bytes(s.data(), s.size());
+  }
+  void pad_to(uint64_t offset) {
+    static constexpr char kZeros[kAlignment] = {};
+    bytes(kZeros, offset - written_);
+  }
+  uint64_t written() const { return written_; }
+  void close() {
+    check(std::fclose(std::exchange(file_, nullptr)) == 0, "{}: close failed: {}", path_.string(),
+          std::strerror(errno));
+  }
+
+ private:
+  fs::path path_;
+  std::FILE* file_;
+  uint64_t written_ = 0;
+};
+
+void write_value(Output& out, const GgufWriter::Value& value) {
+  std::visit(
+      [&out](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, uint32_t>) {
+          out.scalar(GgufType::u32);
+          out.scalar(v);
+        } else if constexpr (std::is_same_v<T, int32_t>) {
+          out.scalar(GgufType::i32);
+          out.scalar(v);
+        } else if constexpr (std::is_same_v<T, float>) {
+          out.scalar(GgufType::f32);
+          out.scalar(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out.scalar(GgufType::boolean);
+          out.scalar(uint8_t(v));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          out.scalar(GgufType::string);
+          out.string(v);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          out.scalar(GgufType::array);
+          out.scalar(GgufType::string);
+          out.scalar(uint64_t(v.size()));
+          for (const std::string& s : v) out.string(s);
+        } else {
+          out.scalar(GgufType::array);
+          out.scalar(GgufType::i32);
+          out.scalar(uint64_t(v.size()));
+          out.bytes(v.data(), v.size() * sizeof(int32_t));
+        }
+      },
+      value);
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+void quantize_q8_0(std::span<const float> values, std::span<uint8_t> blocks) {
+  check(values.size() % kQ8BlockSize == 0 &&
+            blocks.size() == values.size() / kQ8BlockSize * kQ8BlockBytes,
+        "q8_0: {} values and {} bytes do not make whole blocks of {}", values.size(), blocks.size(),
+        kQ8BlockSize);
+  for (size_t b = 0; b * kQ8BlockSize < values.size(); ++b) {
+    const float* x = values.data() + b * kQ8BlockSize;
+    uint8_t* block = blocks.data() + b * kQ8BlockBytes;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = amax / 127.0f;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const uint16_t half = f32_to_f16(scale);
+    std::memcpy(block, &half, 2);
+    for (int64_t i = 0; i < kQ8BlockSize; ++i) {
+      block[2 + i] = uint8_t(int8_t(std::round(x[i] * inverse)));
+    }
+  }
+}
+
+uint64_t ggml_bytes(GgmlType type, int64_t numel) {
+  switch (type) {
+    case GgmlType::f32:
+      return uint64_t(numel) * 4;
+    case GgmlType::f16:
+      return uint64_t(numel) * 2;
+    case GgmlType::q8_0:
+      return uint64_t(numel / kQ8BlockSize) * kQ8BlockBytes;
+  }
+  fail("unknown ggml type {}", uint32_t(type));
+}
+
+void GgufWriter::set(const std::string& key, Value value) {
+  for (const auto& [existing, v] : metadata_) {
+    check(existing != key, "GGUF metadata key '{}' is set twice", key);
+  }
+  metadata_.emplace_back(key, std::move(value));
+}
+
+void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape, GgmlType type,
+                            Fill fill) {
+  for (const Tensor& t : tensors_) check(t.name != name, "GGUF tensor '{}' is added twice", name);
+  check(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions (1 to 4 allowed)",
+        name, shape.size());
+  check(type != GgmlType::q8_0 || shape.back() % kQ8BlockSize == 0,
+        "GGUF tensor '{}': rows of {} values cannot be split into q8_0 blocks of {}", name,
+        shape.back(), kQ8BlockSize);
+  tensors_.push_back({name, std::move(shape), type, std::move(fill)});
+}
+
+void GgufWriter::write(const fs::path& path) const {
+  const fs::path tmp = path.string() + ".tmp";
+  Output out(tmp);
+  out.bytes("GGUF", 4);
+  out.scalar(kGgufVersion);
+  out.scalar(uint64_t(tensors_.size()));
+  out.scalar(uint64_t(metadata_.size()));
+  for (const auto& [key, value] : metadata_) {
+    out.string(key);
+    write_value(out, value);
+  }
+  uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    out.string(t.name);
+    out.scalar(uint32_t(t.shape.size()));
+    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) out.scalar(uint64_t(*d));
+    out.scalar(t.type);
+    out.scalar(offset);
+    offset = aligned(offset + ggml_bytes(t.type, numel(t.shape)));
+  }
+  const uint64_t data_start = aligned(out.written());
+  out.pad_to(data_start);
+
+  std::vector<float> values;
+  std::vector<uint8_t> encoded;
+  for (const Tensor& t : tensors_) {
+    values.assign(size_t(numel(t.shape)), 0.0f);
+    t.fill(values);
+    encoded.resize(ggml_bytes(t.type, numel(t.shape)));
+    switch (t.type) {
+      case GgmlType::f32:
+        std::memcpy(encoded.data(), values.data(), encoded.size());
+        break;
+      case GgmlType::f16:
+        for (size_t i = 0; i < values.size(); ++i) {
+          const uint16_t half = f32_to_f16(values[i]);
+          std::memcpy(encoded.data() + 2 * i, &half, 2);
+        }
+        break;
+      case GgmlType::q8_0:
+        quantize_q8_0(values, encoded);
+        break;
+    }
+    out.bytes(encoded.data(), encoded.size());
+    out.pad_to(data_start + aligned(out.written() - data_start));
+  }
+  out.close();
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  check(!ec, "{}: cannot rename to {}: {}", tmp.string(), path.string(), ec.message());
+}
+
+}  // namespace tessera::interop

@@ -1,0 +1,58 @@
+// Writes GGUF (version 3), the single-file model format of llama.cpp and ggml: typed key-value
+// metadata, then tensors stored as f32, f16 or q8_0 (blocks of 32 int8 values with one f16
+// scale). The writer knows the container only; which keys and tensor names a model needs is
+// decided by its callers (ckpt/gguf_export.h for weights, data/gguf_tokenizer.h for vocabularies).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tessera::interop {
+
+// ggml's type ids for the tensor encodings written here.
+enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8 };
+
+inline constexpr int64_t kQ8BlockSize = 32;
+inline constexpr int64_t kQ8BlockBytes = 2 + kQ8BlockSize;
+
+// Quantizes `values` (a multiple of 32 long) as ggml's reference q8_0 does: per block of 32, the
+// scale is max|x| / 127 and each value is round(x / scale), halves away from zero.
+void quantize_q8_0(std::span<const float> values, std::span<uint8_t> blocks);
+
+// Bytes `numel` values take in `type`.
+uint64_t ggml_bytes(GgmlType type, int64_t numel);
+
+class GgufWriter {
+ public:
+  using Value = std::variant<uint32_t, int32_t, float, bool, std::string, std::vector<std::string>,
+                             std::vector<int32_t>>;
+  // Fills the tensor's values, row-major in `shape`'s order, as f32; the writer encodes them.
+  using Fill = std::function<void(std::span<float>)>;
+
+  // Adds a metadata key; a key set twice is an error.
+  void set(const std::string& key, Value value);
+  // Adds a tensor. `shape` is row-major (outermost first, as Tessera and PyTorch write it); the
+  // file stores ggml's reverse order. A q8_0 tensor's rows must be a multiple of 32 wide.
+  void add_tensor(const std::string& name, std::vector<int64_t> shape, GgmlType type, Fill fill);
+
+  // Writes the file beside `path` and renames it over `path` when complete, so a failed write
+  // leaves any earlier file in place.
+  void write(const std::filesystem::path& path) const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    GgmlType type;
+    Fill fill;
+  };
+  std::vector<std::pair<std::string, Value>> metadata_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace tessera::interop

@@ -1,0 +1,352 @@
+#include "tessera/interop/hf_names.h"
+
+#include <fmt/format.h>
+
+#include "tessera/core/error.h"
+
+namespace tessera::interop {
+namespace {
+
+using model::Architecture;
+using model::ModelConfig;
+using nlohmann::json;
+
+constexpr const char* kGpt2 = "GPT2LMHeadModel";
+constexpr const char* kLlama = "LlamaForCausalLM";
+constexpr const char* kMixtral = "MixtralForCausalLM";
+
+// GPT-2's LayerNorm epsilon is fixed in Tessera (model.norm_eps applies to Llama's RMSNorm).
+constexpr double kGpt2LayerNormEps = 1e-5;
+
+// Builds the list; `whole` maps all of a parameter, `part` some of its rows.
+class LayoutBuilder {
+ public:
+  explicit LayoutBuilder(const model::ModelLayout& layout) : layout_(layout) {}
+
+  void whole(std::string hf_name, const std::string& param, bool transposed = false) {
+    const Shape& s = layout_.params.find(param).shape;
+    std::vector<int64_t> hf_shape;
+    for (int i = 0; i < s.rank(); ++i) hf_shape.push_back(s[i]);
+    if (transposed) std::swap(hf_shape[0], hf_shape[1]);
+    const int64_t width = s.rank() >= 2 ? s[s.rank() - 1] : 1;
+    tensors.push_back({std::move(hf_name), hf_shape, param, 0, s.numel() / width, transposed});
+  }
+
+  void part(std::string hf_name, const std::string& param, int64_t row_begin, int64_t rows) {
+    const Shape& s = layout_.params.find(param).shape;
+    const int64_t width = s[s.rank() - 1];
+    tensors.push_back({std::move(hf_name), {rows, width}, param, row_begin, rows, false});
+  }
+
+  std::vector<HfTensor> tensors;
+
+ private:
+  const model::ModelLayout& layout_;
+};
+
+HfLayout gpt2_layout(const ModelConfig& c, const model::ModelLayout& layout) {
+  LayoutBuilder b(layout);
+  b.whole("transformer.wte.weight", "wte.weight");
+  b.whole("transformer.wpe.weight", "wpe.weight");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string hf = fmt::format("transformer.h.{}.", l), t = fmt::format("blocks.{}.", l);
+    b.whole(hf + "ln_1.weight", t + "ln1.weight");
+    b.whole(hf + "ln_1.bias", t + "ln1.bias");
+    b.whole(hf + "attn.c_attn.weight", t + "attn.qkv.weight", true);
+    b.whole(hf + "attn.c_attn.bias", t + "attn.qkv.bias");
+    b.whole(hf + "attn.c_proj.weight", t + "attn.proj.weight", true);
+    b.whole(hf + "attn.c_proj.bias", t + "attn.proj.bias");
+    b.whole(hf + "ln_2.weight", t + "ln2.weight");
+    b.whole(hf + "ln_2.bias", t + "ln2.bias");
+    b.whole(hf + "mlp.c_fc.weight", t + "fc.weight", true);
+    b.whole(hf + "mlp.c_fc.bias", t + "fc.bias");
+    b.whole(hf + "mlp.c_proj.weight", t + "fcproj.weight", true);
+    b.whole(hf + "mlp.c_proj.bias", t + "fcproj.bias");
+  }
+  b.whole("transformer.ln_f.weight", "lnf.weight");
+  b.whole("transformer.ln_f.bias", "lnf.bias");
+  return {kGpt2, std::move(b.tensors), "lm_head.weight", "transformer.wte.weight"};
+}
+
+HfLayout llama_layout(const ModelConfig& c, const model::ModelLayout& layout) {
+  const model::MoeConfig& moe = c.moe;
+  check(moe.n_shared == 0,
+        "model.moe_shared_experts = {}: Hugging Face's Mixtral has no shared experts, so this "
+        "model cannot be exported",
+        moe.n_shared);
+  const int64_t q_rows = c.n_head * c.head_dim(), kv_rows = c.kv_heads() * c.head_dim();
+  const int64_t F = c.ffn(), C = c.d_model;
+  LayoutBuilder b(layout);
+  b.whole("model.embed_tokens.weight", "wte.weight");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string hf = fmt::format("model.layers.{}.", l), t = fmt::format("blocks.{}.", l);
+    b.whole(hf + "input_layernorm.weight", t + "ln1.weight");
+    b.part(hf + "self_attn.q_proj.weight", t + "attn.qkv.weight", 0, q_rows);
+    b.part(hf + "self_attn.k_proj.weight", t + "attn.qkv.weight", q_rows, kv_rows);
+    b.part(hf + "self_attn.v_proj.weight", t + "attn.qkv.weight", q_rows + kv_rows, kv_rows);
+    b.whole(hf + "self_attn.o_proj.weight", t + "attn.proj.weight");
+    b.whole(hf + "post_attention_layernorm.weight", t + "ln2.weight");
+    if (!c.is_moe()) {
+      b.part(hf + "mlp.gate_proj.weight", t + "mlp.gate_up.weight", 0, F);
+      b.part(hf + "mlp.up_proj.weight", t + "mlp.gate_up.weight", F, F);
+      b.whole(hf + "mlp.down_proj.weight", t + "mlp.down.weight");
+      continue;
+    }
+    b.whole(hf + "block_sparse_moe.gate.weight", t + "moe.router.weight");
+    for (int64_t e = 0; e < moe.n_experts; ++e) {
+      const std::string x = fmt::format("{}block_sparse_moe.experts.{}.", hf, e);
+      b.part(x + "w1.weight", t + "moe.experts.gate_up.weight", e * 2 * F, F);
+      b.part(x + "w3.weight", t + "moe.experts.gate_up.weight", e * 2 * F + F, F);
+      b.part(x + "w2.weight", t + "moe.experts.down.weight", e * C, C);
+    }
+  }
+  b.whole("model.norm.weight", "lnf.weight");
+  HfLayout hf{c.is_moe() ? kMixtral : kLlama, {}, "", ""};
+  if (c.tie_embeddings) {
+    hf.tied_head = "lm_head.weight";
+    hf.tied_to = "model.embed_tokens.weight";
+  } else {
+    b.whole("lm_head.weight", "lm_head.weight");
+  }
+  hf.tensors = std::move(b.tensors);
+  return hf;
+}
+
+// Typed access to config.json fields, with Transformers' defaults for absent (or null) ones.
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, const std::string& source) : j_(j), source_(source) {
+    check(j.is_object(), "{}: expected a JSON object, got {}", source, j.type_name());
+  }
+
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+  int64_t size(const char* key) const {
+    check(has(key), "{}: missing '{}'", source_, key);
+    const json& v = j_[key];
+    check(v.is_number_integer() && v.get<int64_t>() >= 1,
+          "{}: '{}' must be an integer >= 1, got {}", source_, key, v.dump());
+    return v.get<int64_t>();
+  }
+  int64_t size_or(const char* key, int64_t fallback) const {
+    return has(key) ? size(key) : fallback;
+  }
+
+  double number_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    check(v.is_number(), "{}: '{}' must be a number, got {}", source_, key, v.dump());
+    return v.get<double>();
+  }
+
+  bool flag_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    check(v.is_boolean(), "{}: '{}' must be true or false, got {}", source_, key, v.dump());
+    return v.get<bool>();
+  }
+
+  std::string text_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    check(v.is_string(), "{}: '{}' must be a string, got {}", source_, key, v.dump());
+    return v.get<std::string>();
+  }
+
+  // A setting Tessera supports only at one value.
+  void require_flag(const char* key, bool fallback, bool wanted, const char* why) const {
+    check(flag_or(key, fallback) == wanted, "{}: '{}' = {} is not supported: {}", source_, key,
+          !wanted, why);
+  }
+
+  const json& at(const char* key) const { return j_[key]; }
+  const std::string& source() const { return source_; }
+
+ private:
+  const json& j_;
+  const std::string& source_;
+};
+
+std::string model_type_of(const ConfigReader& r) {
+  if (r.has("model_type")) return r.text_or("model_type", "");
+  check(r.has("architectures") && r.at("architectures").is_array() &&
+            !r.at("architectures").empty() && r.at("architectures")[0].is_string(),
+        "{}: names neither 'model_type' nor 'architectures'", r.source());
+  const std::string arch = r.at("architectures")[0].get<std::string>();
+  if (arch == kGpt2) return "gpt2";
+  if (arch == kLlama) return "llama";
+  if (arch == kMixtral) return "mixtral";
+  fail("{}: architecture '{}' is not supported ({}, {} or {})", r.source(), arch, kGpt2, kLlama,
+       kMixtral);
+}
+
+ModelConfig gpt2_from_hf(const ConfigReader& r) {
+  ModelConfig c;
+  c.arch = Architecture::kGpt2;
+  c.vocab_size = r.size("vocab_size");
+  c.d_model = r.size("n_embd");
+  c.n_layer = r.size("n_layer");
+  c.n_head = r.size("n_head");
+  c.max_seq = r.size("n_positions");
+  c.ffn_hidden = r.size_or("n_inner", 0);
+  const std::string act = r.text_or("activation_function", "gelu_new");
+  check(act == "gelu_new" || act == "gelu_pytorch_tanh",
+        "{}: 'activation_function' = \"{}\" is not supported: Tessera's GPT-2 uses the tanh GELU "
+        "(gelu_new)",
+        r.source(), act);
+  const double eps = r.number_or("layer_norm_epsilon", kGpt2LayerNormEps);
+  check(eps == kGpt2LayerNormEps,
+        "{}: 'layer_norm_epsilon' = {} is not supported: Tessera's GPT-2 uses {}", r.source(), eps,
+        kGpt2LayerNormEps);
+  r.require_flag("scale_attn_weights", true, true,
+                 "attention scores are scaled by 1/sqrt(head_dim)");
+  r.require_flag("scale_attn_by_inverse_layer_idx", false, false,
+                 "attention scores are not scaled by layer");
+  r.require_flag("tie_word_embeddings", true, true, "GPT-2's output projection is wte");
+  return c;
+}
+
+ModelConfig llama_from_hf(const ConfigReader& r, bool mixtral) {
+  ModelConfig c;
+  c.arch = Architecture::kLlama;
+  c.vocab_size = r.size("vocab_size");
+  c.d_model = r.size("hidden_size");
+  c.n_layer = r.size("num_hidden_layers");
+  c.n_head = r.size("num_attention_heads");
+  c.n_kv_head = r.size_or("num_key_value_heads", c.n_head);
+  c.ffn_hidden = r.size("intermediate_size");
+  c.max_seq = r.size("max_position_embeddings");
+  c.rope_theta = r.number_or("rope_theta", 1e4);
+  c.norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.tie_embeddings = r.flag_or("tie_word_embeddings", false);
+  const std::string act = r.text_or("hidden_act", "silu");
+  check(act == "silu" || act == "swish",
+        "{}: 'hidden_act' = \"{}\" is not supported: Tessera's Llama MLP is SwiGLU (silu)",
+        r.source(), act);
+  if (r.has("rope_scaling")) {
+    const json& s = r.at("rope_scaling");
+    const json type = s.is_object() ? s.value("rope_type", s.value("type", json())) : json();
+    check(type == "default", "{}: 'rope_scaling' = {} is not supported: only plain RoPE is",
+          r.source(), s.dump());
+  }
+  r.require_flag("attention_bias", false, false, "Llama attention has no biases");
+  r.require_flag("mlp_bias", false, false, "Llama MLPs have no biases");
+  check(c.d_model % c.n_head == 0,
+        "{}: 'hidden_size' ({}) must be divisible by "
+        "'num_attention_heads' ({})",
+        r.source(), c.d_model, c.n_head);
+  const int64_t head_dim = r.size_or("head_dim", c.d_model / c.n_head);
+  check(head_dim * c.n_head == c.d_model,
+        "{}: 'head_dim' = {} is not supported: Tessera's heads are hidden_size / "
+        "num_attention_heads = {} wide",
+        r.source(), head_dim, c.d_model / c.n_head);
+  if (!mixtral) return c;
+  c.moe.n_experts = r.size_or("num_local_experts", 8);
+  c.moe.top_k = r.size_or("num_experts_per_tok", 2);
+  c.moe.aux_loss_coef = r.number_or("router_aux_loss_coef", 0.001);
+  c.moe.capacity_factor = 0;  // Mixtral routes every token (dropless)
+  if (r.has("sliding_window")) {
+    const int64_t window = r.size("sliding_window");
+    check(window >= c.max_seq,
+          "{}: 'sliding_window' = {} is not supported: attention spans the whole context of {}",
+          r.source(), window, c.max_seq);
+  }
+  return c;
+}
+
+}  // namespace
+
+HfLayout hf_layout(const ModelConfig& config) {
+  const model::ModelLayout layout = model::model_layout(config);
+  return config.arch == Architecture::kGpt2 ? gpt2_layout(config, layout)
+                                            : llama_layout(config, layout);
+}
+
+bool is_hf_buffer(Architecture arch, std::string_view name) {
+  if (arch == Architecture::kGpt2) {
+    return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+  }
+  return name.ends_with(".rotary_emb.inv_freq");
+}
+
+HfSlice hf_slice(const model::ModelLayout& layout, const HfTensor& t) {
+  const model::ParamInfo& p = layout.params.find(t.param);
+  const int64_t width = p.shape.rank() >= 2 ? p.shape[p.shape.rank() - 1] : 1;
+  check(t.row_begin >= 0 && t.rows >= 0 && (t.row_begin + t.rows) * width <= p.shape.numel(),
+        "'{}': rows [{}, {}) lie outside parameter '{}' of shape {}", t.hf_name, t.row_begin,
+        t.row_begin + t.rows, t.param, p.shape.str());
+  return {p.offset + t.row_begin * width, width};
+}
+
+json hf_config_json(const ModelConfig& c, DType dtype) {
+  check(dtype == DType::f32 || dtype == DType::bf16,
+        "config.json: torch_dtype for {} is not defined", dtype_name(dtype));
+  const char* torch_dtype = dtype == DType::f32 ? "float32" : "bfloat16";
+  if (c.arch == Architecture::kGpt2) {
+    return {{"architectures", {kGpt2}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab_size},
+            {"n_embd", c.d_model},
+            {"n_layer", c.n_layer},
+            {"n_head", c.n_head},
+            {"n_positions", c.max_seq},
+            {"n_ctx", c.max_seq},
+            // null is Transformers' own spelling of the default 4 * n_embd.
+            {"n_inner", c.ffn() == 4 * c.d_model ? json(nullptr) : json(c.ffn())},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", kGpt2LayerNormEps},
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"scale_attn_weights", true},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", torch_dtype}};
+  }
+  json j = {{"architectures", {c.is_moe() ? kMixtral : kLlama}},
+            {"model_type", c.is_moe() ? "mixtral" : "llama"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"intermediate_size", c.ffn()},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.kv_heads()},
+            {"max_position_embeddings", c.max_seq},
+            {"rope_theta", c.rope_theta},
+            {"rope_scaling", nullptr},
+            {"rms_norm_eps", c.norm_eps},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"attention_dropout", 0.0},
+            {"torch_dtype", torch_dtype}};
+  if (c.is_moe()) {
+    j["num_local_experts"] = c.moe.n_experts;
+    j["num_experts_per_tok"] = c.moe.top_k;
+    j["router_aux_loss_coef"] = c.moe.aux_loss_coef;
+    j["sliding_window"] = nullptr;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  return j;
+}
+
+ModelConfig model_config_from_hf(const json& config, const std::string& source) {
+  const ConfigReader r(config, source);
+  const std::string type = model_type_of(r);
+  ModelConfig c;
+  if (type == "gpt2") {
+    c = gpt2_from_hf(r);
+  } else if (type == "llama" || type == "mixtral") {
+    c = llama_from_hf(r, type == "mixtral");
+  } else {
+    fail("{}: model_type '{}' is not supported (gpt2, llama or mixtral)", source, type);
+  }
+  try {
+    model::validate(c);
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
+  return c;
+}
+
+}  // namespace tessera::interop
