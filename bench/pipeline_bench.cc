@@ -22,6 +22,80 @@
 
 using namespace tessera;
 
+namespace {
+
+struct Seconds {
+  double step = 0, forward = 0, backward = 0, weight = 0;
+};
+
+// Runs `steps` steps of the table (after one to warm up) and sums this rank's times.
+Seconds time_schedule(const parallel::PipelineTable& table, comm::Communicator& pp,
+                      const model::ModelConfig& c, const std::vector<int64_t>& boundaries,
+                      const std::vector<parallel::MicroBatch>& batches, int64_t B, int64_t T,
+                      int64_t steps) {
+  const float scale = 1.0f / float(batches.size());
+  parallel::StageModels built =
+      parallel::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
+  for (model::Transformer* s : built.stages) s->init_weights(1);
+  parallel::PipelineRuntime runtime(table, pp, built.stages, built.slots);
+  runtime.run(batches, B, T, scale);  // warm-up
+  Seconds t;
+  for (int64_t i = 0; i < steps; ++i) {
+    pp.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    runtime.run(batches, B, T, scale);
+    t.step += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    t.forward += runtime.forward_seconds();
+    t.backward += runtime.backward_seconds();
+    t.weight += runtime.weight_gradient_seconds();
+  }
+  return t;
+}
+
+// The simulation with this run's costs: each rank's own mean forward, input gradient and weight
+// gradient per micro-batch and stage (a whole backward is all input gradient), so that uneven
+// stages wait for each other there as they do here. Collective over pp.
+parallel::PipelineSimulation simulate_measured(const parallel::PipelineTable& table,
+                                               comm::Communicator& pp, const Seconds& t,
+                                               double steps, int m, int v) {
+  const int p = pp.size();
+  std::vector<double> measured(3 * p, 0.0);
+  measured[3 * pp.rank()] = t.forward / steps / (m * v);
+  measured[3 * pp.rank() + 1] = (t.backward - t.weight) / steps / (m * v);
+  measured[3 * pp.rank() + 2] = t.weight / steps / (m * v);
+  pp.all_reduce(measured.data(), int64_t(measured.size()));
+  std::vector<parallel::PipelineCosts> stage_costs;
+  for (int s = 0; s < table.stages(); ++s) {
+    const double* c = measured.data() + 3 * table.rank_of(s);
+    stage_costs.push_back({c[0], c[1], c[2]});
+  }
+  return parallel::simulate_pipeline(table, stage_costs);
+}
+
+// Every rank's row: its times per step, and its measured idle share beside the simulated one.
+void print_rows(comm::PipelineScheduleKind kind, comm::Communicator& pp, const Seconds& t,
+                double steps, const parallel::PipelineSimulation& sim) {
+  const int p = pp.size();
+  constexpr int kColumns = 4;
+  std::vector<double> rows(kColumns * p, 0.0);
+  double* mine = rows.data() + kColumns * pp.rank();
+  mine[0] = t.step / steps;
+  mine[1] = t.forward / steps;
+  mine[2] = t.backward / steps;
+  mine[3] = t.weight / steps;
+  pp.all_reduce(rows.data(), int64_t(rows.size()));
+  if (pp.rank() != 0) return;
+  for (int r = 0; r < p; ++r) {
+    const double* row = rows.data() + kColumns * r;
+    std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
+                std::string(comm::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
+                1e3 * row[1], 1e3 * row[2], 1e3 * row[3], 100 * (1 - (row[1] + row[2]) / row[0]),
+                100 * sim.idle_fraction[r]);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   comm::Communicator& pp = comm::init_world(argc, argv);
   std::map<std::string, int64_t> o = {{"n-layer", 8}, {"d-model", 512}, {"vocab", 8192},
@@ -76,53 +150,9 @@ int main(int argc, char** argv) {
         parallel::stage_boundaries(parallel::stage_blocks(c, int64_t(p) * v, {}));
     const parallel::PipelineTable table =
         parallel::make_pipeline_table(kind, p, v, m, parallel::stage_costs(c, boundaries));
-    parallel::StageModels built =
-        parallel::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
-    for (model::Transformer* s : built.stages) s->init_weights(1);
-    parallel::PipelineRuntime runtime(table, pp, built.stages, built.slots);
-    runtime.run(batches, B, T, 1.0f / float(m));  // warm-up
-    double step = 0, forward = 0, backward = 0, weight = 0;
-    for (int64_t i = 0; i < o["steps"]; ++i) {
-      pp.barrier();
-      const auto start = std::chrono::steady_clock::now();
-      runtime.run(batches, B, T, 1.0f / float(m));
-      step += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      forward += runtime.forward_seconds();
-      backward += runtime.backward_seconds();
-      weight += runtime.weight_gradient_seconds();
-    }
+    const Seconds t = time_schedule(table, pp, c, boundaries, batches, B, T, o["steps"]);
     const double steps = double(o["steps"]);
-    // The simulation with this run's costs: each rank's own mean forward, input gradient and
-    // weight gradient per micro-batch and stage (a whole backward is all input gradient), so that
-    // uneven stages wait for each other there as they do here.
-    std::vector<double> measured(3 * p, 0.0);
-    measured[3 * pp.rank()] = forward / steps / (m * v);
-    measured[3 * pp.rank() + 1] = (backward - weight) / steps / (m * v);
-    measured[3 * pp.rank() + 2] = weight / steps / (m * v);
-    pp.all_reduce(measured.data(), int64_t(measured.size()));
-    std::vector<parallel::PipelineCosts> stage_costs;
-    for (int s = 0; s < table.stages(); ++s) {
-      const double* c = measured.data() + 3 * table.rank_of(s);
-      stage_costs.push_back({c[0], c[1], c[2]});
-    }
-    const parallel::PipelineSimulation sim = parallel::simulate_pipeline(table, stage_costs);
-    constexpr int kColumns = 4;
-    std::vector<double> rows(kColumns * p, 0.0);
-    double* mine = rows.data() + kColumns * pp.rank();
-    mine[0] = step / steps;
-    mine[1] = forward / steps;
-    mine[2] = backward / steps;
-    mine[3] = weight / steps;
-    pp.all_reduce(rows.data(), int64_t(rows.size()));
-    if (pp.rank() == 0) {
-      for (int r = 0; r < p; ++r) {
-        const double* row = rows.data() + kColumns * r;
-        std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
-                    std::string(comm::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
-                    1e3 * row[1], 1e3 * row[2], 1e3 * row[3],
-                    100 * (1 - (row[1] + row[2]) / row[0]), 100 * sim.idle_fraction[r]);
-      }
-    }
+    print_rows(kind, pp, t, steps, simulate_measured(table, pp, t, steps, m, v));
   }
   return 0;
 }

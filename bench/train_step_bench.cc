@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@
 #include "tessera/comm/mesh.h"
 #include "tessera/comm/single_communicator.h"
 #include "tessera/comm/world.h"
+#include "tessera/core/error.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/kernels/device.h"
@@ -38,202 +40,174 @@
 
 using namespace tessera;
 
-int main(int argc, char** argv) {
-  comm::Communicator& world = comm::init_world(argc, argv);
+namespace {
+
+struct BenchOptions {
   std::string comm = "overlap", device = "cpu";
   double bucket_mb = 4;
   model::ModelConfig mc;
-  mc.vocab_size = 50257;
-  mc.max_seq = 1024;
-  model::ModelOptions options;
+  model::ModelOptions model;
   int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, sp = 0, probe_bytes = 0;
   bool profile = false, limits = false;
+};
+
+// The flags above, as pairs; an unknown flag or a bad value is an error naming it.
+BenchOptions parse_flags(int argc, char** argv) {
+  BenchOptions o;
+  o.mc.vocab_size = 50257;
+  o.mc.max_seq = 1024;
+  const std::map<std::string, int64_t*> counts = {{"--n-layer", &o.mc.n_layer},
+                                                  {"--n-head", &o.mc.n_head},
+                                                  {"--kv-heads", &o.mc.n_kv_head},
+                                                  {"--ffn", &o.mc.ffn_hidden},
+                                                  {"--d-model", &o.mc.d_model},
+                                                  {"--vocab", &o.mc.vocab_size},
+                                                  {"--batch", &o.B},
+                                                  {"--seq", &o.T},
+                                                  {"--steps", &o.steps},
+                                                  {"--warmup", &o.warmup},
+                                                  {"--zero", &o.zero},
+                                                  {"--tp", &o.tp},
+                                                  {"--sp", &o.sp},
+                                                  {"--probe-allreduce", &o.probe_bytes}};
   for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
+    const std::string k = argv[i], v = argv[i + 1];
     if (k == "--precision") {
-      options.precision = model::precision_from_name(argv[i + 1]);
-      continue;
-    }
-    if (k == "--recompute") {
-      options.recompute = model::recompute_from_name(argv[i + 1]);
-      continue;
-    }
-    if (k == "--comm") {
-      comm = argv[i + 1];
-      continue;
-    }
-    if (k == "--device") {
-      device = argv[i + 1];
-      continue;
-    }
-    if (k == "--bucket-mb") {
-      bucket_mb = std::stod(argv[i + 1]);
-      continue;
-    }
-    if (k == "--arch") {
-      mc.arch = model::architecture_from_name(argv[i + 1]);
-      mc.tie_embeddings = mc.arch == model::Architecture::kGpt2;
-      continue;
-    }
-    int64_t v = std::stoll(argv[i + 1]);
-    if (k == "--n-layer")
-      mc.n_layer = v;
-    else if (k == "--n-head")
-      mc.n_head = v;
-    else if (k == "--kv-heads")
-      mc.n_kv_head = v;
-    else if (k == "--ffn")
-      mc.ffn_hidden = v;
-    else if (k == "--profile")
-      profile = v != 0;
-    else if (k == "--limits")
-      limits = v != 0;
-    else if (k == "--d-model")
-      mc.d_model = v;
-    else if (k == "--vocab")
-      mc.vocab_size = v;
-    else if (k == "--batch")
-      B = v;
-    else if (k == "--seq")
-      T = v;
-    else if (k == "--steps")
-      steps = v;
-    else if (k == "--warmup")
-      warmup = v;
-    else if (k == "--zero")
-      zero = v;
-    else if (k == "--tp")
-      tp = v;
-    else if (k == "--sp")
-      sp = v;
-    else if (k == "--probe-allreduce")
-      probe_bytes = v;
-    else if (k == "--threads")
-      set_num_threads(int(v));
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
+      o.model.precision = model::precision_from_name(v);
+    } else if (k == "--recompute") {
+      o.model.recompute = model::recompute_from_name(v);
+    } else if (k == "--comm") {
+      o.comm = v;
+    } else if (k == "--device") {
+      o.device = v;
+    } else if (k == "--bucket-mb") {
+      o.bucket_mb = std::stod(v);
+    } else if (k == "--arch") {
+      o.mc.arch = model::architecture_from_name(v);
+      o.mc.tie_embeddings = o.mc.arch == model::Architecture::kGpt2;
+    } else if (k == "--profile") {
+      o.profile = std::stoll(v) != 0;
+    } else if (k == "--limits") {
+      o.limits = std::stoll(v) != 0;
+    } else if (k == "--threads") {
+      set_num_threads(int(std::stoll(v)));
+    } else if (auto it = counts.find(k); it != counts.end()) {
+      *it->second = std::stoll(v);
+    } else {
+      fail("unknown flag {}", k);
     }
   }
-  if (comm != "none" && comm != "overlap" && comm != "after") {
-    std::fprintf(stderr, "--comm must be none, overlap or after, got %s\n", comm.c_str());
-    return 2;
+  check(o.comm == "none" || o.comm == "overlap" || o.comm == "after",
+        "--comm must be none, overlap or after, got {}", o.comm);
+  check(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got {}", o.device);
+  return o;
+}
+
+// The mean seconds of an all-reduce of `bytes` f32 bytes over the job.
+nlohmann::json probe_allreduce(comm::Communicator& world, int64_t bytes) {
+  std::vector<float> buffer(size_t(bytes / 4), 1.0f);
+  for (int i = 0; i < 3; ++i) world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
+  const int repeats = 20;
+  world.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i) {
+    world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
   }
-  if (probe_bytes > 0) {
-    std::vector<float> buffer(size_t(probe_bytes / 4), 1.0f);
-    for (int i = 0; i < 3; ++i) world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
-    const int repeats = 20;
-    world.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < repeats; ++i) {
-      world.all_reduce(buffer.data(), int64_t(buffer.size()), DType::f32);
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const nlohmann::json r = {
-        {"bytes", probe_bytes}, {"ranks", world.size()}, {"allreduce_s_mean", s / repeats}};
-    if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
-    return 0;
-  }
-  if (device != "cpu" && device != "cuda") {
-    std::fprintf(stderr, "--device must be cpu or cuda, got %s\n", device.c_str());
-    return 2;
-  }
-  const kernels::DeviceContext on(
-      device == "cpu"
-          ? kernels::Device{}
-          : kernels::Device{kernels::DeviceKind::kCuda,
-                            comm::local_rank() % std::max(1, kernels::cuda_device_count())});
-  const kernels::Context& ctx = on.context();
-  train::TrainConfig tc;
-  tc.weight_decay = 0.0;
-  tc.beta2 = 0.999;
-  tc.precision = options.precision;
-  comm::SingleCommunicator alone;
-  comm::Communicator& ranks = comm == "none" ? alone : world;
-  const comm::Mesh mesh(ranks, {.dp = ranks.size() / tp, .tp = tp, .sequence_parallel = sp != 0});
-  const parallel::ModelGroups groups(mesh, mc, sp != 0);
-  comm::Communicator& dp = mesh.dp();
-  tc.zero = zero;
-  train::TrainState state(ctx, mc, tc, mesh, groups.parallel().sharding,
-                          int64_t(bucket_mb * 1024 * 1024));
-  options.context = &ctx;
-  options.store = &state.store();
-  options.parallel = &groups.parallel();
-  model::Transformer model(mc, B, T, true, options);
-  state.init(1337);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {{"bytes", bytes}, {"ranks", world.size()}, {"allreduce_s_mean", s / repeats}};
+}
+
+struct Timings {
+  double total = 0, optimizer = 0, model_comm = 0, first_loss = 0, last_loss = 0;
+  kernels::OpProfile ops{};
+};
+
+// warmup + steps steps on rotating rows of random tokens; the timed ones summed.
+Timings run_steps(const BenchOptions& o, model::Transformer& model, train::TrainState& state,
+                  const parallel::ModelGroups& groups, const kernels::Context& ctx, int dp_ranks) {
+  const int64_t B = o.B, T = o.T;
   CounterRng rng(42, 0);
   std::vector<int32_t> pool(64 * (T + 1));
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, mc.vocab_size));
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, o.mc.vocab_size));
   std::vector<int32_t> x(B * T), y(B * T);
-  double total = 0, optimizer_total = 0, model_comm_total = 0, first_loss = 0, last_loss = 0;
-  for (int64_t step = 0; step < warmup + steps; ++step) {
-    if (profile && step == warmup) kernels::start_op_profile();
+  Timings t;
+  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    if (o.profile && step == o.warmup) kernels::start_op_profile();
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = pool.data() + ((step * B + b) % 64) * (T + 1);
       std::copy(row, row + T, x.data() + b * T);
       std::copy(row + 1, row + T + 1, y.data() + b * T);
     }
-    auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     const double comm0 = groups.communication_seconds();
     state.zero_grad();
-    state.begin_micro_step(comm == "overlap");
-    float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp.size()));
+    state.begin_micro_step(o.comm == "overlap");
+    const float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp_ranks));
     state.reduce_gradients();
     kernels::synchronize(ctx);
-    auto t1 = std::chrono::steady_clock::now();
+    const auto t1 = std::chrono::steady_clock::now();
     state.update(3e-4, 1.0f);
     kernels::synchronize(ctx);
-    auto t2 = std::chrono::steady_clock::now();
-    double dt = std::chrono::duration<double>(t2 - t0).count();
-    if (step >= warmup) optimizer_total += std::chrono::duration<double>(t2 - t1).count();
-    if (step == 0) first_loss = loss;
-    last_loss = loss;
-    if (step >= warmup) total += dt;
-    if (step >= warmup) model_comm_total += groups.communication_seconds() - comm0;
+    const auto t2 = std::chrono::steady_clock::now();
+    if (step == 0) t.first_loss = loss;
+    t.last_loss = loss;
+    if (step < o.warmup) continue;
+    t.optimizer += std::chrono::duration<double>(t2 - t1).count();
+    t.total += std::chrono::duration<double>(t2 - t0).count();
+    t.model_comm += groups.communication_seconds() - comm0;
   }
-  const kernels::OpProfile ops = profile ? kernels::stop_op_profile() : kernels::OpProfile{};
-  const double mean = total / steps;
-  const double model_flops = model::flops_per_token(mc, T, options.recompute).model;
+  if (o.profile) t.ops = kernels::stop_op_profile();
+  return t;
+}
+
+nlohmann::json profile_json(const kernels::OpProfile& ops, int64_t steps) {
+  nlohmann::json classes = nlohmann::json::object();
+  for (int c = 0; c < kernels::kOpClasses; ++c) {
+    const kernels::OpTotals& t = ops[c];
+    classes[std::string(kernels::op_class_name(kernels::OpClass(c)))] = {
+        {"seconds", t.seconds / steps}, {"flops", t.flops / steps}, {"bytes", t.bytes / steps}};
+  }
+  return classes;
+}
+
+nlohmann::json result_json(const BenchOptions& o, const model::Transformer& model,
+                           const train::TrainState& state, const kernels::Context& ctx,
+                           const Timings& t, int ranks) {
+  const int64_t B = o.B, T = o.T;
+  const double mean = t.total / double(o.steps);
+  const double model_flops = model::flops_per_token(o.mc, T, o.model.recompute).model;
+  const train::MemoryReport memory = state.memory();
   nlohmann::json r = {{"B", B},
                       {"T", T},
-                      {"n_layer", mc.n_layer},
-                      {"d_model", mc.d_model},
-                      {"vocab", mc.vocab_size},
+                      {"n_layer", o.mc.n_layer},
+                      {"d_model", o.mc.d_model},
+                      {"vocab", o.mc.vocab_size},
                       {"params", model.num_parameters()},
-                      {"precision", model::precision_name(options.precision)},
-                      {"recompute", model::recompute_name(options.recompute)},
+                      {"precision", model::precision_name(o.model.precision)},
+                      {"recompute", model::recompute_name(o.model.recompute)},
                       {"threads", num_threads()},
                       {"step_ms_mean", 1e3 * mean},
-                      {"optimizer_ms_mean", 1e3 * optimizer_total / steps},
-                      {"tokens_per_s", B * T / mean},
-                      {"first_loss", first_loss},
-                      {"last_loss", last_loss}};
-  r["ranks"] = world.size();
-  r["tp"] = tp;
-  r["sp"] = sp;
-  r["model_comm_ms_mean"] = 1e3 * model_comm_total / steps;
-  r["comm"] = comm;
-  r["zero"] = zero;
-  const train::MemoryReport memory = state.memory();
-  r["model_state_bytes"] = memory.model_state();
-  r["working_bytes"] = memory.working;
-  r["bucket_mb"] = bucket_mb;
-  r["device"] = device;
-  r["model_flops_per_token"] = model_flops;
-  r["model_flops_per_s"] = double(B * T) / mean * model_flops;
-  if (profile) {
-    nlohmann::json classes = nlohmann::json::object();
-    for (int c = 0; c < kernels::kOpClasses; ++c) {
-      const kernels::OpTotals& t = ops[c];
-      classes[std::string(kernels::op_class_name(kernels::OpClass(c)))] = {
-          {"seconds", t.seconds / steps}, {"flops", t.flops / steps}, {"bytes", t.bytes / steps}};
-    }
-    r["profile"] = classes;
-  }
-  if (limits && !ctx.on_cuda()) {
+                      {"optimizer_ms_mean", 1e3 * t.optimizer / double(o.steps)},
+                      {"tokens_per_s", double(B * T) / mean},
+                      {"first_loss", t.first_loss},
+                      {"last_loss", t.last_loss},
+                      {"ranks", ranks},
+                      {"tp", o.tp},
+                      {"sp", o.sp},
+                      {"model_comm_ms_mean", 1e3 * t.model_comm / double(o.steps)},
+                      {"comm", o.comm},
+                      {"zero", o.zero},
+                      {"model_state_bytes", memory.model_state()},
+                      {"working_bytes", memory.working},
+                      {"bucket_mb", o.bucket_mb},
+                      {"device", o.device},
+                      {"model_flops_per_token", model_flops},
+                      {"model_flops_per_s", double(B * T) / mean * model_flops}};
+  if (o.profile) r["profile"] = profile_json(t.ops, o.steps);
+  if (o.limits && !ctx.on_cuda()) {
     const bench::MachineLimits m = bench::measure_machine_limits();
     r["limits"] = m.json();
-    const double rate = options.precision == model::Precision::kF32 ? m.f32_matmul : m.bf16_matmul;
+    const double rate = o.model.precision == model::Precision::kF32 ? m.f32_matmul : m.bf16_matmul;
     r["share_of_matmul_rate"] = double(B * T) / mean * model_flops / rate;
   }
   if (ctx.on_cuda()) {
@@ -243,5 +217,53 @@ int main(int argc, char** argv) {
     r["peak_flops"] = peak;
     r["mfu"] = double(B * T) / mean * model_flops / peak;
   }
+  return r;
+}
+
+int run(int argc, char** argv) {
+  comm::Communicator& world = comm::init_world(argc, argv);
+  BenchOptions o = parse_flags(argc, argv);
+  if (o.probe_bytes > 0) {
+    const nlohmann::json r = probe_allreduce(world, o.probe_bytes);
+    if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
+    return 0;
+  }
+  const kernels::DeviceContext on(
+      o.device == "cpu"
+          ? kernels::Device{}
+          : kernels::Device{kernels::DeviceKind::kCuda,
+                            comm::local_rank() % std::max(1, kernels::cuda_device_count())});
+  const kernels::Context& ctx = on.context();
+  train::TrainConfig tc;
+  tc.weight_decay = 0.0;
+  tc.beta2 = 0.999;
+  tc.precision = o.model.precision;
+  tc.zero = o.zero;
+  comm::SingleCommunicator alone;
+  comm::Communicator& ranks = o.comm == "none" ? alone : world;
+  const comm::Mesh mesh(ranks,
+                        {.dp = ranks.size() / o.tp, .tp = o.tp, .sequence_parallel = o.sp != 0});
+  const parallel::ModelGroups groups(mesh, o.mc, o.sp != 0);
+  train::TrainState state(ctx, o.mc, tc, mesh, groups.parallel().sharding,
+                          int64_t(o.bucket_mb * 1024 * 1024));
+  o.model.context = &ctx;
+  o.model.store = &state.store();
+  o.model.parallel = &groups.parallel();
+  model::Transformer model(o.mc, o.B, o.T, true, o.model);
+  state.init(1337);
+  const Timings t = run_steps(o, model, state, groups, ctx, mesh.dp().size());
+  const nlohmann::json r = result_json(o, model, state, ctx, t, world.size());
   if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }

@@ -96,6 +96,151 @@ struct NormalClient {
   std::thread worker;
 };
 
+// 400 connections that never send a byte: each is closed when its header deadline passes.
+void idle_connections(int port) {
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 400; ++i) idle.push_back(std::make_unique<RawConnection>(port));
+  for (auto& c : idle) {
+    c->read_all(6s);
+    EXPECT_TRUE(c->closed());
+    EXPECT_EQ(c->received(), "");
+  }
+}
+
+// Slow headers, one byte every 100 ms: cut off by their deadline.
+void slow_headers(int port) {
+  RawConnection c(port);
+  const std::string request = post("/v1/completions", R"({"model": "tiny", "prompt": "x"})");
+  const auto start = Clock::now();
+  for (size_t i = 0; i < request.size() && c.send(request.substr(i, 1)); ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (Clock::now() - start > 8s) break;
+  }
+  c.read_all(2s);
+  EXPECT_TRUE(c.closed());
+  EXPECT_LT(Clock::now() - start, 5s);
+}
+
+// A slow body, one byte every 200 ms: cut off by its deadline.
+void slow_body(int port) {
+  RawConnection c(port);
+  const std::string body = R"({"model": "tiny", "prompt": "x", "max_tokens": 2})";
+  const std::string request = post("/v1/completions", body);
+  c.send(request.substr(0, request.size() - body.size()));
+  const auto start = Clock::now();
+  for (size_t i = 0; i < body.size() && c.send(body.substr(i, 1)); ++i) {
+    std::this_thread::sleep_for(200ms);
+  }
+  c.read_all(2s);
+  EXPECT_TRUE(c.closed());
+  EXPECT_LT(Clock::now() - start, 6s);
+}
+
+// Deep nesting in every kind of field, and in the body itself.
+void deep_nesting(int port) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const char* field : {"model", "prompt", "max_tokens", "temperature", "stop", "stream",
+                            "stream_options", "logit_bias", "seed", "messages"}) {
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      RawConnection c(port);
+      c.send(post(path, std::string(R"({"model": "tiny", ")") + field + "\": " + deep + "}"));
+      const std::string answer = c.read_until(
+          [](const std::string& r) { return r.find("\r\n\r\n") != std::string::npos; }, 5s);
+      EXPECT_EQ(status_of(answer), 400) << field << ": " << answer.substr(0, 200);
+      EXPECT_LT(answer.size(), 1000u);
+    }
+  }
+  RawConnection c(port);
+  c.send(post("/v1/completions", deep));
+  EXPECT_EQ(status_of(c.read_all(5s)), 400);
+}
+
+// A chunked body past --max-body-bytes: refused while it arrives, not read whole.
+void chunked_body_over_the_limit(int port) {
+  RawConnection c(port);
+  c.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n");
+  const std::string chunk = "4000\r\n" + std::string(0x4000, ' ') + "\r\n";
+  int sent = 0;
+  while (sent < 128 && c.send(chunk)) ++sent;  // up to 2 MiB
+  const std::string answer = c.read_all(5s);
+  EXPECT_EQ(status_of(answer), 413) << answer.substr(0, 200);
+}
+
+// A body over the limit by its Content-Length is refused before it is sent.
+void content_length_over_the_limit(int port) {
+  RawConnection c(port);
+  c.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 268435456\r\n\r\n");
+  EXPECT_EQ(status_of(c.read_all(5s)), 413);
+}
+
+// A body cut short: Content-Length promises more than arrives before the client stops.
+void body_cut_short(int port) {
+  RawConnection c(port);
+  const std::string request = post("/v1/completions", std::string(100, ' '));
+  c.send(request.substr(0, request.size() - 50));
+  c.finish_sending();
+  const std::string answer = c.read_all(5s);
+  EXPECT_EQ(status_of(answer), 400) << answer;
+  EXPECT_NE(answer.find("ended before its body was complete"), std::string::npos) << answer;
+}
+
+// Pipelined requests, answered in order on one connection.
+void pipelined_requests(int port) {
+  RawConnection c(port);
+  c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n" +
+         post("/v1/completions", R"({"model": "tiny", "prompt": "In", "max_tokens": 3})") +
+         "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string answers = c.read_all(10s);
+  const size_t health = answers.find("{\"status\":\"ok\"}");
+  const size_t completion = answers.find("\"completion_tokens\":3");
+  const size_t models = answers.find("\"object\":\"list\"");
+  EXPECT_NE(health, std::string::npos) << answers;
+  EXPECT_NE(completion, std::string::npos) << answers;
+  EXPECT_NE(models, std::string::npos) << answers;
+  EXPECT_LT(health, completion);
+  EXPECT_LT(completion, models);
+}
+
+// HTTP/1.0: a streamed reply is not chunked; it ends with [DONE] and the connection closing.
+void http_1_0_stream(int port) {
+  RawConnection c(port);
+  c.send(post("/v1/completions",
+              R"({"model": "tiny", "prompt": "In", "max_tokens": 5, "stream": true})", "",
+              "HTTP/1.0"));
+  const std::string answer = c.read_all(10s);
+  EXPECT_TRUE(c.closed());
+  EXPECT_EQ(answer.rfind("HTTP/1.0 200", 0), 0u) << answer;
+  EXPECT_EQ(answer.find("chunked"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("data: [DONE]\n\n"), std::string::npos) << answer;
+}
+
+// Malformed and refused requests, each answered and the connection closed.
+void malformed_requests(int port) {
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"GARBAGE\r\n\r\n", 400},
+      {"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431},
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+       "Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+       415},
+      {"PUT /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405},
+      {"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404},
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       400},
+  };
+  for (const auto& [request, status] : cases) {
+    RawConnection c(port);
+    c.send(request);
+    const std::string answer = c.read_all(5s);
+    EXPECT_EQ(status_of(answer), status) << request.substr(0, 60) << "\n" << answer;
+    EXPECT_TRUE(c.closed()) << request.substr(0, 60);
+  }
+}
+
 TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
   ServerProcess server(serve_args("--header-timeout 2 --body-timeout 3 --idle-timeout 3"));
   const int port = server.port();
@@ -105,142 +250,12 @@ TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
 
   NormalClient normal(port);
   std::vector<std::future<void>> hostile;
-  auto spawn = [&](auto f) { hostile.push_back(std::async(std::launch::async, f)); };
-
-  // 400 connections that never send a byte: each is closed when its header deadline passes.
-  spawn([port] {
-    std::vector<std::unique_ptr<RawConnection>> idle;
-    for (int i = 0; i < 400; ++i) idle.push_back(std::make_unique<RawConnection>(port));
-    for (auto& c : idle) {
-      c->read_all(6s);
-      EXPECT_TRUE(c->closed());
-      EXPECT_EQ(c->received(), "");
-    }
-  });
-  // Slow headers, one byte every 100 ms, and a slow body: both cut off by their deadlines.
-  spawn([port] {
-    RawConnection c(port);
-    const std::string request = post("/v1/completions", R"({"model": "tiny", "prompt": "x"})");
-    const auto start = Clock::now();
-    for (size_t i = 0; i < request.size() && c.send(request.substr(i, 1)); ++i) {
-      std::this_thread::sleep_for(100ms);
-      if (Clock::now() - start > 8s) break;
-    }
-    c.read_all(2s);
-    EXPECT_TRUE(c.closed());
-    EXPECT_LT(Clock::now() - start, 5s);
-  });
-  spawn([port] {
-    RawConnection c(port);
-    const std::string body = R"({"model": "tiny", "prompt": "x", "max_tokens": 2})";
-    const std::string request = post("/v1/completions", body);
-    c.send(request.substr(0, request.size() - body.size()));
-    const auto start = Clock::now();
-    for (size_t i = 0; i < body.size() && c.send(body.substr(i, 1)); ++i) {
-      std::this_thread::sleep_for(200ms);
-    }
-    c.read_all(2s);
-    EXPECT_TRUE(c.closed());
-    EXPECT_LT(Clock::now() - start, 6s);
-  });
-  // Deep nesting in every kind of field, and in the body itself.
-  spawn([port] {
-    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-    for (const char* field : {"model", "prompt", "max_tokens", "temperature", "stop", "stream",
-                              "stream_options", "logit_bias", "seed", "messages"}) {
-      for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-        RawConnection c(port);
-        c.send(post(path, std::string(R"({"model": "tiny", ")") + field + "\": " + deep + "}"));
-        const std::string answer = c.read_until(
-            [](const std::string& r) { return r.find("\r\n\r\n") != std::string::npos; }, 5s);
-        EXPECT_EQ(status_of(answer), 400) << field << ": " << answer.substr(0, 200);
-        EXPECT_LT(answer.size(), 1000u);
-      }
-    }
-    RawConnection c(port);
-    c.send(post("/v1/completions", deep));
-    EXPECT_EQ(status_of(c.read_all(5s)), 400);
-  });
-  // A chunked body past --max-body-bytes: refused while it arrives, not read whole.
-  spawn([port] {
-    RawConnection c(port);
-    c.send(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n");
-    const std::string chunk = "4000\r\n" + std::string(0x4000, ' ') + "\r\n";
-    int sent = 0;
-    while (sent < 128 && c.send(chunk)) ++sent;  // up to 2 MiB
-    const std::string answer = c.read_all(5s);
-    EXPECT_EQ(status_of(answer), 413) << answer.substr(0, 200);
-  });
-  // A body over the limit by its Content-Length is refused before it is sent.
-  spawn([port] {
-    RawConnection c(port);
-    c.send(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        "Content-Length: 268435456\r\n\r\n");
-    EXPECT_EQ(status_of(c.read_all(5s)), 413);
-  });
-  // A body cut short: Content-Length promises more than arrives before the client stops.
-  spawn([port] {
-    RawConnection c(port);
-    const std::string request = post("/v1/completions", std::string(100, ' '));
-    c.send(request.substr(0, request.size() - 50));
-    c.finish_sending();
-    const std::string answer = c.read_all(5s);
-    EXPECT_EQ(status_of(answer), 400) << answer;
-    EXPECT_NE(answer.find("ended before its body was complete"), std::string::npos) << answer;
-  });
-  // Pipelined requests, answered in order on one connection.
-  spawn([port] {
-    RawConnection c(port);
-    c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n" +
-           post("/v1/completions", R"({"model": "tiny", "prompt": "In", "max_tokens": 3})") +
-           "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    const std::string answers = c.read_all(10s);
-    const size_t health = answers.find("{\"status\":\"ok\"}");
-    const size_t completion = answers.find("\"completion_tokens\":3");
-    const size_t models = answers.find("\"object\":\"list\"");
-    EXPECT_NE(health, std::string::npos) << answers;
-    EXPECT_NE(completion, std::string::npos) << answers;
-    EXPECT_NE(models, std::string::npos) << answers;
-    EXPECT_LT(health, completion);
-    EXPECT_LT(completion, models);
-  });
-  // HTTP/1.0: a streamed reply is not chunked; it ends with [DONE] and the connection closing.
-  spawn([port] {
-    RawConnection c(port);
-    c.send(post("/v1/completions",
-                R"({"model": "tiny", "prompt": "In", "max_tokens": 5, "stream": true})", "",
-                "HTTP/1.0"));
-    const std::string answer = c.read_all(10s);
-    EXPECT_TRUE(c.closed());
-    EXPECT_EQ(answer.rfind("HTTP/1.0 200", 0), 0u) << answer;
-    EXPECT_EQ(answer.find("chunked"), std::string::npos) << answer;
-    EXPECT_NE(answer.find("data: [DONE]\n\n"), std::string::npos) << answer;
-  });
-  // Malformed and refused requests, each answered and the connection closed.
-  spawn([port] {
-    const std::vector<std::pair<std::string, int>> cases = {
-        {"GARBAGE\r\n\r\n", 400},
-        {"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431},
-        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-         "Content-Length: 2\r\nConnection: close\r\n\r\n{}",
-         415},
-        {"PUT /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405},
-        {"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404},
-        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-         "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-         400},
-    };
-    for (const auto& [request, status] : cases) {
-      RawConnection c(port);
-      c.send(request);
-      const std::string answer = c.read_all(5s);
-      EXPECT_EQ(status_of(answer), status) << request.substr(0, 60) << "\n" << answer;
-      EXPECT_TRUE(c.closed()) << request.substr(0, 60);
-    }
-  });
+  for (void (*attack)(int) :
+       {idle_connections, slow_headers, slow_body, deep_nesting, chunked_body_over_the_limit,
+        content_length_over_the_limit, body_cut_short, pipelined_requests, http_1_0_stream,
+        malformed_requests}) {
+    hostile.push_back(std::async(std::launch::async, attack, port));
+  }
   for (auto& h : hostile) h.get();
   std::this_thread::sleep_for(500ms);
   const std::vector<double> loaded = normal.finish();

@@ -19,8 +19,10 @@
 #include <utility>
 
 #include "tessera/ckpt/data_image.h"
+#include "tessera/ckpt/durable_file.h"
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
+#include "tessera/core/json_file.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -32,102 +34,6 @@ constexpr const char* kLatestFile = "latest";
 constexpr const char* kLatestTmpFile = "latest.tmp";
 // A data file is written in pieces this large, each checksummed while it is still in cache.
 constexpr size_t kChunkBytes = size_t{16} << 20;
-// Linux moves at most ~2 GiB per read/write call.
-constexpr size_t kMaxIoBytes = size_t{1} << 30;
-
-[[noreturn]] void fail_errno(const fs::path& path, const char* what) {
-  fail("{}: {}: {}", path.string(), what, std::strerror(errno));
-}
-
-// Writes all of data, or with stop_on_einval returns how much it wrote before the kernel refused
-// a write with EINVAL (O_DIRECT on a file system that takes the flag but not the writes).
-size_t write_fully(int fd, const fs::path& path, const void* data, size_t size,
-                   bool stop_on_einval = false) {
-  const auto* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::write(fd, p + done, std::min(size - done, kMaxIoBytes));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && stop_on_einval) break;
-    if (n < 0) fail_errno(path, "write failed");
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
-
-class File {
- public:
-  File(const fs::path& path, int flags) : path_(path) {
-    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail_errno(path, "cannot open");
-  }
-  ~File() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-
-  void write_all(const void* data, size_t size) { write_fully(fd_, path_, data, size); }
-
-  // Returns false on end of file before `size` bytes.
-  bool pread_all(void* data, size_t size, uint64_t offset) {
-    auto* p = static_cast<char*>(data);
-    while (size > 0) {
-      ssize_t n = ::pread(fd_, p, std::min(size, kMaxIoBytes), static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_errno(path_, "read failed");
-      if (n == 0) return false;
-      p += n;
-      size -= static_cast<size_t>(n);
-      offset += static_cast<uint64_t>(n);
-    }
-    return true;
-  }
-
-  uint64_t size() const {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) fail_errno(path_, "cannot stat");
-    return static_cast<uint64_t>(st.st_size);
-  }
-
-  void sync() {
-    if (::fsync(fd_) != 0) fail_errno(path_, "fsync failed");
-  }
-
-  // close() can report a deferred write error, so it is checked rather than left to the
-  // destructor.
-  void close() {
-    int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail_errno(path_, "close failed");
-  }
-
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  int fd_ = -1;
-};
-
-// A rename or a new entry is durable only once its directory is fsynced.
-void sync_dir(const fs::path& dir) {
-  File d(dir, O_RDONLY | O_DIRECTORY);
-  d.sync();
-  d.close();
-}
-
-void write_durably(const fs::path& path, const std::string& content) {
-  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
-  f.write_all(content.data(), content.size());
-  f.sync();
-  f.close();
-}
-
-void rename_or_fail(const fs::path& from, const fs::path& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) {
-    fail("{}: cannot rename to {}: {}", from.string(), to.string(), std::strerror(errno));
-  }
-}
-
 // Where a save or prune keeps a step directory it is working on: hidden, and never chosen.
 fs::path hidden_path(const fs::path& run_dir, const std::string& step_name, const char* suffix) {
   return run_dir / fmt::format(".{}.{}", step_name, suffix);
@@ -205,24 +111,16 @@ void require_save_in_progress(const fs::path& tmp_dir) {
 // The tensor entries that write_part recorded for one part.
 std::vector<Manifest::Entry> read_part(const fs::path& tmp_dir, int part) {
   const fs::path path = tmp_dir / part_manifest_name(part);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    fail(
-        "{}: cannot open the part manifest: rank {} did not write its part before commit_save, "
-        "so nothing was committed",
+  std::error_code ec;
+  check(fs::is_regular_file(path, ec),
+        "{}: no part manifest: rank {} did not write its part before commit_save, so nothing was "
+        "committed",
         path.string(), part);
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("{}: cannot read the part manifest of rank {}", path.string(), part);
-  nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON in the part manifest: rank {} did not finish writing its part: {}",
-         path.string(), part, e.what());
+    return parse_manifest(read_json_file(path, "the part manifest"), path.string()).tensors;
+  } catch (const Error& e) {
+    fail("{} (rank {} did not finish writing its part)", e.what(), part);
   }
-  return parse_manifest(json, path.string()).tensors;
 }
 
 // All parts' entries in part order; a name may belong to only one part.

@@ -9,6 +9,7 @@
 
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
+#include "tessera/core/json_file.h"
 #include "tessera/core/json_reader.h"
 
 namespace tessera::ckpt {
@@ -164,18 +165,7 @@ Manifest parse_manifest(const json& j, const std::string& source) {
 
 Manifest read_manifest(const fs::path& step_dir) {
   fs::path path = step_dir / kManifestFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the checkpoint manifest", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("{}: cannot read the checkpoint manifest", path.string());
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    fail("{}: invalid JSON: {}", path.string(), e.what());
-  }
-  Manifest m = parse_manifest(j, path.string());
+  Manifest m = parse_manifest(read_json_file(path, "the checkpoint manifest"), path.string());
   const fs::path dir = step_dir.lexically_normal();
   const std::string name =
       (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();

@@ -47,6 +47,19 @@ struct Request {
 // All calls must come from the thread that called init_world.
 class Communicator {
  public:
+  // What an operation does; the backends' calls take it.
+  enum class Op : uint8_t {
+    kAllReduce,
+    kReduceScatter,
+    kAllGather,
+    kBroadcast,
+    kAllToAll,
+    kAllToAllV,  // counts holds the send counts, then the receive counts
+    kSend,
+    kRecv,
+    kBarrier,
+  };
+
   virtual ~Communicator() = default;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -112,19 +125,6 @@ class Communicator {
 
  protected:
   Communicator() = default;
-
-  // What a request slot does when it completes, besides the transfer itself.
-  enum class Op : uint8_t {
-    kAllReduce,
-    kReduceScatter,
-    kAllGather,
-    kBroadcast,
-    kAllToAll,
-    kAllToAllV,  // counts holds the send counts, then the receive counts
-    kSend,
-    kRecv,
-    kBarrier,
-  };
 
   // Arguments are validated before these are called. do_start begins the operation and do_run
   // returns once it is complete.

@@ -1,5 +1,7 @@
 #include "tessera/core/json_file.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -7,16 +9,17 @@
 
 namespace tessera {
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view what) {
+  const std::string of = what.empty() ? "" : fmt::format(" {}", what);
   std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open", path.string());
+  check(in.good(), "{}: cannot open{}", path.string(), of);
   std::ostringstream text;
   text << in.rdbuf();
-  check(!in.bad(), "{}: cannot read", path.string());
+  check(!in.bad(), "{}: cannot read{}", path.string(), of);
   try {
     return nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
+    fail("{}: invalid JSON{}: {}", path.string(), what.empty() ? "" : " in" + of, e.what());
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "tessera/core/error.h"
+#include "tessera/core/json_file.h"
 #include "tessera/core/json_reader.h"
 
 namespace tessera::data {
@@ -100,19 +101,10 @@ DatasetManifest parse_dataset_manifest(const json& j, const std::string& source)
 
 DatasetManifest read_dataset_manifest(const fs::path& dataset_dir) {
   const fs::path path = dataset_dir / kDatasetManifestFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail("{}: cannot open the dataset manifest (is this a prepared dataset?)", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("{}: cannot read the dataset manifest", path.string());
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    fail("{}: invalid JSON: {}", path.string(), e.what());
-  }
-  return parse_dataset_manifest(j, path.string());
+  std::error_code ec;
+  check(fs::is_regular_file(path, ec), "{}: no dataset manifest (is this a prepared dataset?)",
+        path.string());
+  return parse_dataset_manifest(read_json_file(path, "the dataset manifest"), path.string());
 }
 
 void write_dataset_manifest(const fs::path& dataset_dir, const DatasetManifest& manifest) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <span>
+#include <tuple>
 
 #include "tessera/core/error.h"
 #include "tessera/core/text_corpus.h"
@@ -104,17 +105,11 @@ void create_empty_dir(const fs::path& dir) {
   check(!ec, "{}: cannot create the dataset folder ({})", dir.string(), ec.message());
 }
 
-}  // namespace
-
-DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
-                                const std::string& tokenizer_source, const PrepareOptions& o) {
-  check(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got {}",
-        o.val_fraction);
-  check(o.shard_tokens >= 1, "--shard-tokens must be at least 1, got {}", o.shard_tokens);
-  check(!o.inputs.empty(), "prepare: no input files given");
+// The files of every input, and their bytes in all.
+std::pair<std::vector<fs::path>, int64_t> list_corpus(const std::vector<fs::path>& inputs) {
   std::vector<fs::path> files;
   int64_t total = 0;
-  for (const fs::path& input : o.inputs) {
+  for (const fs::path& input : inputs) {
     for (const fs::path& file : corpus_files(input)) {
       std::error_code ec;
       const auto size = fs::file_size(file, ec);
@@ -123,9 +118,14 @@ DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
       total += int64_t(size);
     }
   }
-  check(total > 0, "{}: the corpus is empty", o.inputs.front().string());
-  create_empty_dir(o.out_dir);
+  check(total > 0, "{}: the corpus is empty", inputs.front().string());
+  return {files, total};
+}
 
+// The manifest's tokenizer and inputs; a tokenizer folder is copied into the dataset.
+DatasetManifest manifest_head(const tokenizer::Tokenizer& tokenizer,
+                              const std::string& tokenizer_source,
+                              const std::vector<fs::path>& files, const fs::path& out_dir) {
   DatasetManifest m;
   m.tokenizer_kind = tokenizer.kind();
   m.tokenizer_source = tokenizer_source;
@@ -136,29 +136,48 @@ DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
   if (tokenizer_source != "byte" && fs::is_directory(tokenizer_source, ec)) {
     m.tokenizer_source = fs::absolute(tokenizer_source).string();
     m.tokenizer_copy = "tokenizer";
-    tokenizer::copy_tokenizer(tokenizer_source, o.out_dir / m.tokenizer_copy);
+    tokenizer::copy_tokenizer(tokenizer_source, out_dir / m.tokenizer_copy);
+  }
+  return m;
+}
+
+// Chunks encoded a wave at a time on `threads` threads and appended, in order, to the training
+// or held-out split, a separator before each document but the first.
+class WaveEncoder {
+ public:
+  WaveEncoder(const tokenizer::Tokenizer& tokenizer, const DatasetManifest& m,
+              const PrepareOptions& o, const std::vector<fs::path>& files, int64_t total)
+      : tokenizer_(tokenizer),
+        files_(files),
+        threads_(o.threads > 0 ? o.threads : num_threads()),
+        separator_(m.end_of_text ? std::vector<int32_t>{*m.end_of_text} : tokenizer.encode("\n")),
+        separator_bytes_(m.end_of_text ? 0 : 1),
+        train_(o.out_dir, "train", m.vocab_size, o.shard_tokens),
+        val_(o.out_dir, "val", m.vocab_size, o.shard_tokens),
+        bar_("prepare", total) {}
+
+  void add(Chunk chunk) {
+    wave_bytes_ += chunk.text.size();
+    wave_.push_back(std::move(chunk));
+    if (wave_bytes_ >= kWaveBytes || wave_.size() >= size_t(4 * threads_)) encode();
   }
 
-  const std::vector<int32_t> separator =
-      m.end_of_text ? std::vector<int32_t>{*m.end_of_text} : tokenizer.encode("\n");
-  const int64_t separator_bytes = m.end_of_text ? 0 : 1;
-  const int threads = o.threads > 0 ? o.threads : num_threads();
-  const int64_t val_begin = total - std::llround(double(total) * o.val_fraction);
-  SplitWriter train(o.out_dir, "train", m.vocab_size, o.shard_tokens);
-  SplitWriter val(o.out_dir, "val", m.vocab_size, o.shard_tokens);
-  ProgressBar bar("prepare", total);
+  // Encodes what is left and returns the two splits.
+  std::pair<DatasetSplit, DatasetSplit> finish() {
+    encode();
+    bar_.finish();
+    return {train_.finish(), val_.finish()};
+  }
 
-  std::vector<Chunk> wave;
-  size_t wave_bytes = 0;
-  int64_t done = 0;
-  auto encode_wave = [&] {
-    const auto n = int64_t(wave.size());
+ private:
+  void encode() {
+    const auto n = int64_t(wave_.size());
     std::vector<std::vector<int32_t>> encoded(n);
     std::vector<std::exception_ptr> errors(n);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
     for (int64_t i = 0; i < n; ++i) {
       try {
-        encoded[i] = tokenizer.encode(wave[i].text);
+        encoded[i] = tokenizer_.encode(wave_[i].text);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -168,20 +187,35 @@ DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
       try {
         std::rethrow_exception(errors[i]);
       } catch (const Error& e) {
-        fail("{}: {}", files[wave[i].file].string(), e.what());
+        fail("{}: {}", files_[wave_[i].file].string(), e.what());
       }
     }
     for (int64_t i = 0; i < n; ++i) {
-      SplitWriter& out = wave[i].val ? val : train;
-      if (wave[i].separator_before) out.append(separator, separator_bytes);
-      out.append(encoded[i], int64_t(wave[i].text.size()));
-      done += int64_t(wave[i].text.size());
-      bar.update(done);
+      SplitWriter& out = wave_[i].val ? val_ : train_;
+      if (wave_[i].separator_before) out.append(separator_, separator_bytes_);
+      out.append(encoded[i], int64_t(wave_[i].text.size()));
+      done_ += int64_t(wave_[i].text.size());
+      bar_.update(done_);
     }
-    wave.clear();
-    wave_bytes = 0;
-  };
+    wave_.clear();
+    wave_bytes_ = 0;
+  }
 
+  const tokenizer::Tokenizer& tokenizer_;
+  const std::vector<fs::path>& files_;
+  const int threads_;
+  const std::vector<int32_t> separator_;
+  const int64_t separator_bytes_;
+  SplitWriter train_, val_;
+  ProgressBar bar_;
+  std::vector<Chunk> wave_;
+  size_t wave_bytes_ = 0;
+  int64_t done_ = 0;
+};
+
+// Cuts the files into chunks at line breaks, the held-out split starting on the first line at or
+// after byte val_begin of the concatenated text.
+void cut_into_chunks(const std::vector<fs::path>& files, int64_t val_begin, WaveEncoder& encoder) {
   int64_t offset = 0;      // of the current file in the concatenated text
   int64_t val_start = -1;  // where the held-out text begins, once found
   bool in_val = false, first_document = true;
@@ -202,18 +236,28 @@ DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
           end = size_t(val_start - offset);
         }
       }
-      wave.push_back({text.substr(pos, end - pos), f, in_val, document_start && !first_document});
-      wave_bytes += end - pos;
+      encoder.add({text.substr(pos, end - pos), f, in_val, document_start && !first_document});
       document_start = first_document = false;
       pos = end;
-      if (wave_bytes >= kWaveBytes || wave.size() >= size_t(4 * threads)) encode_wave();
     }
     offset += int64_t(text.size());
   }
-  encode_wave();
-  bar.finish();
-  m.train = train.finish();
-  m.val = val.finish();
+}
+
+}  // namespace
+
+DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
+                                const std::string& tokenizer_source, const PrepareOptions& o) {
+  check(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got {}",
+        o.val_fraction);
+  check(o.shard_tokens >= 1, "--shard-tokens must be at least 1, got {}", o.shard_tokens);
+  check(!o.inputs.empty(), "prepare: no input files given");
+  const auto [files, total] = list_corpus(o.inputs);
+  create_empty_dir(o.out_dir);
+  DatasetManifest m = manifest_head(tokenizer, tokenizer_source, files, o.out_dir);
+  WaveEncoder encoder(tokenizer, m, o, files, total);
+  cut_into_chunks(files, total - std::llround(double(total) * o.val_fraction), encoder);
+  std::tie(m.train, m.val) = encoder.finish();
   check(m.train.tokens > 0, "{}: the training split is empty; lower --val-fraction ({})",
         o.inputs.front().string(), o.val_fraction);
   check(m.val.tokens > 0, "{}: the held-out split is empty; raise --val-fraction ({})",

@@ -74,7 +74,8 @@ std::string replace_all(std::string_view text, std::string_view old, std::string
   return out;
 }
 
-std::optional<Value> string_method(const Value& self, const std::string& name, Budget* budget) {
+// strip, lower, upper, title, capitalize, split and splitlines: methods that make new strings.
+std::optional<Value> string_transform(const Value& self, const std::string& name, Budget* budget) {
   const auto method = [&](std::function<Value(CallArgs&)> call) {
     return bound(self, name, std::move(call));
   };
@@ -119,6 +120,14 @@ std::optional<Value> string_method(const Value& self, const std::string& name, B
       return Value::list(std::move(lines));
     });
   }
+  return std::nullopt;
+}
+
+// startswith, endswith, replace, find, count and join: methods that search or combine.
+std::optional<Value> string_search(const Value& self, const std::string& name, Budget* budget) {
+  const auto method = [&](std::function<Value(CallArgs&)> call) {
+    return bound(self, name, std::move(call));
+  };
   if (name == "startswith" || name == "endswith") {
     return method([=](CallArgs& call) {
       const std::string& text = self.as_string();
@@ -179,6 +188,11 @@ std::optional<Value> string_method(const Value& self, const std::string& name, B
     });
   }
   return std::nullopt;
+}
+
+std::optional<Value> string_method(const Value& self, const std::string& name, Budget* budget) {
+  if (std::optional<Value> transform = string_transform(self, name, budget)) return transform;
+  return string_search(self, name, budget);
 }
 
 std::optional<Value> dict_method(const Value& self, const std::string& name, Budget* budget) {

@@ -367,8 +367,7 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
 template <typename T>
 void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
                            const MoeGrads<T>& g, T aux_scale) {
-  const int64_t C = C_, F = F_, E = E_, k = k_, W = C + 1, R = received_rows_;
-
+  const int64_t C = C_, k = k_, W = C + 1;
   // Each kept row's output gradient (before gating) and its gate go to the expert's rank.
   T* sent = scratch_->rows_a.data();
 #pragma omp parallel for schedule(static)
@@ -385,9 +384,21 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
     gather_rows(x, scratch_->rows_c.data());
     in = scratch_->rows_c.data();
   }
+  experts_backward(got, in, w, g);
+  combine_input_gradients(got, dx, N);
+  router_backward(x, dx, N, w, g, aux_scale);
+  if (SF_ > 0) shared_backward(dy, x, dx, N, w, g);
+}
 
-  // Experts. With u = dy * down (the SwiGLU output's gradient before gating), the gate's gradient
-  // is dy . (down a) = u . a, and scaling a and u by the gate afterwards yields the gradients of
+// got: the received rows, each [C output gradients, gate]. Leaves each row's input gradient in
+// its first C values and its gate's gradient in the gate's place, and accumulates the experts'
+// weight gradients.
+template <typename T>
+void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
+                                   const MoeGrads<T>& g) {
+  const int64_t C = C_, F = F_, W = C + 1, R = received_rows_;
+  // With u = dy * down (the SwiGLU output's gradient before gating), the gate's gradient is
+  // dy . (down a) = u . a, and scaling a and u by the gate afterwards yields the gradients of
   // down and of the SwiGLU output without a copy of the expert outputs.
   swiglu_forward<T>(kernels::kCpuContext, hidden_.data(), scratch_->act.data(), R, F);
   for (int64_t j = 0; j < local_experts_; ++j) {
@@ -425,9 +436,15 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
                        w.gate_up + j * 2 * F * C, d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr,
                        n, C, 2 * F);
   }
-  // Input gradients, beside the gates' gradients, back to where the rows came from.
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) std::copy(d_in + r * C, d_in + (r + 1) * C, got + r * W);
+}
+
+// Input gradients, beside the gates' gradients, back to where the rows came from: dx is written
+// and each assignment's gate gradient kept for the router.
+template <typename T>
+void MoeLayer<T>::combine_input_gradients(const T* got, T* dx, int64_t N) {
+  const int64_t C = C_, k = k_, W = C + 1;
   T* back = scratch_->rows_a.data();
   dispatch_back(got, back, W);
   std::fill_n(scratch_->dgates.begin(), N * k, T(0));  // dropped assignments stay 0
@@ -443,11 +460,16 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
       scratch_->dgates[t * k + j] = d[C];
     }
   }
+}
 
-  // Router. A gate g_j = p_j / s (s the sum of the token's chosen probabilities) passes
-  // dp_j = (dg_j - sum_i dg_i g_i) / s; the aux loss adds coef * E * f_e / N to every dp_e (over
-  // the batch's N tokens, each rank's share of the mean passing its whole gradient); then the
-  // softmax's backward.
+// A gate g_j = p_j / s (s the sum of the token's chosen probabilities) passes
+// dp_j = (dg_j - sum_i dg_i g_i) / s; the aux loss adds coef * E * f_e / N to every dp_e (over
+// the batch's N tokens, each rank's share of the mean passing its whole gradient); then the
+// softmax's backward and the router's linear, whose input gradient adds to dx.
+template <typename T>
+void MoeLayer<T>::router_backward(const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
+                                  const MoeGrads<T>& g, T aux_scale) {
+  const int64_t C = C_, E = E_, k = k_;
   const double tokens = double(batch_tokens_);
   const T aux_grad = T(double(aux_scale) * double(parallel_.loss_ranks) * aux_coef_ * double(E) /
                        (tokens * double(k) * tokens));
@@ -472,17 +494,22 @@ void MoeLayer<T>::backward(const T* dy, const T* x, T* dx, int64_t N, const MoeW
   linear_backward<T>(kernels::kCpuContext, scratch_->dlogits.data(), x, w.router, scratch, g.router,
                      nullptr, N, C, E);
   kernels::add<T>(kernels::kCpuContext, dx, scratch, dx, N * C);
+}
 
-  if (SF_ > 0) {
-    swiglu_forward<T>(kernels::kCpuContext, shared_hidden_.data(), scratch_->act.data(), N, SF_);
-    linear_backward<T>(kernels::kCpuContext, dy, scratch_->act.data(), w.shared_down,
-                       scratch_->dact.data(), g.shared_down, nullptr, N, SF_, C);
-    swiglu_backward<T>(kernels::kCpuContext, scratch_->dact.data(), shared_hidden_.data(),
-                       scratch_->dhidden.data(), N, SF_);
-    linear_backward<T>(kernels::kCpuContext, scratch_->dhidden.data(), x, w.shared_gate_up, scratch,
-                       g.shared_gate_up, nullptr, N, C, 2 * SF_);
-    kernels::add<T>(kernels::kCpuContext, dx, scratch, dx, N * C);
-  }
+// The merged shared experts, which every token passes through; their input gradient adds to dx.
+template <typename T>
+void MoeLayer<T>::shared_backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
+                                  const MoeGrads<T>& g) {
+  const int64_t C = C_;
+  T* scratch = scratch_->rows_a.data();
+  swiglu_forward<T>(kernels::kCpuContext, shared_hidden_.data(), scratch_->act.data(), N, SF_);
+  linear_backward<T>(kernels::kCpuContext, dy, scratch_->act.data(), w.shared_down,
+                     scratch_->dact.data(), g.shared_down, nullptr, N, SF_, C);
+  swiglu_backward<T>(kernels::kCpuContext, scratch_->dact.data(), shared_hidden_.data(),
+                     scratch_->dhidden.data(), N, SF_);
+  linear_backward<T>(kernels::kCpuContext, scratch_->dhidden.data(), x, w.shared_gate_up, scratch,
+                     g.shared_gate_up, nullptr, N, C, 2 * SF_);
+  kernels::add<T>(kernels::kCpuContext, dx, scratch, dx, N * C);
 }
 
 template class MoeLayer<float>;

@@ -116,6 +116,12 @@ class MoeLayer {
   void dispatch_back(const T* rows, T* out, int64_t width);
   void exchange_counts();
   void gather_rows(const T* src, T* dst) const;
+  void experts_backward(T* got, const T* in, const MoeWeights<T>& w, const MoeGrads<T>& g);
+  void combine_input_gradients(const T* got, T* dx, int64_t N);
+  void router_backward(const T* x, T* dx, int64_t N, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                       T aux_scale);
+  void shared_backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
+                       const MoeGrads<T>& g);
   bool distributed() const { return ep_ranks_ > 1; }
 
   int64_t C_, F_, E_, k_, SF_;

@@ -151,33 +151,32 @@ Estimate estimate(const model::ModelConfig& c, const Accelerator& a, const Layou
   return estimate(planned, a, l, w);
 }
 
-Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, const Workload& w) {
-  const model::ModelConfig& c = planned.config();
-  Estimate e;
-  e.layout = l;
-  e.invalid = check_layout(c, l, w);
-  if (!e.invalid.empty()) return e;
-  const double chips = double(l.chips());
-  const int64_t micro_batches = w.global_batch / (l.dp * l.micro_batch);
-  const double tokens_per_micro_batch = double(l.micro_batch * w.seq_len / l.cp);  // per chip
+namespace {
 
-  // Memory: what the engine holds on each pipeline rank (its stages of the engine's split, the
-  // micro-batches its schedule keeps in flight), on tp rank 0 and ep rank 0; the fullest counts.
-  const ChipParameters held = planned.parameters(l.tp, l.ep);
-  const double dense_per_chip = held.dense / double(l.pp);
-  const double experts_per_chip = held.experts / double(l.pp);
-  const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, micro_batches);
+// What the parts of an estimate share about one layout's step.
+struct StepShape {
+  double chips;
+  int64_t micro_batches;
+  double tokens_per_micro_batch;  // per chip
+  // The share of blocks that recompute (rf); the rest keep everything, their activations and
+  // FLOPs those of recompute = none, as Megatron-LM's --recompute-num-layers leaves them.
+  double recomputed, fully_recomputed;
+  double layers_per_chip = 0;                   // on the busiest pipeline rank
+  double activation_element, activation_bytes;  // one micro-batch's residual rows on a chip
+};
+
+// What the engine holds on each pipeline rank (its stages of the engine's split, the
+// micro-batches its schedule keeps in flight), on tp rank 0 and ep rank 0; the fullest counts.
+// Also finds the busiest rank's blocks: the engine's split, even or not (70 layers on 12 stages),
+// and the rank with the most blocks paces the pipeline.
+void estimate_memory(PlannedModel& planned, const Layout& l, const Workload& w,
+                     const PipelineCost& pipeline, StepShape& s, Estimate& e) {
+  const model::ModelConfig& c = planned.config();
   const std::vector<int64_t> boundaries =
       parallel::stage_boundaries(parallel::stage_blocks(c, l.pp * l.vpp, {}));
   const parallel::TrainingShape shape = training_shape(l, w);
-  // The share of blocks that recompute (rf); the rest keep everything, their activations and
-  // FLOPs those of recompute = none, as Megatron-LM's --recompute-num-layers leaves them.
-  const double recomputed = l.recompute == Recompute::kNone ? 0 : l.recompute_fraction;
-  const double fully_recomputed = l.recompute == Recompute::kFull ? recomputed : 0;
   parallel::TrainingShape keeping = shape;
   keeping.activations.recompute = Recompute::kNone;
-  // The engine's split, even or not (70 layers on 12 stages): the rank with the most blocks
-  // paces the pipeline.
   int64_t busiest_blocks = 0;
   for (int64_t r = 0; r < l.pp; ++r) {
     const parallel::RankWork work = parallel::rank_work({.tp = l.tp, .ep = l.ep}, boundaries, l.pp,
@@ -186,75 +185,84 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
     for (const model::Sharding& stage : work.stages) blocks += stage.block_end - stage.block_begin;
     busiest_blocks = std::max(busiest_blocks, blocks);
     parallel::RankMemory m = planned.memory().rank(work, shape);
-    if (recomputed < 1) {
-      m.activations = recomputed * m.activations +
-                      (1 - recomputed) * planned.memory().rank(work, keeping).activations;
+    if (s.recomputed < 1) {
+      m.activations = s.recomputed * m.activations +
+                      (1 - s.recomputed) * planned.memory().rank(work, keeping).activations;
     }
     if (m.total() > e.memory.total()) e.memory = m;
   }
-  const double layers_per_chip = double(busiest_blocks);
-  const double imbalance = layers_per_chip / (double(c.n_layer) / double(l.pp));
-  e.usable_memory = kUsableHbm * a.hbm_bytes;
-  e.fits = e.memory.total() <= e.usable_memory;
+  s.layers_per_chip = double(busiest_blocks);
+}
 
-  // Compute: every chip runs its share of the step's FLOPs at the matmul efficiency of its
-  // shapes; a pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches)
-  // of that).
+// Every chip runs its share of the step's FLOPs at the matmul efficiency of its shapes; a
+// pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches) of that).
+void estimate_compute(PlannedModel& planned, const Accelerator& a, const Layout& l,
+                      const Workload& w, const PipelineCost& pipeline, const StepShape& s,
+                      Estimate& e) {
+  const model::ModelConfig& c = planned.config();
+  const double imbalance = s.layers_per_chip / (double(c.n_layer) / double(l.pp));
   e.flops = model::flops_per_token(c, planned.weights(), w.seq_len, l.recompute);
-  if (recomputed < 1) {
+  if (s.recomputed < 1) {
     const double kept =
         model::flops_per_token(c, planned.weights(), w.seq_len, Recompute::kNone).hardware;
-    e.flops.hardware = recomputed * e.flops.hardware + (1 - recomputed) * kept;
+    e.flops.hardware = s.recomputed * e.flops.hardware + (1 - s.recomputed) * kept;
   }
   const double step_tokens = double(w.global_batch * w.seq_len);
   const double width = std::min(double(c.d_model), double(c.ffn()) / double(l.tp));
   e.matmul_efficiency = a.matmul.at_width(width);
-  e.time.compute = imbalance * e.flops.hardware * step_tokens / chips /
+  e.time.compute = imbalance * e.flops.hardware * step_tokens / s.chips /
                    (a.peak_bf16_flops * e.matmul_efficiency);
   if (!w.flash_attention) {
     // Unfused attention moves each 2-byte score through HBM: 13 bytes forward (the scores
     // written, the fused scale-mask-softmax and the dropout each reading and writing them, the
     // mask, the product with V reading them), 17 backward, 13 more where the forward is rerun.
     // Every token of a sequence has seq_len scores per head, causal or not.
-    const double bytes_per_score = 30 + 13 * recomputed;
+    const double bytes_per_score = 30 + 13 * s.recomputed;
     const double scores = step_tokens / double(l.dp * l.cp) * double(w.seq_len) *
-                          double(c.n_head / l.tp) * layers_per_chip;
+                          double(c.n_head / l.tp) * s.layers_per_chip;
     e.time.compute += scores * bytes_per_score / a.hbm_bandwidth;
   }
   e.time.bubble = e.time.compute * pipeline.bubble;
+}
 
-  // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
-  // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
-  const double activation_element = w.precision == model::Precision::kF32 ? 4 : 2;
-  const double activation_bytes = tokens_per_micro_batch * double(c.d_model) * activation_element;
-  const double tp_calls = double(micro_batches) * layers_per_chip * (4 + 2 * fully_recomputed);
-  const int64_t domain = a.scaleup_domain;
+// Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
+// equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
+// Pipeline: each micro-batch crosses every stage boundary forward and back.
+void estimate_model_parallel(const Accelerator& a, const Layout& l, const StepShape& s,
+                             Estimate& e) {
+  const double tp_calls =
+      double(s.micro_batches) * s.layers_per_chip * (4 + 2 * s.fully_recomputed);
   e.communication.tensor_parallel = collective_time({.kind = CollectiveKind::kAllReduce,
-                                                     .bytes = tp_calls * activation_bytes,
+                                                     .bytes = tp_calls * s.activation_bytes,
                                                      .messages = tp_calls,
                                                      .ranks = l.tp,
-                                                     .per_domain = domain},
+                                                     .per_domain = a.scaleup_domain},
                                                     a)
                                         .seconds;
   e.time.tensor_parallel = e.communication.tensor_parallel;
-  // Pipeline: each micro-batch crosses every stage boundary forward and back.
   if (l.pp > 1) {
-    const double crossing = activation_bytes / double(l.tp);
-    const bool inside = l.chips() <= domain;
+    const double crossing = s.activation_bytes / double(l.tp);
+    const bool inside = l.chips() <= a.scaleup_domain;
     const double step = inside ? a.latency.scaleup_step : a.latency.scaleout_step;
     e.communication.pipeline_p2p =
-        2.0 * double(micro_batches * l.vpp) *
+        2.0 * double(s.micro_batches * l.vpp) *
         (step + crossing / (inside ? a.scaleup_bandwidth : a.scaleout_bandwidth));
     e.time.pipeline_p2p = e.communication.pipeline_p2p;
   }
-  // Context parallelism: per layer and micro-batch the ranks of a sequence gather its keys and
-  // values for the forward and again for the backward, and reduce-scatter their gradients (one
-  // more gather where the forward is rerun); counted whole, not hidden behind attention.
+}
+
+// Context parallelism: per layer and micro-batch the ranks of a sequence gather its keys and
+// values for the forward and again for the backward, and reduce-scatter their gradients (one
+// more gather where the forward is rerun); counted whole, not hidden behind attention.
+// Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
+void estimate_sequence_and_experts(const model::ModelConfig& c, const Accelerator& a,
+                                   const Layout& l, const StepShape& s, Estimate& e) {
+  const int64_t per_domain = std::max<int64_t>(1, a.scaleup_domain / l.tp);
+  const double calls = double(s.micro_batches) * s.layers_per_chip;
   if (l.cp > 1) {
-    const double kv_bytes = tokens_per_micro_batch * double(l.cp) * 2.0 *
-                            double(c.kv_heads() * c.head_dim()) / double(l.tp) * activation_element;
-    const double calls = double(micro_batches) * layers_per_chip;
-    const int64_t per_domain = std::max<int64_t>(1, domain / l.tp);
+    const double kv_bytes = s.tokens_per_micro_batch * double(l.cp) * 2.0 *
+                            double(c.kv_heads() * c.head_dim()) / double(l.tp) *
+                            s.activation_element;
     const auto ring = [&](CollectiveKind kind, double passes) {
       return collective_time({.kind = kind,
                               .bytes = passes * calls * kv_bytes,
@@ -264,66 +272,73 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
                              a)
           .seconds;
     };
-    e.communication.context_parallel = ring(CollectiveKind::kAllGather, 2 + fully_recomputed) +
+    e.communication.context_parallel = ring(CollectiveKind::kAllGather, 2 + s.fully_recomputed) +
                                        ring(CollectiveKind::kReduceScatter, 1);
     e.time.context_parallel = e.communication.context_parallel;
   }
-  // Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
   if (l.ep > 1) {
-    const double routed = activation_bytes * double(c.moe.top_k) / double(l.tp);
-    const int64_t per_domain = std::max<int64_t>(1, domain / l.tp);
+    const double routed = s.activation_bytes * double(c.moe.top_k) / double(l.tp);
     const bool inside = l.ep <= per_domain;
     const double bw = inside ? a.scaleup_bandwidth : a.scaleout_bandwidth;
     const double step = inside ? a.latency.scaleup_step : a.latency.scaleout_step;
     e.communication.expert_all_to_all =
-        double(micro_batches) * layers_per_chip * 4 *
-        (a.latency.start + step + routed * double(l.ep - 1) / double(l.ep) / bw);
+        calls * 4 * (a.latency.start + step + routed * double(l.ep - 1) / double(l.ep) / bw);
     e.time.expert_all_to_all = e.communication.expert_all_to_all;
   }
-  // Data parallelism: gradients (in the precision's gradient type) all-reduced once per step in
-  // buckets at ZeRO 0 and 1, reduce-scattered block by block on every micro-step at 2 and 3; the
-  // parameters all-gathered block by block after the update (1, 2) or before every forward and
-  // backward (3).
-  const int64_t dp_per_domain = std::max<int64_t>(1, domain / l.tp);
-  const double gradient_element = parallel::zero_model_state(0, w.precision, 1, 1).grads;
-  const double m = double(micro_batches);
-  auto dp_seconds = [&](double params, int64_t ranks) {
-    const double bytes = params * gradient_element;
-    auto run = [&](CollectiveKind kind, double passes, double messages) {
-      const Collective each{.kind = kind,
-                            .bytes = bytes,
-                            .messages = messages,
-                            .ranks = ranks,
-                            .per_domain = dp_per_domain};
-      const CollectiveTime t = collective_time(each, a);
-      if (kind == CollectiveKind::kAllReduce) e.data_parallel_algorithm = t.algorithm;
-      return passes * t.seconds;
-    };
-    const double buckets = std::ceil(params / bucket_parameters(ranks));
-    switch (l.zero) {
-      case 0:
-        return run(CollectiveKind::kAllReduce, 1, buckets);
-      case 1:
-        return run(CollectiveKind::kAllReduce, 1, buckets) +
-               run(CollectiveKind::kAllGather, 1, layers_per_chip);
-      case 2:
-        return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
-               run(CollectiveKind::kAllGather, 1, layers_per_chip);
-      default:
-        if (w.gather_per_tensor) {
-          const double gathers = 2 + recomputed;
-          return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
-                 run(CollectiveKind::kAllGather, gathers * m,
-                     layers_per_chip * planned.tensors_per_block());
-        }
-        return run(CollectiveKind::kReduceScatter, m, layers_per_chip) +
-               run(CollectiveKind::kAllGather, 2 * m, layers_per_chip);
-    }
+}
+
+// Data parallelism: gradients (in the precision's gradient type) all-reduced once per step in
+// buckets at ZeRO 0 and 1, reduce-scattered block by block on every micro-step at 2 and 3; the
+// parameters all-gathered block by block after the update (1, 2) or before every forward and
+// backward (3). `params` of them over `ranks`.
+double data_parallel_seconds(PlannedModel& planned, const Accelerator& a, const Layout& l,
+                             const Workload& w, const StepShape& s, double params, int64_t ranks,
+                             Estimate& e) {
+  const double bytes = params * parallel::zero_model_state(0, w.precision, 1, 1).grads;
+  const int64_t per_domain = std::max<int64_t>(1, a.scaleup_domain / l.tp);
+  const double m = double(s.micro_batches), blocks = s.layers_per_chip;
+  auto run = [&](CollectiveKind kind, double passes, double messages) {
+    const Collective each{.kind = kind,
+                          .bytes = bytes,
+                          .messages = messages,
+                          .ranks = ranks,
+                          .per_domain = per_domain};
+    const CollectiveTime t = collective_time(each, a);
+    if (kind == CollectiveKind::kAllReduce) e.data_parallel_algorithm = t.algorithm;
+    return passes * t.seconds;
   };
+  const double buckets = std::ceil(params / bucket_parameters(ranks));
+  switch (l.zero) {
+    case 0:
+      return run(CollectiveKind::kAllReduce, 1, buckets);
+    case 1:
+      return run(CollectiveKind::kAllReduce, 1, buckets) +
+             run(CollectiveKind::kAllGather, 1, blocks);
+    case 2:
+      return run(CollectiveKind::kReduceScatter, m, blocks) +
+             run(CollectiveKind::kAllGather, 1, blocks);
+    default:
+      if (w.gather_per_tensor) {
+        return run(CollectiveKind::kReduceScatter, m, blocks) +
+               run(CollectiveKind::kAllGather, (2 + s.recomputed) * m,
+                   blocks * planned.tensors_per_block());
+      }
+      return run(CollectiveKind::kReduceScatter, m, blocks) +
+             run(CollectiveKind::kAllGather, 2 * m, blocks);
+  }
+}
+
+// The data-parallel time the step waits for, and the optimizer's: AdamW reads and writes the
+// master weights and both moments and writes bf16 parameters.
+void estimate_data_parallel(PlannedModel& planned, const Accelerator& a, const Layout& l,
+                            const Workload& w, const StepShape& s, Estimate& e) {
+  const ChipParameters held = planned.parameters(l.tp, l.ep);
   e.communication.data_parallel =
-      dp_seconds(dense_per_chip, l.dp * l.cp) + dp_seconds(experts_per_chip, l.dp * l.cp / l.ep);
+      data_parallel_seconds(planned, a, l, w, s, held.dense / double(l.pp), l.dp * l.cp, e) +
+      data_parallel_seconds(planned, a, l, w, s, held.experts / double(l.pp), l.dp * l.cp / l.ep,
+                            e);
   // The bucketed all-reduce of ZeRO 0 and 1 hides behind the last micro-batch's backward.
-  const double last_backward = (e.time.compute / double(micro_batches)) * 2.0 / 3.0;
+  const double last_backward = (e.time.compute / double(s.micro_batches)) * 2.0 / 3.0;
   if (l.zero <= 1) {
     e.time.data_parallel = std::max(0.0, e.communication.data_parallel - last_backward);
   } else {
@@ -331,13 +346,15 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
                                ? std::max(0.0, e.communication.data_parallel - e.time.compute)
                                : e.communication.data_parallel;
   }
-  // AdamW reads and writes the master weights and both moments and writes bf16 parameters.
   const double optimizer_params =
       e.memory.optimizer / parallel::zero_model_state(0, w.precision, 1, 1).optimizer;
   e.time.optimizer = optimizer_params * 28 / a.hbm_bandwidth;
+}
 
-  const double step = e.time.total();
-  e.tokens_per_s = step_tokens / step;
+// Throughput, utilisation, days (with the expected goodput) and cost from the step's time.
+void summarize(PlannedModel& planned, const Accelerator& a, const Layout& l, const Workload& w,
+               double chips, Estimate& e) {
+  e.tokens_per_s = double(w.global_batch * w.seq_len) / e.time.total();
   e.model_tflops_per_chip = e.flops.model * e.tokens_per_s / chips / 1e12;
   e.hardware_tflops_per_chip = e.flops.hardware * e.tokens_per_s / chips / 1e12;
   e.mfu = e.model_tflops_per_chip * 1e12 / a.peak_bf16_flops;
@@ -357,6 +374,33 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   e.cost_spot = cost(a.prices.spot);
   e.cost_1y = cost(a.prices.committed_1y);
   e.cost_3y = cost(a.prices.committed_3y);
+}
+
+}  // namespace
+
+Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, const Workload& w) {
+  const model::ModelConfig& c = planned.config();
+  Estimate e;
+  e.layout = l;
+  e.invalid = check_layout(c, l, w);
+  if (!e.invalid.empty()) return e;
+  StepShape s;
+  s.chips = double(l.chips());
+  s.micro_batches = w.global_batch / (l.dp * l.micro_batch);
+  s.tokens_per_micro_batch = double(l.micro_batch * w.seq_len / l.cp);
+  s.recomputed = l.recompute == Recompute::kNone ? 0 : l.recompute_fraction;
+  s.fully_recomputed = l.recompute == Recompute::kFull ? s.recomputed : 0;
+  s.activation_element = w.precision == model::Precision::kF32 ? 4 : 2;
+  s.activation_bytes = s.tokens_per_micro_batch * double(c.d_model) * s.activation_element;
+  const PipelineCost pipeline = pipeline_cost(l.pp, l.vpp, s.micro_batches);
+  estimate_memory(planned, l, w, pipeline, s, e);
+  e.usable_memory = kUsableHbm * a.hbm_bytes;
+  e.fits = e.memory.total() <= e.usable_memory;
+  estimate_compute(planned, a, l, w, pipeline, s, e);
+  estimate_model_parallel(a, l, s, e);
+  estimate_sequence_and_experts(c, a, l, s, e);
+  estimate_data_parallel(planned, a, l, w, s, e);
+  summarize(planned, a, l, w, s.chips, e);
   return e;
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "tessera/comm/cuda/nccl_enqueue.h"
 #include "tessera/comm/world.h"
 #include "tessera/core/error.h"
 #include "tessera/core/trace.h"
@@ -65,44 +66,6 @@ std::string nccl_failure(const char* call, ncclResult_t result, ncclComm_t comm)
 // other, NCCL asks for the communicator to be aborted.
 bool leaves_communicator_usable(ncclResult_t result) {
   return result == ncclInvalidArgument || result == ncclInvalidUsage;
-}
-
-// The first failure among a sequence of NCCL calls, so that a group is always ended before the
-// failure is reported; ncclInProgress (a non-blocking communicator still enqueuing) is noted but
-// is no failure.
-struct NcclStatus {
-  ncclResult_t result = ncclSuccess;
-  const char* call = nullptr;
-
-  void note(ncclResult_t r, const char* c) {
-    if (r == ncclSuccess || failed()) return;
-    if (r == ncclInProgress && result == ncclInProgress) return;
-    result = r;
-    call = c;
-  }
-  bool failed() const { return result != ncclSuccess && result != ncclInProgress; }
-};
-
-// Runs `body`, whose NCCL calls are then launched together, between ncclGroupStart and
-// ncclGroupEnd.
-template <typename Body>
-void grouped(NcclStatus& status, Body body) {
-  const ncclResult_t started = ncclGroupStart();
-  status.note(started, "ncclGroupStart");
-  if (started != ncclSuccess) return;
-  body();
-  status.note(ncclGroupEnd(), "ncclGroupEnd");
-}
-
-bool all_equal(std::span<const int64_t> counts) {
-  return std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
-}
-
-const void* at(const void* base, int64_t elements, size_t element_bytes) {
-  return static_cast<const char*>(base) + elements * int64_t(element_bytes);
-}
-void* at(void* base, int64_t elements, size_t element_bytes) {
-  return static_cast<char*>(base) + elements * int64_t(element_bytes);
 }
 
 Clock::time_point deadline_after(double seconds) {
@@ -370,151 +333,37 @@ void NcclCommunicator::issue(int32_t index, const void* send, void* recv,
     const int64_t count = slot.what.count;
     const bool sums_bf16 =
         dtype == DType::bf16 && (op == Op::kAllReduce || op == Op::kReduceScatter);
+    // A bf16 sum runs in f32 on the scratch: an all-reduce in place, a reduce-scatter from the
+    // scratch's first count floats into the floats after them; the result is rounded back once
+    // NCCL is done with it.
+    uint16_t* round_to = nullptr;
+    int64_t round_count = 0;
     if (sums_bf16) {
-      reserve_scratch(slot, op == Op::kAllReduce ? count : count + counts[rank_]);
+      const bool all_reduce = op == Op::kAllReduce;
+      reserve_scratch(slot, all_reduce ? count : count + counts[rank_]);
+      kernels::cast_from_low(comm_ctx_, static_cast<const uint16_t*>(all_reduce ? recv : send),
+                             wide_.data(), count, kernels::LowPrecision::kBf16);
+      round_to = static_cast<uint16_t*>(recv);
+      round_count = all_reduce ? count : counts[rank_];
+      send = wide_.data();
+      recv = wide_.data() + (all_reduce ? 0 : count);
     }
     check_cuda_call(cudaEventRecord(slot.ready, compute), "cudaEventRecord", &slot);
     check_cuda_call(cudaStreamWaitEvent(stream_, slot.ready, 0), "cudaStreamWaitEvent", &slot);
-    const ncclDataType_t type = sums_bf16 ? ncclFloat32 : nccl_type(dtype);
-    const size_t bytes = sums_bf16 ? sizeof(float) : dtype_size(dtype);
-    auto widen = [&](const void* bf16, int64_t n) {
-      kernels::cast_from_low(comm_ctx_, static_cast<const uint16_t*>(bf16), wide_.data(), n,
-                             kernels::LowPrecision::kBf16);
-    };
-    // The f32 result a bf16 sum rounds back once NCCL is done with it.
-    const float* round_from = nullptr;
-    uint16_t* round_to = nullptr;
-    int64_t round_count = 0;
-    NcclStatus status;
-    switch (op) {
-      case Op::kAllReduce: {
-        if (count == 0) break;
-        void* data = recv;
-        if (sums_bf16) {
-          widen(recv, count);
-          data = wide_.data();
-          round_from = wide_.data();
-          round_to = static_cast<uint16_t*>(recv);
-          round_count = count;
-        }
-        status.note(ncclAllReduce(data, data, size_t(count), type, ncclSum, comm_, stream_),
-                    "ncclAllReduce");
-        break;
-      }
-      case Op::kReduceScatter: {
-        if (count == 0) break;
-        const int64_t mine = counts[rank_];
-        const void* in = send;
-        void* out = recv;
-        if (sums_bf16) {
-          widen(send, count);
-          in = wide_.data();
-          out = wide_.data() + count;
-          round_from = wide_.data() + count;
-          round_to = static_cast<uint16_t*>(recv);
-          round_count = mine;
-        }
-        if (all_equal(counts)) {
-          status.note(ncclReduceScatter(in, out, size_t(mine), type, ncclSum, comm_, stream_),
-                      "ncclReduceScatter");
-          break;
-        }
-        // Uneven parts: a reduction onto each rank that receives any, launched as one group.
-        // recvbuff is read only on the root, so the other ranks pass none.
-        grouped(status, [&] {
-          int64_t offset = 0;
-          for (int r = 0; r < size_; ++r) {
-            if (counts[r] > 0) {
-              status.note(ncclReduce(at(in, offset, bytes), r == rank_ ? out : nullptr,
-                                     size_t(counts[r]), type, ncclSum, r, comm_, stream_),
-                          "ncclReduce");
-            }
-            offset += counts[r];
-          }
-        });
-        break;
-      }
-      case Op::kAllGather: {
-        if (count == 0) break;
-        if (all_equal(counts)) {
-          // NCCL's in-place rule is the contract's: send is recv + rank * count, or apart.
-          status.note(ncclAllGather(send, recv, size_t(counts[rank_]), type, comm_, stream_),
-                      "ncclAllGather");
-          break;
-        }
-        // Uneven parts: each rank broadcasts its own into its place; the root's broadcast is in
-        // place when send is already there.
-        grouped(status, [&] {
-          int64_t offset = 0;
-          for (int r = 0; r < size_; ++r) {
-            if (counts[r] > 0) {
-              void* part = at(recv, offset, bytes);
-              status.note(ncclBroadcast(r == rank_ ? send : part, part, size_t(counts[r]), type, r,
-                                        comm_, stream_),
-                          "ncclBroadcast");
-            }
-            offset += counts[r];
-          }
-        });
-        break;
-      }
-      case Op::kBroadcast:
-        if (count == 0) break;
-        status.note(ncclBroadcast(recv, recv, size_t(count), type, slot.what.peer, comm_, stream_),
-                    "ncclBroadcast");
-        break;
-      case Op::kAllToAll:
-        if (count == 0) break;
-        grouped(status, [&] {
-          for (int r = 0; r < size_; ++r) {
-            status.note(
-                ncclSend(at(send, r * count, bytes), size_t(count), type, r, comm_, stream_),
-                "ncclSend");
-            status.note(
-                ncclRecv(at(recv, r * count, bytes), size_t(count), type, r, comm_, stream_),
-                "ncclRecv");
-          }
-        });
-        break;
-      case Op::kAllToAllV: {
-        const std::span<const int64_t> sent = counts.first(size_);
-        const std::span<const int64_t> received = counts.subspan(size_, size_);
-        // A pair with nothing to exchange skips both sides: rank s's sent[r] is rank r's
-        // received[s], so both skip.
-        grouped(status, [&] {
-          int64_t sent_at = 0, received_at = 0;
-          for (int r = 0; r < size_; ++r) {
-            if (sent[r] > 0) {
-              status.note(
-                  ncclSend(at(send, sent_at, bytes), size_t(sent[r]), type, r, comm_, stream_),
-                  "ncclSend");
-            }
-            if (received[r] > 0) {
-              status.note(ncclRecv(at(recv, received_at, bytes), size_t(received[r]), type, r,
-                                   comm_, stream_),
-                          "ncclRecv");
-            }
-            sent_at += sent[r];
-            received_at += received[r];
-          }
-        });
-        break;
-      }
-      case Op::kBarrier:
-        status.note(ncclAllReduce(barrier_word_.data(), barrier_word_.data(), 1, ncclFloat32,
-                                  ncclSum, comm_, stream_),
-                    "ncclAllReduce (barrier)");
-        break;
-      case Op::kSend:
-      case Op::kRecv:
-        break;  // deferred above
-    }
+    const NcclLink link{comm_,
+                        stream_,
+                        rank_,
+                        size_,
+                        sums_bf16 ? ncclFloat32 : nccl_type(dtype),
+                        sums_bf16 ? sizeof(float) : dtype_size(dtype)};
+    const NcclStatus status = enqueue_collective(link, op, send, recv, count, counts,
+                                                 slot.what.peer, barrier_word_.data());
     if (status.failed()) fail_nccl_call(slot.what, &slot, status.call, status.result, false);
     // A non-blocking communicator may still be enqueuing; nothing else may go on the stream
     // before it has.
     if (status.result == ncclInProgress) settle(slot.what, &slot, status.call);
     if (round_count > 0) {
-      kernels::cast_to_low(comm_ctx_, round_from, round_to, round_count,
+      kernels::cast_to_low(comm_ctx_, static_cast<const float*>(recv), round_to, round_count,
                            kernels::LowPrecision::kBf16);
     }
     check_cuda_call(cudaEventRecord(slot.done, stream_), "cudaEventRecord", &slot);
