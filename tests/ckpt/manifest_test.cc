@@ -130,7 +130,7 @@ TEST(Manifest, ReadingBadJsonOrAMissingFileNamesManifestJson) {
 
   std::ofstream(dir / "manifest.json") << "{\"format\": \"tessera-checkpoint\",\n \"step\": ";
   std::string bad_json = error_reading();
-  EXPECT_NE(bad_json.find("manifest.json: invalid JSON"), std::string::npos) << bad_json;
+  EXPECT_NE(bad_json.find("manifest.json: not valid JSON"), std::string::npos) << bad_json;
   EXPECT_EQ(bad_json.find('\n'), std::string::npos) << bad_json;
 
   std::ofstream(dir / "manifest.json") << R"({"format": "tessera-checkpoint", "version": 2})";

@@ -19,7 +19,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path, std::string_vie
   try {
     return nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON{}: {}", path.string(), what.empty() ? "" : " in" + of, e.what());
+    fail("{}: not valid JSON{}: {}", path.string(), what.empty() ? "" : fmt::format(" ({})", what),
+         e.what());
   }
 }
 

@@ -45,6 +45,8 @@ class TensorAdder {
                      [src](std::span<float> out) { std::copy(src, src + out.size(), out.data()); });
   }
 
+  const model::ModelSpec& spec() const { return layout_.spec; }
+
   // Rows [row_begin, row_begin + rows) of a matrix parameter [out, in]; `permute_heads` > 0
   // reorders each head's rows from rotate-half halves into interleaved pairs.
   void matrix(const std::string& name, const std::string& param, int64_t row_begin = 0,
@@ -87,43 +89,49 @@ class TensorAdder {
   GgufWriter& gguf_;
 };
 
-void add_gpt2(const ModelConfig& c, TensorAdder& t, GgufWriter& gguf) {
+// Every parameter of `parts` as GGUF tensors: Tessera's names after `param_prefix`, GGUF's after
+// `gguf_prefix`. Norms and biases are vectors, the rest matrices.
+void add_parts(TensorAdder& t, const std::vector<model::Part>& parts,
+               const std::string& param_prefix, const std::string& gguf_prefix) {
+  for (const model::Part& p : parts) {
+    const std::string param = param_prefix + p.name;
+    for (const model::ExternalSlice& slice : p.external) {
+      check(!slice.gguf.empty() && p.stack == 1, "{}: GGUF has no tensor for it", param);
+    }
+    if (p.kind == model::PartKind::kNorm) {
+      t.vector(gguf_prefix + p.external[0].gguf + ".weight", param + ".weight");
+      if (p.bias) t.vector(gguf_prefix + p.external[0].gguf + ".bias", param + ".bias");
+      continue;
+    }
+    int64_t row = 0;
+    for (const model::ExternalSlice& slice : p.external) {
+      const int64_t rows = slice.rows > 0 ? slice.rows : p.out;
+      t.matrix(gguf_prefix + slice.gguf + ".weight", param + ".weight", row, rows,
+               slice.gguf_rope_heads);
+      row += rows;
+    }
+    if (p.bias) {
+      check(p.external.size() == 1, "{}: a part split into several GGUF tensors has no bias",
+            param);
+      t.vector(gguf_prefix + p.external[0].gguf + ".bias", param + ".bias");
+    }
+  }
+}
+
+void add_gpt2_keys(const ModelConfig& c, GgufWriter& gguf) {
   gguf.set("gpt2.context_length", uint32_t(c.max_seq));
   gguf.set("gpt2.embedding_length", uint32_t(c.d_model));
   gguf.set("gpt2.feed_forward_length", uint32_t(c.ffn()));
   gguf.set("gpt2.block_count", uint32_t(c.n_layer));
   gguf.set("gpt2.attention.head_count", uint32_t(c.n_head));
   gguf.set("gpt2.attention.layer_norm_epsilon", float(c.norm_eps));
-  t.matrix("token_embd.weight", "wte.weight");
-  t.matrix("position_embd.weight", "wpe.weight");
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string g = fmt::format("blk.{}.", l), p = fmt::format("blocks.{}.", l);
-    t.vector(g + "attn_norm.weight", p + "ln1.weight");
-    t.vector(g + "attn_norm.bias", p + "ln1.bias");
-    t.matrix(g + "attn_qkv.weight", p + "attn.qkv.weight");
-    t.vector(g + "attn_qkv.bias", p + "attn.qkv.bias");
-    t.matrix(g + "attn_output.weight", p + "attn.proj.weight");
-    t.vector(g + "attn_output.bias", p + "attn.proj.bias");
-    t.vector(g + "ffn_norm.weight", p + "ln2.weight");
-    t.vector(g + "ffn_norm.bias", p + "ln2.bias");
-    t.matrix(g + "ffn_up.weight", p + "fc.weight");
-    t.vector(g + "ffn_up.bias", p + "fc.bias");
-    t.matrix(g + "ffn_down.weight", p + "fcproj.weight");
-    t.vector(g + "ffn_down.bias", p + "fcproj.bias");
-  }
-  t.vector("output_norm.weight", "lnf.weight");
-  t.vector("output_norm.bias", "lnf.bias");
-  // llama.cpp's gpt2 always reads output.weight; a tied head is stored twice, as its converter
-  // does.
-  t.matrix("output.weight", c.tie_embeddings ? "wte.weight" : "lm_head.weight");
 }
 
-void add_llama(const ModelConfig& c, TensorAdder& t, GgufWriter& gguf) {
-  const int64_t D = c.head_dim(), q_rows = c.n_head * D, kv_rows = c.kv_heads() * D;
-  const int64_t F = c.ffn();
+void add_llama_keys(const ModelConfig& c, GgufWriter& gguf) {
+  const int64_t D = c.head_dim();
   gguf.set("llama.context_length", uint32_t(c.max_seq));
   gguf.set("llama.embedding_length", uint32_t(c.d_model));
-  gguf.set("llama.feed_forward_length", uint32_t(F));
+  gguf.set("llama.feed_forward_length", uint32_t(c.ffn()));
   gguf.set("llama.block_count", uint32_t(c.n_layer));
   gguf.set("llama.attention.head_count", uint32_t(c.n_head));
   gguf.set("llama.attention.head_count_kv", uint32_t(c.kv_heads()));
@@ -133,22 +141,6 @@ void add_llama(const ModelConfig& c, TensorAdder& t, GgufWriter& gguf) {
   gguf.set("llama.rope.freq_base", float(c.rope_theta));
   gguf.set("llama.attention.layer_norm_rms_epsilon", float(c.norm_eps));
   gguf.set("llama.vocab_size", uint32_t(c.vocab_size));
-  t.matrix("token_embd.weight", "wte.weight");
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string g = fmt::format("blk.{}.", l), p = fmt::format("blocks.{}.", l);
-    t.vector(g + "attn_norm.weight", p + "ln1.weight");
-    t.matrix(g + "attn_q.weight", p + "attn.qkv.weight", 0, q_rows, c.n_head);
-    t.matrix(g + "attn_k.weight", p + "attn.qkv.weight", q_rows, kv_rows, c.kv_heads());
-    t.matrix(g + "attn_v.weight", p + "attn.qkv.weight", q_rows + kv_rows, kv_rows);
-    t.matrix(g + "attn_output.weight", p + "attn.proj.weight");
-    t.vector(g + "ffn_norm.weight", p + "ln2.weight");
-    t.matrix(g + "ffn_gate.weight", p + "mlp.gate_up.weight", 0, F);
-    t.matrix(g + "ffn_up.weight", p + "mlp.gate_up.weight", F, F);
-    t.matrix(g + "ffn_down.weight", p + "mlp.down.weight");
-  }
-  t.vector("output_norm.weight", "lnf.weight");
-  // Without output.weight llama.cpp's llama multiplies by the token embedding: a tied head.
-  if (!c.tie_embeddings) t.matrix("output.weight", "lm_head.weight");
 }
 
 }  // namespace
@@ -172,12 +164,22 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
   gguf.set("general.name", std::string("tessera-") + arch);
   gguf.set("general.file_type", file_type(weights));
   gguf.set("general.quantization_version", uint32_t(2));
-  TensorAdder tensors(config, params, weights, gguf);
   if (config.arch == Architecture::kGpt2) {
-    add_gpt2(config, tensors, gguf);
+    add_gpt2_keys(config, gguf);
   } else {
-    add_llama(config, tensors, gguf);
+    add_llama_keys(config, gguf);
   }
+  TensorAdder tensors(config, params, weights, gguf);
+  const model::ModelSpec& spec = tensors.spec();
+  add_parts(tensors, spec.embedding, "", "");
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    add_parts(tensors, spec.block.parts, fmt::format("blocks.{}.", l),
+              fmt::format(fmt::runtime(spec.gguf_block_prefix), l));
+  }
+  add_parts(tensors, spec.head, "", "");
+  // Without output.weight llama.cpp's llama multiplies by the token embedding; its gpt2 always
+  // reads output.weight, so a tied head is stored twice, as llama.cpp's converter does.
+  if (spec.tied_head && spec.gguf_stores_tied_head) tensors.matrix("output.weight", "wte.weight");
   return arch;
 }
 

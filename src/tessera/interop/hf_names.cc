@@ -44,72 +44,32 @@ class LayoutBuilder {
   const model::ModelLayout& layout_;
 };
 
-HfLayout gpt2_layout(const ModelConfig& c, const model::ModelLayout& layout) {
-  LayoutBuilder b(layout);
-  b.whole("transformer.wte.weight", "wte.weight");
-  b.whole("transformer.wpe.weight", "wpe.weight");
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string hf = fmt::format("transformer.h.{}.", l), t = fmt::format("blocks.{}.", l);
-    b.whole(hf + "ln_1.weight", t + "ln1.weight");
-    b.whole(hf + "ln_1.bias", t + "ln1.bias");
-    b.whole(hf + "attn.c_attn.weight", t + "attn.qkv.weight", true);
-    b.whole(hf + "attn.c_attn.bias", t + "attn.qkv.bias");
-    b.whole(hf + "attn.c_proj.weight", t + "attn.proj.weight", true);
-    b.whole(hf + "attn.c_proj.bias", t + "attn.proj.bias");
-    b.whole(hf + "ln_2.weight", t + "ln2.weight");
-    b.whole(hf + "ln_2.bias", t + "ln2.bias");
-    b.whole(hf + "mlp.c_fc.weight", t + "fc.weight", true);
-    b.whole(hf + "mlp.c_fc.bias", t + "fc.bias");
-    b.whole(hf + "mlp.c_proj.weight", t + "fcproj.weight", true);
-    b.whole(hf + "mlp.c_proj.bias", t + "fcproj.bias");
-  }
-  b.whole("transformer.ln_f.weight", "lnf.weight");
-  b.whole("transformer.ln_f.bias", "lnf.bias");
-  return {kGpt2, std::move(b.tensors), "lm_head.weight", "transformer.wte.weight"};
-}
-
-HfLayout llama_layout(const ModelConfig& c, const model::ModelLayout& layout) {
-  const model::MoeConfig& moe = c.moe;
-  check(moe.n_shared == 0,
-        "model.moe_shared_experts = {}: Hugging Face's Mixtral has no shared experts, so this "
-        "model cannot be exported",
-        moe.n_shared);
-  const int64_t q_rows = c.n_head * c.head_dim(), kv_rows = c.kv_heads() * c.head_dim();
-  const int64_t F = c.ffn(), C = c.d_model;
-  LayoutBuilder b(layout);
-  b.whole("model.embed_tokens.weight", "wte.weight");
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string hf = fmt::format("model.layers.{}.", l), t = fmt::format("blocks.{}.", l);
-    b.whole(hf + "input_layernorm.weight", t + "ln1.weight");
-    b.part(hf + "self_attn.q_proj.weight", t + "attn.qkv.weight", 0, q_rows);
-    b.part(hf + "self_attn.k_proj.weight", t + "attn.qkv.weight", q_rows, kv_rows);
-    b.part(hf + "self_attn.v_proj.weight", t + "attn.qkv.weight", q_rows + kv_rows, kv_rows);
-    b.whole(hf + "self_attn.o_proj.weight", t + "attn.proj.weight");
-    b.whole(hf + "post_attention_layernorm.weight", t + "ln2.weight");
-    if (!c.is_moe()) {
-      b.part(hf + "mlp.gate_proj.weight", t + "mlp.gate_up.weight", 0, F);
-      b.part(hf + "mlp.up_proj.weight", t + "mlp.gate_up.weight", F, F);
-      b.whole(hf + "mlp.down_proj.weight", t + "mlp.down.weight");
-      continue;
-    }
-    b.whole(hf + "block_sparse_moe.gate.weight", t + "moe.router.weight");
-    for (int64_t e = 0; e < moe.n_experts; ++e) {
-      const std::string x = fmt::format("{}block_sparse_moe.experts.{}.", hf, e);
-      b.part(x + "w1.weight", t + "moe.experts.gate_up.weight", e * 2 * F, F);
-      b.part(x + "w3.weight", t + "moe.experts.gate_up.weight", e * 2 * F + F, F);
-      b.part(x + "w2.weight", t + "moe.experts.down.weight", e * C, C);
+// Every parameter of `parts` as Hugging Face tensors: Tessera's names after `param_prefix`
+// ("blocks.3."), Hugging Face's after `hf_prefix` ("model.layers.3.").
+void add_parts(LayoutBuilder& b, const std::vector<model::Part>& parts,
+               const std::string& param_prefix, const std::string& hf_prefix) {
+  for (const model::Part& p : parts) {
+    const std::string param = param_prefix + p.name;
+    for (const char* suffix : {".weight", ".bias"}) {
+      const bool weight = suffix == std::string_view(".weight");
+      if (!weight && !p.bias) continue;
+      if (p.stack == 1 && p.external.size() == 1 && p.external[0].rows == 0) {
+        check(!p.external[0].hf.empty(), "{}: Hugging Face has no tensor for it", param);
+        b.whole(hf_prefix + p.external[0].hf + suffix, param + suffix, weight && p.hf_transposed);
+        continue;
+      }
+      check(weight, "{}: a part split into several Hugging Face tensors has no bias", param);
+      for (int64_t e = 0; e < p.stack; ++e) {
+        int64_t row = e * p.out;
+        for (const model::ExternalSlice& slice : p.external) {
+          const int64_t rows = slice.rows > 0 ? slice.rows : p.out;
+          const std::string name = fmt::format(fmt::runtime(slice.hf), fmt::arg("e", e));
+          b.part(hf_prefix + name + suffix, param + suffix, row, rows);
+          row += rows;
+        }
+      }
     }
   }
-  b.whole("model.norm.weight", "lnf.weight");
-  HfLayout hf{c.is_moe() ? kMixtral : kLlama, {}, "", ""};
-  if (c.tie_embeddings) {
-    hf.tied_head = "lm_head.weight";
-    hf.tied_to = "model.embed_tokens.weight";
-  } else {
-    b.whole("lm_head.weight", "lm_head.weight");
-  }
-  hf.tensors = std::move(b.tensors);
-  return hf;
 }
 
 // Typed access to config.json fields, with Transformers' defaults for absent (or null) ones.
@@ -256,10 +216,29 @@ ModelConfig llama_from_hf(const ConfigReader& r, bool mixtral) {
 
 }  // namespace
 
-HfLayout hf_layout(const ModelConfig& config) {
-  const model::ModelLayout layout = model::model_layout(config);
-  return config.arch == Architecture::kGpt2 ? gpt2_layout(config, layout)
-                                            : llama_layout(config, layout);
+HfLayout hf_layout(const ModelConfig& c) {
+  check(c.arch == Architecture::kGpt2 || c.moe.n_shared == 0,
+        "model.moe_shared_experts = {}: Hugging Face's Mixtral has no shared experts, so this "
+        "model cannot be exported",
+        c.moe.n_shared);
+  const model::ModelLayout layout = model::model_layout(c);
+  const model::ModelSpec& spec = layout.spec;
+  LayoutBuilder b(layout);
+  add_parts(b, spec.embedding, "", "");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    add_parts(b, spec.block.parts, fmt::format("blocks.{}.", l),
+              fmt::format(fmt::runtime(spec.hf_block_prefix), l));
+  }
+  add_parts(b, spec.head, "", "");
+  HfLayout hf{c.arch == Architecture::kGpt2 ? kGpt2
+              : c.is_moe()                  ? kMixtral
+                                            : kLlama,
+              std::move(b.tensors), "", ""};
+  if (c.tie_embeddings) {
+    hf.tied_head = "lm_head.weight";
+    hf.tied_to = spec.embedding.front().external.front().hf + ".weight";
+  }
+  return hf;
 }
 
 bool is_hf_buffer(Architecture arch, std::string_view name) {

@@ -20,17 +20,18 @@ bool BlockSpec::has(PartId id) const {
 
 namespace {
 
-Part norm(PartId id, std::string name, int64_t width, bool bias) {
+Part norm(PartId id, std::string name, int64_t width, bool bias, ExternalSlice names) {
   return {.id = id,
           .kind = PartKind::kNorm,
           .name = std::move(name),
           .in = width,
           .bias = bias,
-          .init = Init::kOnes};
+          .init = Init::kOnes,
+          .external = {std::move(names)}};
 }
 
 Part linear(PartId id, std::string name, int64_t in, int64_t out, bool bias, Role role,
-            Init init = Init::kNormal) {
+            std::vector<ExternalSlice> names, Init init = Init::kNormal) {
   return {.id = id,
           .kind = PartKind::kLinear,
           .name = std::move(name),
@@ -38,7 +39,8 @@ Part linear(PartId id, std::string name, int64_t in, int64_t out, bool bias, Rol
           .out = out,
           .bias = bias,
           .role = role,
-          .init = init};
+          .init = init,
+          .external = std::move(names)};
 }
 
 }  // namespace
@@ -47,6 +49,7 @@ BlockSpec block_spec(const ModelConfig& c) {
   validate(c);
   const bool gpt2 = c.arch == Architecture::kGpt2;
   const int64_t C = c.d_model, F = c.ffn(), hd = c.head_dim();
+  const int64_t q_rows = c.n_head * hd, kv_rows = c.kv_heads() * hd;
   BlockSpec s;
   s.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   s.norm_eps = c.norm_eps;
@@ -54,44 +57,66 @@ BlockSpec block_spec(const ModelConfig& c) {
   s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
   s.d_model = C;
   s.ffn = F;
-  s.parts.push_back(norm(PartId::kAttentionNorm, "ln1", C, gpt2));
-  Part qkv = linear(PartId::kQkv, "attn.qkv", C, c.qkv_width(), gpt2, Role::kColumn);
-  qkv.out_parts = {c.n_head * hd, c.kv_heads() * hd, c.kv_heads() * hd};
+  s.parts.push_back(norm(PartId::kAttentionNorm, "ln1", C, gpt2,
+                         {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"}));
+  Part qkv = linear(
+      PartId::kQkv, "attn.qkv", C, c.qkv_width(), gpt2, Role::kColumn,
+      gpt2 ? std::vector<ExternalSlice>{{"attn.c_attn", "attn_qkv"}}
+           : std::vector<ExternalSlice>{{"self_attn.q_proj", "attn_q", q_rows, c.n_head},
+                                        {"self_attn.k_proj", "attn_k", kv_rows, c.kv_heads()},
+                                        {"self_attn.v_proj", "attn_v", kv_rows}});
+  qkv.out_parts = {q_rows, kv_rows, kv_rows};
   qkv.out_unit = hd;
+  qkv.hf_transposed = gpt2;
   s.parts.push_back(qkv);
-  s.parts.push_back(linear(PartId::kAttentionOut, "attn.proj", c.n_head * hd, C, gpt2, Role::kRow,
-                           Init::kResidual));
-  if (!c.parallel_block) s.parts.push_back(norm(PartId::kMlpNorm, "ln2", C, gpt2));
+  Part proj = linear(PartId::kAttentionOut, "attn.proj", q_rows, C, gpt2, Role::kRow,
+                     {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", "attn_output"}}, Init::kResidual);
+  proj.hf_transposed = gpt2;
+  s.parts.push_back(proj);
+  if (!c.parallel_block) {
+    s.parts.push_back(norm(PartId::kMlpNorm, "ln2", C, gpt2,
+                           {gpt2 ? "ln_2" : "post_attention_layernorm", "ffn_norm"}));
+  }
   if (!c.is_moe()) {
     Part in = linear(PartId::kMlpIn, gpt2 ? "fc" : "mlp.gate_up", C, c.mlp_hidden_width(), gpt2,
-                     Role::kColumn);
+                     Role::kColumn,
+                     gpt2 ? std::vector<ExternalSlice>{{"mlp.c_fc", "ffn_up"}}
+                          : std::vector<ExternalSlice>{{"mlp.gate_proj", "ffn_gate", F},
+                                                       {"mlp.up_proj", "ffn_up", F}});
     if (!gpt2) in.out_parts = {F, F};
+    in.hf_transposed = gpt2;
     s.parts.push_back(in);
-    s.parts.push_back(linear(PartId::kMlpOut, gpt2 ? "fcproj" : "mlp.down", F, C, gpt2, Role::kRow,
-                             Init::kResidual));
+    Part out = linear(PartId::kMlpOut, gpt2 ? "fcproj" : "mlp.down", F, C, gpt2, Role::kRow,
+                      {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", "ffn_down"}}, Init::kResidual);
+    out.hf_transposed = gpt2;
+    s.parts.push_back(out);
     return s;
   }
   s.moe = c.moe;
   const int64_t E = c.moe.n_experts, SF = c.moe.n_shared * F;
   const double routed_share = double(c.moe.top_k) / double(E);
   // The router and the shared experts are replicated over tp: every tp rank runs the MoE layer
-  // of its tokens in full (docs/distributed.md).
-  s.parts.push_back(linear(PartId::kRouter, "moe.router", C, E, false, Role::kReplicated));
-  Part experts_in =
-      linear(PartId::kExpertsIn, "moe.experts.gate_up", C, 2 * F, false, Role::kExpert);
+  // of its tokens in full (docs/distributed.md). Hugging Face's Mixtral names each expert's
+  // matrices; GGUF export writes dense models only.
+  s.parts.push_back(linear(PartId::kRouter, "moe.router", C, E, false, Role::kReplicated,
+                           {{"block_sparse_moe.gate"}}));
+  Part experts_in = linear(
+      PartId::kExpertsIn, "moe.experts.gate_up", C, 2 * F, false, Role::kExpert,
+      {{"block_sparse_moe.experts.{e}.w1", "", F}, {"block_sparse_moe.experts.{e}.w3", "", F}});
   experts_in.stack = E;
   experts_in.token_share = routed_share;
   s.parts.push_back(experts_in);
-  Part experts_out =
-      linear(PartId::kExpertsOut, "moe.experts.down", F, C, false, Role::kExpert, Init::kResidual);
+  Part experts_out = linear(PartId::kExpertsOut, "moe.experts.down", F, C, false, Role::kExpert,
+                            {{"block_sparse_moe.experts.{e}.w2"}}, Init::kResidual);
   experts_out.stack = E;
   experts_out.token_share = routed_share;
   s.parts.push_back(experts_out);
   if (SF > 0) {
+    // Mixtral has no shared experts: no Hugging Face name, and such a model is not exported.
     s.parts.push_back(
-        linear(PartId::kSharedIn, "moe.shared.gate_up", C, 2 * SF, false, Role::kReplicated));
+        linear(PartId::kSharedIn, "moe.shared.gate_up", C, 2 * SF, false, Role::kReplicated, {{}}));
     s.parts.push_back(linear(PartId::kSharedOut, "moe.shared.down", SF, C, false, Role::kReplicated,
-                             Init::kResidual));
+                             {{}}, Init::kResidual));
   }
   return s;
 }
@@ -103,25 +128,32 @@ ModelSpec model_spec(const ModelConfig& c) {
   m.vocab_size = c.vocab_size;
   m.tied_head = c.tie_embeddings;
   const bool gpt2 = c.arch == Architecture::kGpt2;
+  m.hf_block_prefix = gpt2 ? "transformer.h.{}." : "model.layers.{}.";
+  m.gguf_stores_tied_head = gpt2;
   const int64_t C = c.d_model;
-  m.embedding.push_back({.id = PartId::kTokenEmbedding,
-                         .kind = PartKind::kEmbedding,
-                         .name = "wte",
-                         .in = C,
-                         .out = c.vocab_size,
-                         .role = Role::kVocab});
+  m.embedding.push_back(
+      {.id = PartId::kTokenEmbedding,
+       .kind = PartKind::kEmbedding,
+       .name = "wte",
+       .in = C,
+       .out = c.vocab_size,
+       .role = Role::kVocab,
+       .external = {{gpt2 ? "transformer.wte" : "model.embed_tokens", "token_embd"}}});
   if (gpt2) {
     m.embedding.push_back({.id = PartId::kPositionEmbedding,
                            .kind = PartKind::kEmbedding,
                            .name = "wpe",
                            .in = C,
-                           .out = c.max_seq});
+                           .out = c.max_seq,
+                           .external = {{"transformer.wpe", "position_embd"}}});
   }
   // The head sits with the embeddings, below the blocks: the model uses both at each end of a
   // step, and backward finishes the blocks' gradients from the top of the buffer down.
-  m.head.push_back(norm(PartId::kFinalNorm, "lnf", C, gpt2));
+  m.head.push_back(norm(PartId::kFinalNorm, "lnf", C, gpt2,
+                        {gpt2 ? "transformer.ln_f" : "model.norm", "output_norm"}));
   if (!c.tie_embeddings) {
-    m.head.push_back(linear(PartId::kHead, "lm_head", C, c.vocab_size, false, Role::kVocab));
+    m.head.push_back(linear(PartId::kHead, "lm_head", C, c.vocab_size, false, Role::kVocab,
+                            {{"lm_head", "output"}}));
   }
   return m;
 }

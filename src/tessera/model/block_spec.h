@@ -1,8 +1,9 @@
 // The one description of what a model is made of: the parameterised parts of its embedding, of
 // each block and of its head, in parameter order, each with its shape, how tensor and expert
-// parallelism split it, and how it is initialised. The parameter layout, the activation-memory
-// formula, the planner's parameter and FLOP split and calibration's GEMM list are all derived
-// from it; adding a part to a block is a change to block_spec() alone.
+// parallelism split it, how it is initialised, how Hugging Face and GGUF files name it, and the
+// elementwise work of its norms. The parameter layout, the activation-memory formula, the
+// planner's parameter, FLOP and elementwise split, calibration's GEMM list and the Hugging Face
+// and GGUF tensor lists are all derived from it.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,19 @@ enum class Init {
   kOnes,      // norm gains
 };
 
+// How another format stores rows of a part, per parameter (".weight", and ".bias" when it has
+// one). A part is one slice of all its rows, or several consecutive slices (Llama's q, k and v of
+// the fused qkv; gate and up); an expert stack repeats its slices for every expert, "{e}" in a
+// name standing for the expert's number.
+struct ExternalSlice {
+  std::string hf;    // the Hugging Face name, after the block's prefix for a block's part
+  std::string gguf;  // the GGUF name, after the block's prefix; empty: GGUF has none
+  int64_t rows = 0;  // of the part's out rows (per expert); 0: all of them
+  // GGUF keeps each head's rows of Llama's q and k in interleaved pairs (llama.cpp's permute of
+  // rotate-half); the heads this slice holds, or 0.
+  int64_t gguf_rope_heads = 0;
+};
+
 struct Part {
   PartId id;
   PartKind kind;
@@ -66,6 +80,10 @@ struct Part {
   Init init = Init::kNormal;
   // The share of a step's tokens each matrix multiplies (top_k / E for routed experts).
   double token_share = 1.0;
+  // A norm normalises this many rows of `in` values per token (one: the residual stream's).
+  int64_t rows_per_token = 1;
+  std::vector<ExternalSlice> external;
+  bool hf_transposed = false;  // Hugging Face stores the matrix as [in, out] (GPT-2's Conv1D)
 };
 
 struct AttentionGeometry {
@@ -99,6 +117,10 @@ struct ModelSpec {
   std::vector<Part> head;
   int64_t n_layer = 0, vocab_size = 0;
   bool tied_head = false;
+  // Where block l's parts are named, "{}" standing for l; embedding and head parts are named
+  // whole. GGUF's llama.cpp reads the head of GPT-2 even when it is tied, under the head's name.
+  std::string hf_block_prefix, gguf_block_prefix = "blk.{}.";
+  bool gguf_stores_tied_head = false;
 };
 
 BlockSpec block_spec(const ModelConfig& config);
