@@ -19,117 +19,114 @@ uint16_t* Allocator::halves(int64_t n) {
   return static_cast<uint16_t*>(arena_.allocate({n}, DType::bf16).data);
 }
 
-ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& layout,
-                                      const ActivationOptions& o, Allocator& a) {
-  const BlockSpec& spec = layout.spec.block;
-  const Sharding& sharding = layout.sharding;
-  const BlockWidths w(spec, sharding);
-  const bool low = o.precision != Precision::kF32, moe = spec.moe.has_value();
-  const bool sp = o.sequence_parallel && sharding.tp > 1;
-  const bool layer_norm = spec.norm == NormKind::kLayerNorm;
-  const int64_t N = o.max_batch * o.max_seq, R = sp ? N / sharding.tp : N, C = w.C;
-  const int64_t HD = w.attention_out, Q = w.qkv, F = w.ffn, F_pre = w.mlp_in;
-  ModelActivations m;
+namespace {
 
-  auto matmul_input = [&](int64_t n, float* shared_f32) {
-    return MatmulInput{low ? shared_f32 : a.floats(n), low ? a.halves(n) : nullptr};
-  };
-  // A norm's output: the matmul input of R rows, or with sequence parallelism f32 rows that are
-  // gathered (and narrowed) when a matmul reads them.
-  auto norm_output = [&](float* shared_f32) {
-    if (sp) return MatmulInput{a.floats(R * C), nullptr};
-    return matmul_input(R * C, shared_f32);
-  };
-  // What a block keeps in f32 unless fully recomputed: norm statistics, q/k/v, the attention
-  // log-sum-exp, the residual after attention and the MLP's first matmul output.
-  auto allocate_f32_state = [&](BlockActivations& x) {
-    x.ln1_mean = layer_norm ? a.floats(R) : nullptr;
-    x.ln1_rstd = a.floats(R);
-    x.qkv = a.floats(N * Q);
-    x.lse = a.floats(N * w.heads);
-    x.res_mid = a.floats(R * C);
-    x.ln2_mean = layer_norm ? a.floats(R) : nullptr;
-    x.ln2_rstd = a.floats(R);
-    x.fch = moe ? nullptr : a.floats(N * F_pre);
-  };
-  // The working set every block shares: all of a block's activations when nothing is kept per
-  // block (inference, full recompute), and the transient f32 copies of matmul inputs.
-  const int64_t before_working = a.bytes();
-  BlockActivations shared;
-  shared.ln1 = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
-  shared.atty = {a.floats(N * HD), low ? a.halves(N * HD) : nullptr};
-  shared.ln2 = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
-  shared.act = moe ? MatmulInput{} : MatmulInput{a.floats(N * F), low ? a.halves(N * F) : nullptr};
-  allocate_f32_state(shared);
-  shared.res_out = a.floats(R * C);
-  m.working = a.bytes() - before_working;
+// What a model's shape gives every buffer: rows, widths and formats.
+struct Shapes {
+  const BlockSpec& spec;
+  BlockWidths w;
+  bool low, sp, moe;
+  int64_t N, R;
 
-  // A linear's input as its held weight gradient reads it: `kept`, the block's own saved
-  // activation, or a copy where recomputation shares it; `rows`: a norm output, which sequence
-  // parallelism keeps in f32 and gathers again. Its output gradient [N, out] is always a copy.
-  auto held = [&](const MatmulInput& kept, bool saved, bool rows, int64_t n, int64_t out) {
-    HeldGradient h;
-    if (rows && sp) {
-      h.x.f32 = saved ? kept.f32 : a.floats(n);
-    } else if (low) {
-      h.x.low = saved ? kept.low : a.halves(n);
-    } else {
-      h.x.f32 = saved ? kept.f32 : a.floats(n);
-    }
-    if (low) {
-      h.dy.low = a.halves(N * out);
-    } else {
-      h.dy.f32 = a.floats(N * out);
-    }
-    return h;
-  };
-  auto hold_weight_gradients = [&](BlockActivations& b) {
-    const bool norms_saved = o.recompute == Recompute::kNone;
-    b.attention_held = {held(b.ln1, norms_saved, true, R * C, Q),
-                        held(b.atty, o.recompute != Recompute::kFull, false, N * HD, C)};
-    if (!moe) {
-      b.mlp_held = {held(b.ln2, norms_saved, true, R * C, F_pre),
-                    held(b.act, norms_saved, false, N * F, C)};
-    }
-  };
+  Shapes(const ModelLayout& layout, const ActivationOptions& o)
+      : spec(layout.spec.block),
+        w(spec, layout.sharding),
+        low(o.precision != Precision::kF32),
+        sp(o.sequence_parallel && layout.sharding.tp > 1),
+        moe(spec.moe.has_value()),
+        N(o.max_batch * o.max_seq),
+        R(sp ? N / layout.sharding.tp : N) {}
 
-  const int64_t blocks = int64_t(layout.blocks.size());
-  // What each block of a micro-batch keeps for its backward: views of the shared set where it
-  // keeps nothing. With `sent_on`, the last block writes slot 0's output buffer.
-  auto saved_blocks = [&](bool sent_on) {
-    std::vector<BlockActivations> saved(blocks, shared);
-    if (!o.training) return saved;
-    for (BlockActivations& b : saved) {
-      const int64_t before = a.bytes();
-      const bool last = &b == &saved.back();
-      b.res_out = last && sent_on ? m.blocks.back().res_out : a.floats(R * C);
-      if (o.recompute != Recompute::kFull) {
-        if (o.recompute == Recompute::kNone) {
-          b.ln1 = norm_output(shared.ln1.f32);
-          b.ln2 = norm_output(shared.ln2.f32);
-          if (!moe) b.act = matmul_input(N * F, shared.act.f32);
-        }
-        b.atty = matmul_input(N * HD, shared.atty.f32);
-        const int64_t before_state = a.bytes();
-        allocate_f32_state(b);
-        m.saved_f32_state_per_layer = a.bytes() - before_state;
-      }
-      if (o.split_backward) hold_weight_gradients(b);
-      if (!last || !sent_on) m.saved_per_layer = a.bytes() - before;
-    }
-    return saved;
-  };
-  m.blocks = saved_blocks(false);
-  m.embedded = a.floats(R * C);
-  m.stage_input = 4 * R * C;
-  m.slot_blocks = {m.blocks};
-  m.slot_inputs = {m.embedded};
-  for (int64_t slot = 1; slot < o.in_flight; ++slot) {
-    m.slot_blocks.push_back(saved_blocks(!layout.has_head));
-    m.slot_inputs.push_back(a.floats(R * C));
+  int64_t floats(const SavedActivation& s) const {
+    return (s.residual_rows ? R : N) * floats_per_row(s.width, w);
   }
+  // A matmul input over the residual rows is gathered from f32 rows with sequence parallelism,
+  // and narrowed when a matmul reads it.
+  bool held_low(const SavedActivation& s) const {
+    return low && s.matmul_operand && !(sp && s.residual_rows);
+  }
+};
+
+template <typename Body>
+void for_each_saved(const BlockSpec& spec, Body&& body) {
+  for (const Part& p : spec.parts) {
+    for (const SavedActivation& s : p.saves) body(s);
+  }
+}
+
+// The working set every block shares: all of a block's activations when nothing is kept per block
+// (inference, full recompute), and the f32 copies of low-precision matmul inputs.
+BlockActivations shared_activations(const Shapes& x, Allocator& a) {
+  BlockActivations shared;
+  for_each_saved(x.spec, [&](const SavedActivation& s) {
+    const int64_t n = x.floats(s);
+    shared[s.id] = {a.floats(n), x.held_low(s) ? a.halves(n) : nullptr};
+  });
+  shared.res_out = a.floats(x.R * x.w.C);
+  return shared;
+}
+
+// A linear's input as its held weight gradient reads it: `kept`, the block's own saved
+// activation, or a copy where recomputation shares it; `rows`: a norm output, which sequence
+// parallelism keeps in f32 and gathers again. Its output gradient [N, out] is always a copy.
+HeldGradient held(const Shapes& x, Allocator& a, const MatmulInput& kept, bool saved, bool rows,
+                  int64_t n, int64_t out) {
+  HeldGradient h;
+  if (rows && x.sp) {
+    h.x.f32 = saved ? kept.f32 : a.floats(n);
+  } else if (x.low) {
+    h.x.low = saved ? kept.low : a.halves(n);
+  } else {
+    h.x.f32 = saved ? kept.f32 : a.floats(n);
+  }
+  if (x.low) {
+    h.dy.low = a.halves(x.N * out);
+  } else {
+    h.dy.f32 = a.floats(x.N * out);
+  }
+  return h;
+}
+
+void hold_weight_gradients(const Shapes& x, const ActivationOptions& o, Allocator& a,
+                           BlockActivations& b) {
+  const BlockWidths& w = x.w;
+  const bool norms_saved = o.recompute == Recompute::kNone;
+  const int64_t R = x.R, N = x.N, C = w.C;
+  b.attention_held = {
+      held(x, a, b[ActivationId::kAttentionNormOutput], norms_saved, true, R * C, w.qkv),
+      held(x, a, b[ActivationId::kAttentionOutput], o.recompute != Recompute::kFull, false,
+           N * w.attention_out, C)};
+  if (!x.moe) {
+    b.mlp_held = {held(x, a, b[ActivationId::kMlpNormOutput], norms_saved, true, R * C, w.mlp_in),
+                  held(x, a, b[ActivationId::kMlpActivation], norms_saved, false, N * w.ffn, C)};
+  }
+}
+
+// What one block of a micro-batch keeps for its backward: its own buffers for what its
+// recomputation keeps, views of the shared set for the rest. Returns the bytes of its f32 state.
+int64_t keep_per_block(const Shapes& x, const ActivationOptions& o, const BlockActivations& shared,
+                       Allocator& a, BlockActivations& b) {
+  int64_t f32_state = 0;
+  for_each_saved(x.spec, [&](const SavedActivation& s) {
+    if (o.recompute >= s.dropped_by) return;
+    const int64_t n = x.floats(s);
+    if (!s.matmul_operand) f32_state += 4 * n;
+    b[s.id] = x.held_low(s) ? MatmulInput{shared[s.id].f32, a.halves(n)}
+                            : MatmulInput{a.floats(n), nullptr};
+  });
+  return f32_state;
+}
+
+// The buffers outside the blocks: the head's, the shared scratch of attention and decoding, and
+// the backward's gradients and tensor-parallel scratch.
+void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, const Shapes& x,
+                             const ActivationOptions& o, Allocator& a, ModelActivations& m) {
+  const BlockWidths& w = x.w;
+  const int64_t N = x.N, R = x.R, C = w.C, HD = w.attention_out, F = w.ffn;
+  const bool layer_norm = x.spec.norm == NormKind::kLayerNorm;
+  const Sharding& sharding = layout.sharding;
   if (layout.has_head) {
-    m.lnf = {a.floats(R * C), low && !sp ? a.halves(R * C) : nullptr};
+    m.lnf = {a.floats(R * C), x.low && !x.sp ? a.halves(R * C) : nullptr};
     m.lnf_mean = layer_norm ? a.floats(R) : nullptr;
     m.lnf_rstd = a.floats(R);
     m.logits = a.floats(N * layout.vocab.local);
@@ -148,25 +145,63 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
     ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));
   }
   ParallelScratch& ps = ws.parallel;
-  if (sp) {
-    ps.full = {a.floats(N * C), low ? a.halves(N * C) : nullptr};
+  if (x.sp) {
+    ps.full = {a.floats(N * C), x.low ? a.halves(N * C) : nullptr};
     ps.partial = a.floats(N * C);
   }
   if (o.training) {
     m.d_res = a.floats(R * C);
     ps.d_input = a.floats(N * std::max(C, HD));
-    ws.d_qkv = a.floats(N * Q);
-    const int64_t hidden = F_pre + (spec.activation == Activation::kSwiglu ? F : 0);
-    ws.d_hidden = moe ? nullptr : a.floats(N * hidden);
-    if (low) ws.dy_low = a.halves(N * std::max({C, Q, F_pre, layout.vocab.local}));
-    if (sp) ps.d_rows = a.floats(R * C);
-    if (spec.attention.kv_heads < sharding.tp) {
-      ps.shared_rows = a.floats((Q + 2 * spec.attention.kv_heads * w.head_dim) * C);
+    ws.d_qkv = a.floats(N * w.qkv);
+    const int64_t hidden = w.mlp_in + (x.spec.activation == Activation::kSwiglu ? F : 0);
+    ws.d_hidden = x.moe ? nullptr : a.floats(N * hidden);
+    if (x.low) ws.dy_low = a.halves(N * std::max({C, w.qkv, w.mlp_in, layout.vocab.local}));
+    if (x.sp) ps.d_rows = a.floats(R * C);
+    if (x.spec.attention.kv_heads < sharding.tp) {
+      ps.shared_rows = a.floats((w.qkv + 2 * x.spec.attention.kv_heads * w.head_dim) * C);
     }
-    if (sp && layer_norm && layout.has_embedding) m.position_grads = a.floats(c.max_seq * C);
-  } else if (moe && sp) {
+    if (x.sp && layer_norm && layout.has_embedding) m.position_grads = a.floats(c.max_seq * C);
+  } else if (x.moe && x.sp) {
     ps.d_input = a.floats(N * C);  // the mixture of experts' output before this rank's rows
   }
+}
+
+}  // namespace
+
+ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& layout,
+                                      const ActivationOptions& o, Allocator& a) {
+  const Shapes x(layout, o);
+  const int64_t R = x.R, C = x.w.C;
+  ModelActivations m;
+  const int64_t before_working = a.bytes();
+  const BlockActivations shared = shared_activations(x, a);
+  m.working = a.bytes() - before_working;
+
+  const int64_t blocks = int64_t(layout.blocks.size());
+  // Each block of a micro-batch: with `sent_on`, the last block writes slot 0's output buffer.
+  auto saved_blocks = [&](bool sent_on) {
+    std::vector<BlockActivations> saved(blocks, shared);
+    if (!o.training) return saved;
+    for (BlockActivations& b : saved) {
+      const int64_t before = a.bytes();
+      const bool last = &b == &saved.back();
+      b.res_out = last && sent_on ? m.blocks.back().res_out : a.floats(R * C);
+      m.saved_f32_state_per_layer = keep_per_block(x, o, shared, a, b);
+      if (o.split_backward) hold_weight_gradients(x, o, a, b);
+      if (!last || !sent_on) m.saved_per_layer = a.bytes() - before;
+    }
+    return saved;
+  };
+  m.blocks = saved_blocks(false);
+  m.embedded = a.floats(R * C);
+  m.stage_input = 4 * R * C;
+  m.slot_blocks = {m.blocks};
+  m.slot_inputs = {m.embedded};
+  for (int64_t slot = 1; slot < o.in_flight; ++slot) {
+    m.slot_blocks.push_back(saved_blocks(!layout.has_head));
+    m.slot_inputs.push_back(a.floats(R * C));
+  }
+  allocate_outside_blocks(c, layout, x, o, a, m);
   m.total = a.bytes();
   return m;
 }

@@ -10,6 +10,7 @@
 namespace tessera::model {
 
 namespace k = kernels;
+using Act = ActivationId;
 
 BlockWidths::BlockWidths(const BlockSpec& spec, const Sharding& s) {
   const AttentionGeometry& a = spec.attention;
@@ -21,6 +22,12 @@ BlockWidths::BlockWidths(const BlockSpec& spec, const Sharding& s) {
   attention_out = heads * head_dim;
   ffn = spec.ffn / s.tp;
   mlp_in = spec.activation == Activation::kSwiglu ? 2 * ffn : ffn;
+}
+
+int64_t floats_per_row(const Width& width, const BlockWidths& w) {
+  return width.model * w.C + width.query * w.heads * w.head_dim +
+         width.kv * w.kv_heads * w.head_dim + width.heads * w.heads + width.kv_heads * w.kv_heads +
+         width.ffn * w.ffn + width.one;
 }
 
 namespace {
@@ -89,29 +96,33 @@ MoeGrads<float> Block::moe_grads(const ParamAccess& p) const {
 double Block::moe_forward(const ParamAccess& p, int64_t N) {
   const int64_t R = tp_.rows(N), C = w_.C;
   const bool sp = tp_.sequence_parallel();
-  const float* in = tp_.gather(a_.ln2.f32, ws_.parallel.partial, N);
+  const float* in = tp_.gather(a_[Act::kMlpNormOutput].f32, ws_.parallel.partial, N);
   float* out = sp ? ws_.parallel.d_input : a_.res_out;
   const double aux = moe_->forward(in, out, N, moe_weights(p));
   if (sp) k::copy_on_device(ctx_, a_.res_out, out + tp_.first_row(N) * C, sizeof(float) * R * C);
-  k::add(ctx_, a_.res_mid, a_.res_out, a_.res_out, R * C);
+  k::add(ctx_, a_[Act::kResidualMid].f32, a_.res_out, a_.res_out, R * C);
   return aux;
 }
 
 const float* Block::moe_backward(const ParamAccess& p, const float* d_res, int64_t N,
                                  float aux_scale) {
   const float* dy = tp_.gather(d_res, ws_.parallel.full.f32, N);
-  const float* in = tp_.gather(a_.ln2.f32, ws_.parallel.partial, N);
+  const float* in = tp_.gather(a_[Act::kMlpNormOutput].f32, ws_.parallel.partial, N);
   moe_->backward(dy, in, ws_.parallel.d_input, N, moe_weights(p), moe_grads(p), aux_scale);
   return ws_.parallel.d_input + tp_.first_row(N) * w_.C;
 }
 
 double Block::forward(const ParamAccess& p, const float* x, int64_t B, int64_t T) {
   const int64_t N = B * T, R = tp_.rows(N);
-  ln1_.forward(p, x, a_.ln1, a_.ln1_mean, a_.ln1_rstd, R);
-  attention_.forward(p, a_.ln1, x, attention_activations(), a_.res_mid, B, T);
-  ln2_.forward(p, a_.res_mid, a_.ln2, a_.ln2_mean, a_.ln2_rstd, R);
+  ln1_.forward(p, x, a_[Act::kAttentionNormOutput], a_[Act::kAttentionNormMean].f32,
+               a_[Act::kAttentionNormRstd].f32, R);
+  attention_.forward(p, a_[Act::kAttentionNormOutput], x, attention_activations(),
+                     a_[Act::kResidualMid].f32, B, T);
+  ln2_.forward(p, a_[Act::kResidualMid].f32, a_[Act::kMlpNormOutput], a_[Act::kMlpNormMean].f32,
+               a_[Act::kMlpNormRstd].f32, R);
   if (moe_ != nullptr) return moe_forward(p, N);
-  mlp_->forward(p, a_.ln2, a_.res_mid, mlp_activations(), a_.res_out, N);
+  mlp_->forward(p, a_[Act::kMlpNormOutput], a_[Act::kResidualMid].f32, mlp_activations(),
+                a_.res_out, N);
   return 0;
 }
 
@@ -121,13 +132,17 @@ void Block::decode(const ParamAccess& p, const float* x, const k::PagedKv& kv,
         "decoding runs on one rank: the model is split over {} tensor-parallel "
         "ranks",
         tp_.ranks());
-  ln1_.forward(p, x, a_.ln1, a_.ln1_mean, a_.ln1_rstd, N);
-  attention_.decode(p, a_.ln1, x, attention_activations(), a_.res_mid, kv, chunks, N);
-  ln2_.forward(p, a_.res_mid, a_.ln2, a_.ln2_mean, a_.ln2_rstd, N);
+  ln1_.forward(p, x, a_[Act::kAttentionNormOutput], a_[Act::kAttentionNormMean].f32,
+               a_[Act::kAttentionNormRstd].f32, N);
+  attention_.decode(p, a_[Act::kAttentionNormOutput], x, attention_activations(),
+                    a_[Act::kResidualMid].f32, kv, chunks, N);
+  ln2_.forward(p, a_[Act::kResidualMid].f32, a_[Act::kMlpNormOutput], a_[Act::kMlpNormMean].f32,
+               a_[Act::kMlpNormRstd].f32, N);
   if (moe_ != nullptr) {
     moe_forward(p, N);
   } else {
-    mlp_->forward(p, a_.ln2, a_.res_mid, mlp_activations(), a_.res_out, N);
+    mlp_->forward(p, a_[Act::kMlpNormOutput], a_[Act::kResidualMid].f32, mlp_activations(),
+                  a_.res_out, N);
   }
 }
 
@@ -135,8 +150,10 @@ void Block::decode(const ParamAccess& p, const float* x, const k::PagedKv& kv,
 // With MoE in low precision the router needs the f32 norm output, which is transient too.
 void Block::recompute_selected(const ParamAccess& p, const float* x, int64_t N) {
   const int64_t R = tp_.rows(N);
-  ln1_.forward(p, x, a_.ln1, a_.ln1_mean, a_.ln1_rstd, R);
-  ln2_.forward(p, a_.res_mid, a_.ln2, a_.ln2_mean, a_.ln2_rstd, R);
+  ln1_.forward(p, x, a_[Act::kAttentionNormOutput], a_[Act::kAttentionNormMean].f32,
+               a_[Act::kAttentionNormRstd].f32, R);
+  ln2_.forward(p, a_[Act::kResidualMid].f32, a_[Act::kMlpNormOutput], a_[Act::kMlpNormMean].f32,
+               a_[Act::kMlpNormRstd].f32, R);
   if (mlp_) mlp_->recompute(mlp_activations(), N);
 }
 
@@ -151,13 +168,15 @@ void Block::backward(const ParamAccess& p, const float* x, float* d_res, int64_t
   // The residual connection passes d_res through unchanged; each branch adds its part.
   const float* d_ln2 = moe_ != nullptr
                            ? moe_backward(p, d_res, N, aux_scale)
-                           : mlp_->backward(p, d_res, a_.ln2, mlp_activations(), ws_.d_hidden, N,
-                                            hold_weights ? &a_.mlp_held : nullptr);
-  ln2_.backward(p, d_ln2, a_.res_mid, a_.ln2_mean, a_.ln2_rstd, d_res, R);
-  const float* d_ln1 =
-      attention_.backward(p, d_res, a_.ln1, attention_activations(), ws_.parallel.d_input,
-                          ws_.d_qkv, B, T, hold_weights ? &a_.attention_held : nullptr);
-  ln1_.backward(p, d_ln1, x, a_.ln1_mean, a_.ln1_rstd, d_res, R);
+                           : mlp_->backward(p, d_res, a_[Act::kMlpNormOutput], mlp_activations(),
+                                            ws_.d_hidden, N, hold_weights ? &a_.mlp_held : nullptr);
+  ln2_.backward(p, d_ln2, a_[Act::kResidualMid].f32, a_[Act::kMlpNormMean].f32,
+                a_[Act::kMlpNormRstd].f32, d_res, R);
+  const float* d_ln1 = attention_.backward(p, d_res, a_[Act::kAttentionNormOutput],
+                                           attention_activations(), ws_.parallel.d_input, ws_.d_qkv,
+                                           B, T, hold_weights ? &a_.attention_held : nullptr);
+  ln1_.backward(p, d_ln1, x, a_[Act::kAttentionNormMean].f32, a_[Act::kAttentionNormRstd].f32,
+                d_res, R);
 }
 
 void Block::weight_backward(const ParamAccess& p, int64_t N) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -27,18 +28,24 @@ struct BlockWidths {
   BlockWidths(const BlockSpec& spec, const Sharding& sharding);
 };
 
-// What one block keeps between its forward and its backward, as tensors of N tokens (a
-// micro-batch) of which R are this rank's rows of the residual stream (R = N / tp with sequence
-// parallelism, else N). The norm outputs are matmul inputs of R rows; with sequence parallelism
-// they are kept in f32 and gathered (and narrowed) when a matmul needs them.
-// A model built to split its backward (zero-bubble schedules) also holds, per block, what its
-// linears keep until their weight gradients (a mixture of experts takes its own at once).
+// What one block keeps between its forward and its backward: the tensors its parts save
+// (block_spec's SavedActivation, over N tokens of a micro-batch, R of them this rank's rows of
+// the residual stream), f32 and, for a matmul's input in low precision, the matmul format; and the
+// block's output. A model built to split its backward (zero-bubble schedules) also holds, per
+// block, what its linears keep until their weight gradients (a mixture of experts takes its own
+// at once).
 struct BlockActivations {
-  MatmulInput ln1, atty, ln2, act;
-  float *ln1_mean, *ln1_rstd, *qkv, *lse, *res_mid, *ln2_mean, *ln2_rstd, *fch, *res_out;
+  std::array<MatmulInput, kActivationIdCount> saved{};
+  float* res_out = nullptr;
   AttentionHeld attention_held;
   MlpHeld mlp_held;
+
+  MatmulInput& operator[](ActivationId id) { return saved[int(id)]; }
+  const MatmulInput& operator[](ActivationId id) const { return saved[int(id)]; }
 };
+
+// Floats per row of `width` on a rank with these widths.
+int64_t floats_per_row(const Width& width, const BlockWidths& w);
 
 // Working space every block shares (one set per model).
 struct BlockWorkspace {
@@ -88,8 +95,13 @@ class Block {
  private:
   const kernels::Context& ctx_;
   void recompute_selected(const ParamAccess& p, const float* x, int64_t N);
-  AttentionActivations attention_activations() const { return {a_.qkv, a_.lse, a_.atty}; }
-  MlpActivations mlp_activations() const { return {a_.fch, a_.act}; }
+  AttentionActivations attention_activations() const {
+    return {a_[ActivationId::kQkv].f32, a_[ActivationId::kAttentionLse].f32,
+            a_[ActivationId::kAttentionOutput]};
+  }
+  MlpActivations mlp_activations() const {
+    return {a_[ActivationId::kMlpHidden].f32, a_[ActivationId::kMlpActivation]};
+  }
   MoeWeights<float> moe_weights(const ParamAccess& p) const;
   MoeGrads<float> moe_grads(const ParamAccess& p) const;
   double moe_forward(const ParamAccess& p, int64_t N);

@@ -1,5 +1,7 @@
 #include "tessera/model/block_spec.h"
 
+#include <array>
+
 #include "tessera/core/error.h"
 
 namespace tessera::model {
@@ -30,6 +32,18 @@ Part norm(PartId id, std::string name, int64_t width, bool bias, ExternalSlice n
           .external = {std::move(names)}};
 }
 
+// A residual-stream norm before a matmul: its output (the matmul's input), which selective
+// recomputation rebuilds, and its statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms).
+Part residual_norm(PartId id, std::string name, const ModelConfig& c, ExternalSlice names,
+                   std::array<ActivationId, 3> saved) {
+  const bool layer_norm = c.arch == Architecture::kGpt2;
+  Part p = norm(id, std::move(name), c.d_model, layer_norm, std::move(names));
+  p.saves.push_back({saved[0], {.model = 1}, true, true, Recompute::kSelective});
+  if (layer_norm) p.saves.push_back({saved[1], {.one = 1}, true});
+  p.saves.push_back({saved[2], {.one = 1}, true});
+  return p;
+}
+
 Part linear(PartId id, std::string name, int64_t in, int64_t out, bool bias, Role role,
             std::vector<ExternalSlice> names, Init init = Init::kNormal) {
   return {.id = id,
@@ -57,8 +71,10 @@ BlockSpec block_spec(const ModelConfig& c) {
   s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
   s.d_model = C;
   s.ffn = F;
-  s.parts.push_back(norm(PartId::kAttentionNorm, "ln1", C, gpt2,
-                         {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"}));
+  s.parts.push_back(residual_norm(
+      PartId::kAttentionNorm, "ln1", c, {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"},
+      {ActivationId::kAttentionNormOutput, ActivationId::kAttentionNormMean,
+       ActivationId::kAttentionNormRstd}));
   Part qkv = linear(
       PartId::kQkv, "attn.qkv", C, c.qkv_width(), gpt2, Role::kColumn,
       gpt2 ? std::vector<ExternalSlice>{{"attn.c_attn", "attn_qkv"}}
@@ -68,14 +84,21 @@ BlockSpec block_spec(const ModelConfig& c) {
   qkv.out_parts = {q_rows, kv_rows, kv_rows};
   qkv.out_unit = hd;
   qkv.hf_transposed = gpt2;
+  // Its output after RoPE, and the log-sum-exp of the attention over it.
+  qkv.saves = {{ActivationId::kQkv, {.query = 1, .kv = 2}},
+               {ActivationId::kAttentionLse, {.heads = 1}}};
   s.parts.push_back(qkv);
   Part proj = linear(PartId::kAttentionOut, "attn.proj", q_rows, C, gpt2, Role::kRow,
                      {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", "attn_output"}}, Init::kResidual);
   proj.hf_transposed = gpt2;
+  // Its input, and its output added to the residual stream.
+  proj.saves = {{ActivationId::kAttentionOutput, {.query = 1}, false, true},
+                {ActivationId::kResidualMid, {.model = 1}, true}};
   s.parts.push_back(proj);
   if (!c.parallel_block) {
-    s.parts.push_back(norm(PartId::kMlpNorm, "ln2", C, gpt2,
-                           {gpt2 ? "ln_2" : "post_attention_layernorm", "ffn_norm"}));
+    s.parts.push_back(residual_norm(
+        PartId::kMlpNorm, "ln2", c, {gpt2 ? "ln_2" : "post_attention_layernorm", "ffn_norm"},
+        {ActivationId::kMlpNormOutput, ActivationId::kMlpNormMean, ActivationId::kMlpNormRstd}));
   }
   if (!c.is_moe()) {
     Part in = linear(PartId::kMlpIn, gpt2 ? "fc" : "mlp.gate_up", C, c.mlp_hidden_width(), gpt2,
@@ -85,10 +108,13 @@ BlockSpec block_spec(const ModelConfig& c) {
                                                        {"mlp.up_proj", "ffn_up", F}});
     if (!gpt2) in.out_parts = {F, F};
     in.hf_transposed = gpt2;
+    in.saves = {{ActivationId::kMlpHidden, {.ffn = gpt2 ? 1 : 2}}};
     s.parts.push_back(in);
     Part out = linear(PartId::kMlpOut, gpt2 ? "fcproj" : "mlp.down", F, C, gpt2, Role::kRow,
                       {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", "ffn_down"}}, Init::kResidual);
     out.hf_transposed = gpt2;
+    // Its input, the activation's output, which selective recomputation rebuilds.
+    out.saves = {{ActivationId::kMlpActivation, {.ffn = 1}, false, true, Recompute::kSelective}};
     s.parts.push_back(out);
     return s;
   }

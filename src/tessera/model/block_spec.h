@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::model {
@@ -63,6 +64,51 @@ struct ExternalSlice {
   int64_t gguf_rope_heads = 0;
 };
 
+// What a block keeps from its forward for its backward, by name, so that the layers and the
+// allocation agree.
+enum class ActivationId {
+  kAttentionNormOutput,
+  kAttentionNormMean,
+  kAttentionNormRstd,
+  kQkv,  // after RoPE
+  kAttentionLse,
+  kAttentionOutput,  // the attention's output, before its projection
+  kResidualMid,      // the residual stream after attention
+  kMlpNormOutput,
+  kMlpNormMean,
+  kMlpNormRstd,
+  kMlpHidden,      // the MLP's first matmul's output
+  kMlpActivation,  // the activation's output, before the second matmul
+};
+inline constexpr int kActivationIdCount = int(ActivationId::kMlpActivation) + 1;
+
+// A row's width in floats, as one tensor-parallel rank holds it: a sum of multiples of the block's
+// dimensions on that rank (model_layout's Sharding).
+struct Width {
+  int64_t model = 0;     // d_model
+  int64_t query = 0;     // the rank's query heads x head_dim
+  int64_t kv = 0;        // its key/value heads x head_dim
+  int64_t heads = 0;     // its query heads
+  int64_t kv_heads = 0;  // its key/value heads
+  int64_t ffn = 0;       // its share of the MLP's width
+  int64_t one = 0;
+};
+
+// One tensor a part's layer keeps for its backward (its input or output, or its statistics).
+struct SavedActivation {
+  ActivationId id;
+  Width width;
+  // Rows: this rank's rows of the residual stream (a micro-batch's tokens over tp with sequence
+  // parallelism), else every token of the micro-batch.
+  bool residual_rows = false;
+  // A matmul's input, which a low precision also holds in the matmul format (beside an f32 copy
+  // the blocks share).
+  bool matmul_operand = false;
+  // Recomputation at least this deep drops it: backward rebuilds it (selective: norm outputs and
+  // the MLP activation; full: everything but the block's input).
+  Recompute dropped_by = Recompute::kFull;
+};
+
 struct Part {
   PartId id;
   PartKind kind;
@@ -84,6 +130,7 @@ struct Part {
   int64_t rows_per_token = 1;
   std::vector<ExternalSlice> external;
   bool hf_transposed = false;  // Hugging Face stores the matrix as [in, out] (GPT-2's Conv1D)
+  std::vector<SavedActivation> saves;
 };
 
 struct AttentionGeometry {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/model/block.h"
 #include "tessera/model/block_spec.h"
 #include "tessera/model/model_layout.h"
 
@@ -67,6 +68,35 @@ bool low(const StepShape& step) { return step.precision != Precision::kF32; }
 bool norms_recomputed(const BlockSpec& spec, const StepShape& step) {
   return step.recompute == Recompute::kSelective ||
          (step.recompute == Recompute::kNone && low(step) && spec.moe.has_value());
+}
+
+// Elements a block's norms normalise per token (each a row of `in` values per row it takes).
+double norm_elements_per_token(const BlockSpec& spec) {
+  double elements = 0;
+  for (const Part& p : spec.parts) {
+    if (p.kind == model::PartKind::kNorm) elements += double(p.rows_per_token * p.in);
+  }
+  return elements;
+}
+
+// Elements per token of the matmul inputs a block narrows forward (model::SavedActivation's
+// matmul operands: the norm outputs, the attention output, the dense MLP's activation), and of
+// those that selective recomputation rebuilds.
+struct NarrowedPerToken {
+  double forward = 0, recomputed = 0;
+};
+NarrowedPerToken narrowed_per_token(const BlockSpec& spec) {
+  const model::BlockWidths w(spec, model::Sharding{});
+  NarrowedPerToken n;
+  for (const Part& p : spec.parts) {
+    for (const model::SavedActivation& s : p.saves) {
+      if (!s.matmul_operand) continue;
+      const double elements = double(model::floats_per_row(s.width, w));
+      n.forward += elements;
+      if (s.dropped_by == Recompute::kSelective) n.recomputed += elements;
+    }
+  }
+  return n;
 }
 
 // A GELU or SwiGLU over `outputs` elements, `forwards` times forward and once backward. GELU reads
@@ -175,25 +205,25 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
   const bool gpt2 = config.arch == model::Architecture::kGpt2, moe = spec.moe.has_value();
   const double N = double(step.batch * step.seq), L = double(config.n_layer);
   const double C = double(spec.d_model), F = double(spec.ffn), NC = N * C;
-  const double HD = double(spec.attention.heads * spec.attention.head_dim);
   const double V = double(config.vocab_size), forwards = block_forwards(step);
   StepElements w;
 
   // Norms read their input and write their output; their backward reads dy and x and accumulates
   // into dx (read and write), then reads dy and x again for the weight gradients.
-  const double norm_forward = 2 * NC, norm_backward = 6 * NC, residual_add = 3 * NC;
+  const double normed = N * norm_elements_per_token(spec);
+  const double norm_forward = 2 * normed, norm_backward = 6 * normed, residual_add = 3 * NC;
   // A bias is first broadcast into its output rows, and its gradient reads dy once.
   double bias = 0;
   for (const Linear& l : block_linears(spec)) bias += l.bias ? N * double(l.out) : 0;
-  // Each block: two norms, two residual adds and the biases forward; the norms' and biases'
+  // Each block: its norms, two residual adds and the biases forward; the norms' and biases'
   // gradients backward; and the norms again where backward recomputes them.
-  const double recomputed_norms = norms_recomputed(spec, step) ? 2 * norm_forward : 0;
-  w.streamed += L * (forwards * (2 * norm_forward + 2 * residual_add + bias) + 2 * norm_backward +
-                     bias + recomputed_norms);
+  const double recomputed_norms = norms_recomputed(spec, step) ? norm_forward : 0;
+  w.streamed += L * (forwards * (norm_forward + 2 * residual_add + bias) + norm_backward + bias +
+                     recomputed_norms);
   // Outside the blocks: the embedding (GPT-2 adds a position row to each token row, and backward
   // adds each row's gradient to both tables), the final norm forward and backward, and the
   // residual gradient cleared before backward.
-  w.streamed += (gpt2 ? 3 : 2) * NC + norm_forward + NC + norm_backward + (gpt2 ? 5 : 3) * NC;
+  w.streamed += (gpt2 ? 3 : 2) * NC + 2 * NC + NC + 6 * NC + (gpt2 ? 5 : 3) * NC;
 
   if (moe) {
     double kept = 0;
@@ -221,12 +251,12 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
   w.zeroed_bytes = (step.precision == Precision::kBf16 ? 2 : kFloat) * params;
   if (!low(step)) return w;
 
-  // Narrowed to the matmul format forward: the norm outputs and the attention output, the dense
-  // MLP's activation, and the final norm's output; then what backward recomputes.
-  const double block_inputs = 2 * NC + HD * N + (moe ? 0 : N * F);
-  w.narrowed += L * forwards * block_inputs + NC;
-  if (norms_recomputed(spec, step)) w.narrowed += L * 2 * NC;
-  if (step.recompute == Recompute::kSelective && !moe) w.narrowed += L * N * F;
+  // Narrowed to the matmul format forward: the blocks' matmul inputs, and the final norm's
+  // output; then what backward recomputes (the norms' outputs rebuild with them in a mixture of
+  // experts, whose selective pass drops no activation of its own).
+  const NarrowedPerToken narrowed = narrowed_per_token(spec);
+  w.narrowed += L * forwards * N * narrowed.forward + NC;
+  if (norms_recomputed(spec, step)) w.narrowed += L * N * narrowed.recomputed;
   // Each Linear layer's output gradient before its backward gemms, the head's [N, vocab] logits
   // gradient among them.
   for (const Linear& l : block_linears(spec)) w.narrowed += L * N * double(l.out);
