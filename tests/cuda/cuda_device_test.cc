@@ -1,6 +1,7 @@
-// Devices and their memory (kernels/device.h) on every machine: without a CUDA device, asking for
-// one fails with the reason and the CPU's "device memory" is plain host memory; with one, bytes
-// survive the round trip through it. None of these tests skips.
+// Devices and their memory (kernels/device.h) and the backend tables (kernels/backend.h) on every
+// machine: without a CUDA device, asking for one fails with the reason and the CPU's "device
+// memory" is plain host memory; with one, bytes survive the round trip through it. None of these
+// tests skips.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/rng.h"
+#include "tessera/kernels/backend.h"
 #include "tessera/kernels/context.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/int8_linear.h"
@@ -106,6 +108,29 @@ TEST(CudaDevice, KernelsTheDeviceLacksAreRefusedByName) {
   expect_error(
       [&] { linear_forward_int8(cuda_named, x.data(), w, nullptr, y.data(), 2, scratch.data()); },
       {"linear_forward_int8", "CUDA"});
+}
+
+// The backend tables state what each device runs: the CPU every op, in float and double; a CUDA
+// device float only, without the int8 matmul, on memory that is not the host's.
+TEST(CudaDevice, TheBackendTablesStateWhatEachDeviceRuns) {
+  const Backend* cpu = backend_of(DeviceKind::kCpu);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_TRUE(cpu->host_memory);
+  EXPECT_NE(cpu->linear_forward_int8, nullptr);
+  ASSERT_NE(double_kernels_of(DeviceKind::kCpu), nullptr);
+  EXPECT_NE(double_kernels_of(DeviceKind::kCpu)->gemm, nullptr);
+  EXPECT_EQ(double_kernels_of(DeviceKind::kCuda), nullptr);
+  const Backend* cuda = backend_of(DeviceKind::kCuda);
+  if (!cuda_backend_built()) {
+    EXPECT_EQ(cuda, nullptr);
+    return;
+  }
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_EQ(cuda->device, "CUDA");
+  EXPECT_FALSE(cuda->host_memory);
+  EXPECT_EQ(cuda->linear_forward_int8, nullptr);
+  EXPECT_NE(cuda->ops.attention_backward, nullptr);
+  EXPECT_NE(cuda->paged_attention_forward, nullptr);
 }
 
 TEST(CudaDevice, DeviceMemoryRoundTripsAndZeroes) {

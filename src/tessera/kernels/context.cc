@@ -1,7 +1,6 @@
 #include "tessera/kernels/context.h"
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
 
 namespace tessera::kernels {
 
@@ -14,13 +13,5 @@ DeviceKind device_kind_from_name(std::string_view name) {
   if (name == "cuda") return DeviceKind::kCuda;
   fail("unknown device '{}': choose cpu or cuda", name);
 }
-
-namespace detail {
-
-void fail_off_cpu(std::string_view op, std::string_view why) {
-  fail("kernel {} cannot run on a CUDA device: {}", op, why);
-}
-
-}  // namespace detail
 
 }  // namespace tessera::kernels

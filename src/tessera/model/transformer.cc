@@ -13,40 +13,12 @@
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/model/device_support.h"
+#include "tessera/model/transformer_access.h"
 
 namespace tessera::model {
 
 namespace k = kernels;
-
-// The parameters and gradients of the units acquired now, by flat offset.
-class Transformer::Access final : public ParamAccess {
- public:
-  explicit Access(const Transformer& m) : m_(m) {}
-  const float* f32(int64_t offset) const override {
-    const int64_t u = unit_of(offset);
-    return m_.weights_[u].f32 + (offset - m_.layout_.units[u].begin);
-  }
-  const uint16_t* low(int64_t offset) const override {
-    const int64_t u = unit_of(offset);
-    return m_.weights_[u].low + (offset - m_.layout_.units[u].begin);
-  }
-  float* grad(int64_t offset) const override {
-    const int64_t u = unit_of(offset);
-    return m_.unit_grads_[u] + (offset - m_.layout_.units[u].begin);
-  }
-  k::Int8Matrix int8(int64_t offset) const override { return m_.int8_->matrix(offset); }
-  bool int8_weights() const override { return m_.int8_ != nullptr; }
-
- private:
-  int64_t unit_of(int64_t offset) const {
-    const std::vector<ParameterUnit>& units = m_.layout_.units;
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (offset >= units[u].begin && offset < units[u].end) return int64_t(u);
-    }
-    fail("parameter offset {} is in no unit", offset);
-  }
-  const Transformer& m_;
-};
 
 namespace {
 
@@ -60,6 +32,27 @@ ModelParallel with_defaults(const ModelParallel* p, Collectives* alone) {
         "sharding (tp {}, ep {})",
         out.tp->size(), out.ep->size(), out.sharding.tp, out.sharding.ep);
   return out;
+}
+
+// What the options allow: micro-batches in flight and a split backward for training, int8
+// weights for a dense f32 inference model that keeps its own parameters.
+void check_options(const ModelConfig& config, const ModelOptions& options, bool training) {
+  check(options.in_flight >= 1 && (training || options.in_flight == 1),
+        "a model holds 1 or more micro-batches in flight, and only for training; got {}",
+        options.in_flight);
+  check(training || !options.split_backward,
+        "a model built for inference has no backward to split");
+  if (options.weights != WeightFormat::kInt8) return;
+  check(!training, "int8 weights are for inference: build the model with training=false");
+  check(!config.is_moe(),
+        "int8 weights need dense MLPs, but the model has {} experts (model.moe.n_experts)",
+        config.moe.n_experts);
+  check(options.precision == Precision::kF32,
+        "int8 weights multiply f32 activations: use precision f32 with them, not {}",
+        precision_name(options.precision));
+  check(options.store == nullptr,
+        "int8 weights are quantised from parameters the model keeps itself: build it without a "
+        "parameter store");
 }
 
 }  // namespace
@@ -88,11 +81,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   check(training_ || whole,
         "a pipeline stage (blocks [{}, {})) is for training; inference runs the whole model",
         layout_.first_block, layout_.first_block + int64_t(layout_.blocks.size()));
-  check(options_.in_flight >= 1 && (training_ || options_.in_flight == 1),
-        "a model holds 1 or more micro-batches in flight, and only for training; got {}",
-        options_.in_flight);
-  check(training_ || !options_.split_backward,
-        "a model built for inference has no backward to split");
+  check_options(config_, options_, training_);
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
@@ -104,25 +93,13 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
           "make batch x seq_len a multiple of mesh.tp",
           N, tp_.ranks());
   }
-  if (ctx_.on_cuda()) {
-    check(!tp_.active() && !config_.is_moe() && options_.weights == WeightFormat::kDense,
-          "on a CUDA device the model runs on one tensor-parallel rank with dense MLPs and dense "
-          "weights: tensor parallelism (mesh.tp), mixtures of experts (model.moe) and int8 "
-          "weights run on the CPU");
-  }
-  if (options_.weights == WeightFormat::kInt8) {
-    check(!training_, "int8 weights are for inference: build the model with training=false");
-    check(!config_.is_moe(),
-          "int8 weights need dense MLPs, but the model has {} experts (model.moe.n_experts)",
-          config_.moe.n_experts);
-    check(!format_.low,
-          "int8 weights multiply f32 activations: use precision f32 with them, not {}",
-          precision_name(options_.precision));
-    check(store_ == nullptr,
-          "int8 weights are quantised from parameters the model keeps itself: build it without a "
-          "parameter store");
-    int8_ = std::make_unique<Int8Weights>(layout_);
-  }
+  check_device_runs(ctx_.device.kind,
+                    {.tp = tp_.ranks(),
+                     .moe = config_.is_moe(),
+                     .int8_weights = options_.weights == WeightFormat::kInt8},
+                    fmt::format("a model built on {} device {}",
+                                k::device_kind_name(ctx_.device.kind), ctx_.device.ordinal));
+  if (options_.weights == WeightFormat::kInt8) int8_ = std::make_unique<Int8Weights>(layout_);
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;
     if (format_.low) low = format_.precision;

@@ -10,6 +10,7 @@
 #include "tessera/core/json_file.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
+#include "tessera/model/device_support.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 
 namespace tessera::serve {
@@ -28,11 +29,12 @@ ServingFormat serving_format(const std::string& precision, const std::string& qu
   check(device == "cpu" || device == "cuda", "--device must be cpu or cuda, not '{}'", device);
   check(device == "cpu" || kernels::cuda_device_count() > 0, "--device cuda, but {}",
         kernels::cuda_unavailable_reason());
-  check(quantize == "none" || device == "cpu",
-        "--quantize int8 multiplies on the CPU only; drop --device {} or --quantize", device);
+  const kernels::DeviceKind kind = kernels::device_kind_from_name(device);
+  model::check_device_runs(kind, {.int8_weights = quantize == "int8"},
+                           fmt::format("--device {} with --quantize {}", device, quantize));
   return {model::precision_from_name(precision),
           quantize == "int8" ? model::WeightFormat::kInt8 : model::WeightFormat::kDense,
-          kernels::Device{kernels::device_kind_from_name(device), 0}};
+          kernels::Device{kind, 0}};
 }
 
 const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,

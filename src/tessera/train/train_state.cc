@@ -11,6 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/model/device_support.h"
 #include "tessera/parallel/rank_memory.h"
 
 namespace tessera::train {
@@ -40,14 +41,10 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       zero_(int(train.zero)),
       scaled_(ctx, ZeroShards::kChunk) {
   const comm::MeshShape& shape = mesh.shape();
-  if (ctx.on_cuda()) {
-    check(shape.tp == 1 && shape.pp == 1 && shape.ep == 1 && !config.is_moe(),
-          "train.device = cuda trains a dense model over data-parallel ranks (mesh.dp): tensor, "
-          "pipeline and expert parallelism (mesh.tp {}, mesh.pp {}, mesh.ep {}) and mixtures of "
-          "experts run on the CPU",
-          shape.tp, shape.pp, shape.ep);
-    device_dp_ = comm::device_communicator(mesh.dp(), ctx);
-  }
+  model::check_device_runs(
+      ctx.device.kind, {.tp = shape.tp, .pp = shape.pp, .ep = shape.ep, .moe = config.is_moe()},
+      fmt::format("train.device = {}", kernels::device_kind_name(ctx.device.kind)));
+  device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
   } else {

@@ -1,14 +1,15 @@
 #include <algorithm>
 #include <bit>
 
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/op_profile.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
-bool all_finite(const Context& ctx, const float* x, int64_t n) {
-  TESSERA_ON_DEVICE(float, ctx, all_finite, x, n);
+namespace {
+
+bool all_finite(const Context&, const float* x, int64_t n) {
   const OpScope scope(OpClass::kOptimizer, 0, 4.0 * double(n));
   constexpr uint32_t kExponent = 0x7f800000u;  // all ones only for inf and NaN
   constexpr int64_t kChunk = 1 << 15;
@@ -27,4 +28,8 @@ bool all_finite(const Context& ctx, const float* x, int64_t n) {
   return finite;
 }
 
-}  // namespace tessera::kernels
+}  // namespace
+
+void add_all_finite_kernels(Backend& backend) { backend.all_finite = all_finite; }
+
+}  // namespace tessera::kernels::cpu

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
@@ -21,6 +21,8 @@ constexpr int64_t kQueryBlock = 128;
 }  // namespace
 
 int64_t attention_scratch_size(int64_t T_) { return 2 * std::min(T_, kQueryBlock) * T_; }
+
+namespace cpu {
 
 namespace {
 
@@ -43,15 +45,12 @@ void check_heads(int64_t H, int64_t KVH) {
         H, KVH);
 }
 
-}  // namespace
-
 // Forward gives each (batch, query head) its own task. Backward groups the query heads that share
 // a key/value head into one task instead, because they all add into the same dk and dv: one owner
 // per dk/dv slice keeps backward race-free and its sums in a fixed order.
 template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
                        int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
-  TESSERA_ON_DEVICE(T, ctx, attention_forward, qkv, out, lse, scratch, B, T_, H, KVH, hd);
   const OpScope scope(OpClass::kAttention, 4.0 * double(B * H) * double(T_ * T_) * double(hd), 0);
   check_heads(H, KVH);
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
@@ -90,7 +89,6 @@ void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scra
 template <typename T>
 void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
                         T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
-  TESSERA_ON_DEVICE(T, ctx, attention_backward, dout, qkv, lse, dqkv, scratch, B, T_, H, KVH, hd);
   const OpScope scope(OpClass::kAttention, 8.0 * double(B * H) * double(T_ * T_) * double(hd), 0);
   check_heads(H, KVH);
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
@@ -136,15 +134,15 @@ void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T
   }
 }
 
-template void attention_forward<float>(const Context&, const float*, float*, float*, float*,
-                                       int64_t, int64_t, int64_t, int64_t, int64_t);
-template void attention_forward<double>(const Context&, const double*, double*, double*, double*,
-                                        int64_t, int64_t, int64_t, int64_t, int64_t);
-template void attention_backward<float>(const Context&, const float*, const float*, const float*,
-                                        float*, float*, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t);
-template void attention_backward<double>(const Context&, const double*, const double*,
-                                         const double*, double*, double*, int64_t, int64_t, int64_t,
-                                         int64_t, int64_t);
+}  // namespace
+
+void add_attention_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.attention_forward = attention_forward<float>;
+  backend.ops.attention_backward = attention_backward<float>;
+  f64.attention_forward = attention_forward<double>;
+  f64.attention_backward = attention_backward<double>;
+}
+
+}  // namespace cpu
 
 }  // namespace tessera::kernels

@@ -1,19 +1,18 @@
 #include <algorithm>
 
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/op_profile.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
+
 // Casts are memory-bound: below a few chunks, waking the thread team costs more than it saves.
 constexpr int64_t kChunk = 1 << 15;
-}  // namespace
 
-void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, cast_to_low, x, y, n, p);
+void cast_to_low(const Context&, const float* x, uint16_t* y, int64_t n, LowPrecision p) {
   const OpScope scope(OpClass::kConversions, 0, 6.0 * double(n));
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
@@ -23,8 +22,7 @@ void cast_to_low(const Context& ctx, const float* x, uint16_t* y, int64_t n, Low
   }
 }
 
-void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, cast_from_low, x, y, n, p);
+void cast_from_low(const Context&, const uint16_t* x, float* y, int64_t n, LowPrecision p) {
   const OpScope scope(OpClass::kConversions, 0, 6.0 * double(n));
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
@@ -34,4 +32,11 @@ void cast_from_low(const Context& ctx, const uint16_t* x, float* y, int64_t n, L
   }
 }
 
-}  // namespace tessera::kernels
+}  // namespace
+
+void add_cast_kernels(Backend& backend) {
+  backend.cast_to_low = cast_to_low;
+  backend.cast_from_low = cast_from_low;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,16 +1,17 @@
 #include <cmath>
 
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 template <typename T>
-void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets, T* losses,
-                           int64_t M, int64_t V, T grad_scale) {
-  TESSERA_ON_DEVICE(T, ctx, softmax_cross_entropy, logits, targets, losses, M, V, grad_scale);
+void softmax_cross_entropy(const Context&, T* logits, const int32_t* targets, T* losses, int64_t M,
+                           int64_t V, T grad_scale) {
   const OpScope scope(OpClass::kLoss, 0,
                       (grad_scale != T(0) ? 2.0 : 1.0) * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
@@ -41,9 +42,11 @@ void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets
   }
 }
 
-template void softmax_cross_entropy<float>(const Context&, float*, const int32_t*, float*, int64_t,
-                                           int64_t, float);
-template void softmax_cross_entropy<double>(const Context&, double*, const int32_t*, double*,
-                                            int64_t, int64_t, double);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_cross_entropy_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.softmax_cross_entropy = softmax_cross_entropy<float>;
+  f64.softmax_cross_entropy = softmax_cross_entropy<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,16 +1,17 @@
 #include <algorithm>
 
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 template <typename T>
-void embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte, const T* wpe, T* x,
+void embedding_forward(const Context&, const int32_t* tokens, const T* wte, const T* wpe, T* x,
                        int64_t B, int64_t T_, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, embedding_forward, tokens, wte, wpe, x, B, T_, C);
   const OpScope scope(OpClass::kNormsActivations, 0,
                       (wpe != nullptr ? 3.0 : 2.0) * double(sizeof(T)) * double(B * T_ * C));
   // One row (a decoding step) is not worth waking the thread team.
@@ -29,9 +30,8 @@ void embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte, 
 }
 
 template <typename T>
-void embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte, T* dwpe,
+void embedding_backward(const Context&, const T* dx, const int32_t* tokens, T* dwte, T* dwpe,
                         int64_t B, int64_t T_, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, embedding_backward, dx, tokens, dwte, dwpe, B, T_, C);
   const OpScope scope(OpClass::kNormsActivations, 0,
                       (dwpe != nullptr ? 5.0 : 3.0) * double(sizeof(T)) * double(B * T_ * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
@@ -46,13 +46,13 @@ void embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, 
   });
 }
 
-template void embedding_forward<float>(const Context&, const int32_t*, const float*, const float*,
-                                       float*, int64_t, int64_t, int64_t);
-template void embedding_forward<double>(const Context&, const int32_t*, const double*,
-                                        const double*, double*, int64_t, int64_t, int64_t);
-template void embedding_backward<float>(const Context&, const float*, const int32_t*, float*,
-                                        float*, int64_t, int64_t, int64_t);
-template void embedding_backward<double>(const Context&, const double*, const int32_t*, double*,
-                                         double*, int64_t, int64_t, int64_t);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_embedding_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.embedding_forward = embedding_forward<float>;
+  backend.ops.embedding_backward = embedding_backward<float>;
+  f64.embedding_forward = embedding_forward<double>;
+  f64.embedding_backward = embedding_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,19 +1,18 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 // float goes to oneDNN's JIT GEMM (measured fastest on this CPU family, see README).
-template <>
-void gemm<float>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                 float* C, int64_t ldc) {
-  TESSERA_ON_DEVICE(float, ctx, gemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                    ldc);
+void gemm(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
   dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
                                     lda, B, ldb, beta, C, ldc);
@@ -22,11 +21,9 @@ void gemm<float>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int6
 }
 
 // double exists for finite-difference gradient checks only: simple and exact, not fast.
-template <>
-void gemm<double>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                  double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
-                  double beta, double* C, int64_t ldc) {
-  TESSERA_CPU_ONLY(ctx, gemm, "the CUDA backend's kernels are float");
+void gemm(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+          const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+          int64_t ldc) {
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
 #pragma omp parallel for if (M * N * K > (1 << 15))
   for (int64_t i = 0; i < M; ++i) {
@@ -39,4 +36,11 @@ void gemm<double>(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int
   }
 }
 
-}  // namespace tessera::kernels
+}  // namespace
+
+void add_gemm_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.gemm = gemm;
+  f64.gemm = gemm;
+}
+
+}  // namespace tessera::kernels::cpu

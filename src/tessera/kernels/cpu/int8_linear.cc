@@ -5,7 +5,7 @@
 #include <string>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/onednn_matmul.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/op_profile.h"
@@ -87,9 +87,21 @@ int64_t int8_linear_scratch_size(int64_t in, int64_t rows) {
   return rows + rows * in + kWidenBlockRows * in;
 }
 
-void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w, const float* b,
+const char* int8_prefill_path() {
+  static const std::string path = [] {
+    const std::string impl = vnni() ? onednn_matmul_impl(MatmulOperands::kInt8) : "";
+    return impl.empty() ? std::string("portable (f32 sums + sgemm)")
+                        : "oneDNN matmul (" + impl + ")";
+  }();
+  return path.c_str();
+}
+
+namespace cpu {
+
+namespace {
+
+void linear_forward_int8(const Context&, const float* x, const Int8Matrix& w, const float* b,
                          float* y, int64_t M, float* scratch) {
-  TESSERA_CPU_ONLY(ctx, linear_forward_int8, "int8 weights are multiplied on the CPU only");
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(w.rows) * double(w.cols), 0);
   check(M >= 1 && w.rows >= 1 && w.cols >= 1,
         "linear_forward_int8: empty product of {} rows by a {} x {} matrix", M, w.rows, w.cols);
@@ -118,13 +130,12 @@ void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w
   scale_sums(y, x_scales, w, b, M);
 }
 
-const char* int8_prefill_path() {
-  static const std::string path = [] {
-    const std::string impl = vnni() ? onednn_matmul_impl(MatmulOperands::kInt8) : "";
-    return impl.empty() ? std::string("portable (f32 sums + sgemm)")
-                        : "oneDNN matmul (" + impl + ")";
-  }();
-  return path.c_str();
+}  // namespace
+
+void add_int8_linear_kernels(Backend& backend) {
+  backend.linear_forward_int8 = linear_forward_int8;
 }
+
+}  // namespace cpu
 
 }  // namespace tessera::kernels

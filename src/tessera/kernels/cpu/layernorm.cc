@@ -1,20 +1,19 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
+
 constexpr double kLayerNormEps = 1e-5;
-}
 
 template <typename T>
-void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* beta, T* y, T* mean,
+void layernorm_forward(const Context&, const T* x, const T* gamma, const T* beta, T* y, T* mean,
                        T* rstd, int64_t M, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, layernorm_forward, x, gamma, beta, y, mean, rstd, M, C);
   const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
@@ -37,9 +36,8 @@ void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* 
 }
 
 template <typename T>
-void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* mean,
+void layernorm_backward(const Context&, const T* dy, const T* x, const T* gamma, const T* mean,
                         const T* rstd, T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, layernorm_backward, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, M, C);
   const OpScope scope(OpClass::kNormsActivations, 0, 4.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -75,15 +73,13 @@ void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* ga
   });
 }
 
-template void layernorm_forward<float>(const Context&, const float*, const float*, const float*,
-                                       float*, float*, float*, int64_t, int64_t);
-template void layernorm_forward<double>(const Context&, const double*, const double*, const double*,
-                                        double*, double*, double*, int64_t, int64_t);
-template void layernorm_backward<float>(const Context&, const float*, const float*, const float*,
-                                        const float*, const float*, float*, float*, float*, int64_t,
-                                        int64_t);
-template void layernorm_backward<double>(const Context&, const double*, const double*,
-                                         const double*, const double*, const double*, double*,
-                                         double*, double*, int64_t, int64_t);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_layernorm_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.layernorm_forward = layernorm_forward<float>;
+  backend.ops.layernorm_backward = layernorm_backward<float>;
+  f64.layernorm_forward = layernorm_forward<double>;
+  f64.layernorm_backward = layernorm_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,23 +1,22 @@
 #include <type_traits>
 
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
+
 // Below this many rows of x (decoding), reading the weights once in skinny_linear beats sgemm
 // (measured for d_model 768).
 constexpr int64_t kSkinnyBelowRows = 16;
-}  // namespace
 
 template <typename T>
 void linear_forward(const Context& ctx, const T* x, const T* w, const T* b, T* y, int64_t M,
                     int64_t in, int64_t out) {
-  TESSERA_ON_DEVICE(T, ctx, linear_forward, x, w, b, y, M, in, out);
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(in) * double(out), 0);
   if constexpr (std::is_same_v<T, float>) {
     if (M < kSkinnyBelowRows) {
@@ -37,7 +36,6 @@ void linear_forward(const Context& ctx, const T* x, const T* w, const T* b, T* y
 template <typename T>
 void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T* dx, T* dw, T* db,
                      int64_t M, int64_t in, int64_t out) {
-  TESSERA_ON_DEVICE(T, ctx, linear_backward, dy, x, w, dx, dw, db, M, in, out);
   const OpScope scope(
       OpClass::kMatmul,
       2.0 * double(M) * double(in) * double(out) * ((dx != nullptr) + (dw != nullptr)), 0);
@@ -52,13 +50,13 @@ void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T*
   });
 }
 
-template void linear_forward<float>(const Context&, const float*, const float*, const float*,
-                                    float*, int64_t, int64_t, int64_t);
-template void linear_forward<double>(const Context&, const double*, const double*, const double*,
-                                     double*, int64_t, int64_t, int64_t);
-template void linear_backward<float>(const Context&, const float*, const float*, const float*,
-                                     float*, float*, float*, int64_t, int64_t, int64_t);
-template void linear_backward<double>(const Context&, const double*, const double*, const double*,
-                                      double*, double*, double*, int64_t, int64_t, int64_t);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_linear_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.linear_forward = linear_forward<float>;
+  backend.ops.linear_backward = linear_backward<float>;
+  f64.linear_forward = linear_forward<double>;
+  f64.linear_backward = linear_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

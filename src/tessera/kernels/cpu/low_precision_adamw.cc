@@ -3,24 +3,22 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/adamw_step.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/op_profile.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
+
 // Parameters a thread takes at a time: the block's gradients and new weights stay in L1 between
 // the update and the narrowing.
 constexpr int64_t kBlock = 1024;
-}  // namespace
 
-void adamw_update_low(const Context& ctx, float* master, const float* grad,
-                      const uint16_t* grad_bf16, float grad_scale, float* m, float* v, int64_t n,
-                      const AdamWParams& hyper, uint16_t* params_low, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, adamw_update_low, master, grad, grad_bf16, grad_scale, m, v, n,
-                    hyper, params_low, p);
+void adamw_update_low(const Context&, float* master, const float* grad, const uint16_t* grad_bf16,
+                      float grad_scale, float* m, float* v, int64_t n, const AdamWParams& hyper,
+                      uint16_t* params_low, LowPrecision p) {
   const OpScope scope(OpClass::kOptimizer, 0, (grad != nullptr ? 30.0 : 28.0) * double(n));
   check((grad == nullptr) != (grad_bf16 == nullptr),
         "adamw_update_low takes the gradients in f32 or in bf16, one of the two");
@@ -44,4 +42,10 @@ void adamw_update_low(const Context& ctx, float* master, const float* grad,
   }
 }
 
-}  // namespace tessera::kernels
+}  // namespace
+
+void add_low_precision_adamw_kernels(Backend& backend) {
+  backend.adamw_update_low = adamw_update_low;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
 #include "tessera/kernels/cpu/onednn_matmul.h"
 #include "tessera/kernels/low_precision.h"
@@ -79,11 +79,22 @@ void gemm_portable(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 
 }  // namespace
 
-void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+std::string low_precision_gemm_path(LowPrecision p) {
+  if (!low_precision_gemm_uses_onednn(p)) return std::string(kPortablePath);
+  const std::string impl = onednn_matmul_impl(operands_of(p));
+  if (impl.empty()) return std::string(kPortablePath);
+  return fmt::format("oneDNN matmul ({})", impl);
+}
+
+void set_low_precision_gemm_path(LowPrecisionGemmPath path) { path_choice.store(path); }
+
+namespace cpu {
+
+namespace {
+
+void gemm_low(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
               float beta, float* C, int64_t ldc, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, gemm_low, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                    ldc, p);
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
   check(M >= 0 && N >= 0 && K >= 0, "gemm_low: negative size M={} N={} K={}", M, N, K);
   check(lda >= std::max<int64_t>(1, trans_a ? M : K) &&
@@ -104,13 +115,10 @@ void gemm_low(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
   gemm_portable(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p);
 }
 
-std::string low_precision_gemm_path(LowPrecision p) {
-  if (!low_precision_gemm_uses_onednn(p)) return std::string(kPortablePath);
-  const std::string impl = onednn_matmul_impl(operands_of(p));
-  if (impl.empty()) return std::string(kPortablePath);
-  return fmt::format("oneDNN matmul ({})", impl);
-}
+}  // namespace
 
-void set_low_precision_gemm_path(LowPrecisionGemmPath path) { path_choice.store(path); }
+void add_low_precision_gemm_kernels(Backend& backend) { backend.gemm_low = gemm_low; }
+
+}  // namespace cpu
 
 }  // namespace tessera::kernels

@@ -1,21 +1,20 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/skinny_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/op_profile.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
+
 // Below this many rows of x (decoding), reading the weights once in skinny_linear beats gemm_low,
 // which on its portable path widens the whole weight matrix first (measured for d_model 768).
 constexpr int64_t kSkinnyBelowRows = 32;
-}  // namespace
 
 void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w, const float* b,
                         float* y, int64_t M, int64_t in, int64_t out, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, linear_forward_low, x, w, b, y, M, in, out, p);
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(in) * double(out), 0);
   if (M < kSkinnyBelowRows) {
     if (p == LowPrecision::kBf16) {
@@ -37,7 +36,6 @@ void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w
 void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy_low,
                          const uint16_t* x, const uint16_t* w, float* dx, float* dw, float* db,
                          int64_t M, int64_t in, int64_t out, LowPrecision p) {
-  TESSERA_ON_DEVICE(float, ctx, linear_backward_low, dy, dy_low, x, w, dx, dw, db, M, in, out, p);
   const OpScope scope(
       OpClass::kMatmul,
       2.0 * double(M) * double(in) * double(out) * ((dx != nullptr) + (dw != nullptr)), 0);
@@ -55,4 +53,11 @@ void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy
   });
 }
 
-}  // namespace tessera::kernels
+}  // namespace
+
+void add_low_precision_linear_kernels(Backend& backend) {
+  backend.linear_forward_low = linear_forward_low;
+  backend.linear_backward_low = linear_backward_low;
+}
+
+}  // namespace tessera::kernels::cpu

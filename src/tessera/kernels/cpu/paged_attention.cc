@@ -8,11 +8,15 @@
 #include <limits>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
 
 namespace tessera::kernels {
+
+int64_t paged_attention_scratch_size(int64_t max_context) { return max_context; }
+
+namespace cpu {
 
 namespace {
 
@@ -65,11 +69,8 @@ void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_
   for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
 }
 
-}  // namespace
-
-void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t ld,
-                    const PagedKv& kv, const PagedChunk& chunk) {
-  TESSERA_ON_DEVICE(float, ctx, paged_kv_write, k, v, ld, kv, chunk);
+void paged_kv_write(const Context&, const float* k, const float* v, int64_t ld, const PagedKv& kv,
+                    const PagedChunk& chunk) {
   const int64_t W = row_width(kv);
   for (int64_t i = 0; i < chunk.n; ++i) {
     const int64_t at = row_offset(kv, chunk.block_table, chunk.start + i);
@@ -78,13 +79,9 @@ void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t 
   }
 }
 
-int64_t paged_attention_scratch_size(int64_t max_context) { return max_context; }
-
-void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, float* out,
-                             int64_t ldo, const PagedKv& kv, const PagedChunk* chunks,
-                             int64_t num_chunks, int64_t H, float* scratch, int64_t max_context) {
-  TESSERA_ON_DEVICE(float, ctx, paged_attention_forward, q, ldq, out, ldo, kv, chunks, num_chunks,
-                    H, scratch, max_context);
+void paged_attention_forward(const Context&, const float* q, int64_t ldq, float* out, int64_t ldo,
+                             const PagedKv& kv, const PagedChunk* chunks, int64_t num_chunks,
+                             int64_t H, float* scratch, int64_t max_context) {
   check(kv.kv_heads > 0 && H % kv.kv_heads == 0,
         "paged attention: {} query heads cannot share {} key/value heads evenly", H, kv.kv_heads);
   for (int64_t c = 0; c < num_chunks; ++c) {
@@ -110,5 +107,14 @@ void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, fl
     }
   }
 }
+
+}  // namespace
+
+void add_paged_attention_kernels(Backend& backend) {
+  backend.paged_kv_write = paged_kv_write;
+  backend.paged_attention_forward = paged_attention_forward;
+}
+
+}  // namespace cpu
 
 }  // namespace tessera::kernels

@@ -1,16 +1,17 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 template <typename T>
-void rmsnorm_forward(const Context& ctx, const T* x, const T* gamma, T* y, T* rstd, int64_t M,
+void rmsnorm_forward(const Context&, const T* x, const T* gamma, T* y, T* rstd, int64_t M,
                      int64_t C, T eps) {
-  TESSERA_ON_DEVICE(T, ctx, rmsnorm_forward, x, gamma, y, rstd, M, C, eps);
   const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
@@ -30,9 +31,8 @@ void rmsnorm_forward(const Context& ctx, const T* x, const T* gamma, T* y, T* rs
 // With xhat = x * rstd, dx = rstd * (dy * gamma - xhat * mean(dy * gamma * xhat)): layernorm's
 // formula without the mean terms.
 template <typename T>
-void rmsnorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* rstd,
-                      T* dx, T* dgamma, int64_t M, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, rmsnorm_backward, dy, x, gamma, rstd, dx, dgamma, M, C);
+void rmsnorm_backward(const Context&, const T* dy, const T* x, const T* gamma, const T* rstd, T* dx,
+                      T* dgamma, int64_t M, int64_t C) {
   const OpScope scope(OpClass::kNormsActivations, 0, 4.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -59,13 +59,13 @@ void rmsnorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamm
   });
 }
 
-template void rmsnorm_forward<float>(const Context&, const float*, const float*, float*, float*,
-                                     int64_t, int64_t, float);
-template void rmsnorm_forward<double>(const Context&, const double*, const double*, double*,
-                                      double*, int64_t, int64_t, double);
-template void rmsnorm_backward<float>(const Context&, const float*, const float*, const float*,
-                                      const float*, float*, float*, int64_t, int64_t);
-template void rmsnorm_backward<double>(const Context&, const double*, const double*, const double*,
-                                       const double*, double*, double*, int64_t, int64_t);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_rmsnorm_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.rmsnorm_forward = rmsnorm_forward<float>;
+  backend.ops.rmsnorm_backward = rmsnorm_backward<float>;
+  f64.rmsnorm_forward = rmsnorm_forward<double>;
+  f64.rmsnorm_backward = rmsnorm_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,11 +1,11 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 namespace {
 
@@ -46,33 +46,29 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
   }
 }
 
-}  // namespace
-
 template <typename T>
-void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                  int64_t hd, int64_t pos0, double theta) {
-  TESSERA_ON_DEVICE(T, ctx, rope_forward, qkv, B, T_, H, KVH, hd, pos0, theta);
+void rope_forward(const Context&, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
+                  int64_t pos0, double theta) {
   const OpScope scope(OpClass::kNormsActivations, 0,
                       2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
   rotate_qk(qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
 }
 
 template <typename T>
-void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
+void rope_backward(const Context&, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                    int64_t hd, int64_t pos0, double theta) {
-  TESSERA_ON_DEVICE(T, ctx, rope_backward, dqkv, B, T_, H, KVH, hd, pos0, theta);
   const OpScope scope(OpClass::kNormsActivations, 0,
                       2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
   rotate_qk(dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
 }
 
-template void rope_forward<float>(const Context&, float*, int64_t, int64_t, int64_t, int64_t,
-                                  int64_t, int64_t, double);
-template void rope_forward<double>(const Context&, double*, int64_t, int64_t, int64_t, int64_t,
-                                   int64_t, int64_t, double);
-template void rope_backward<float>(const Context&, float*, int64_t, int64_t, int64_t, int64_t,
-                                   int64_t, int64_t, double);
-template void rope_backward<double>(const Context&, double*, int64_t, int64_t, int64_t, int64_t,
-                                    int64_t, int64_t, double);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_rope_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.rope_forward = rope_forward<float>;
+  backend.ops.rope_backward = rope_backward<float>;
+  f64.rope_forward = rope_forward<double>;
+  f64.rope_backward = rope_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,13 +1,14 @@
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 template <typename T>
-void swiglu_forward(const Context& ctx, const T* gate_up, T* out, int64_t M, int64_t F) {
-  TESSERA_ON_DEVICE(T, ctx, swiglu_forward, gate_up, out, M, F);
+void swiglu_forward(const Context&, const T* gate_up, T* out, int64_t M, int64_t F) {
   const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(M * F));
   // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (M > 1)
@@ -24,9 +25,8 @@ void swiglu_forward(const Context& ctx, const T* gate_up, T* out, int64_t M, int
 }
 
 template <typename T>
-void swiglu_backward(const Context& ctx, const T* dout, const T* gate_up, T* dgate_up, int64_t M,
+void swiglu_backward(const Context&, const T* dout, const T* gate_up, T* dgate_up, int64_t M,
                      int64_t F) {
-  TESSERA_ON_DEVICE(T, ctx, swiglu_backward, dout, gate_up, dgate_up, M, F);
   const OpScope scope(OpClass::kNormsActivations, 0, 5.0 * double(sizeof(T)) * double(M * F));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -45,11 +45,13 @@ void swiglu_backward(const Context& ctx, const T* dout, const T* gate_up, T* dga
   }
 }
 
-template void swiglu_forward<float>(const Context&, const float*, float*, int64_t, int64_t);
-template void swiglu_forward<double>(const Context&, const double*, double*, int64_t, int64_t);
-template void swiglu_backward<float>(const Context&, const float*, const float*, float*, int64_t,
-                                     int64_t);
-template void swiglu_backward<double>(const Context&, const double*, const double*, double*,
-                                      int64_t, int64_t);
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_swiglu_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.swiglu_forward = swiglu_forward<float>;
+  backend.ops.swiglu_backward = swiglu_backward<float>;
+  f64.swiglu_forward = swiglu_forward<double>;
+  f64.swiglu_backward = swiglu_backward<double>;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -2,17 +2,18 @@
 #include <cmath>
 
 #include "tessera/kernels/cpu/column_sums.h"
-#include "tessera/kernels/cpu/device_dispatch.h"
+#include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/kernels/ops.h"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
+
+namespace {
 
 template <typename T>
-void vocab_shard_embedding_forward(const Context& ctx, const int32_t* tokens, const T* wte,
+void vocab_shard_embedding_forward(const Context&, const int32_t* tokens, const T* wte,
                                    int64_t first, int64_t count, T* x, int64_t N, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_forward, tokens, wte, first, count, x, N, C);
   const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(N * C));
 #pragma omp parallel for schedule(static) if (N > 1)
   for (int64_t i = 0; i < N; ++i) {
@@ -27,9 +28,8 @@ void vocab_shard_embedding_forward(const Context& ctx, const int32_t* tokens, co
 }
 
 template <typename T>
-void vocab_shard_embedding_backward(const Context& ctx, const T* dx, const int32_t* tokens, T* dwte,
+void vocab_shard_embedding_backward(const Context&, const T* dx, const int32_t* tokens, T* dwte,
                                     int64_t first, int64_t count, int64_t N, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, vocab_shard_embedding_backward, dx, tokens, dwte, first, count, N, C);
   const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(N * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t i = 0; i < N; ++i) {
@@ -43,9 +43,8 @@ void vocab_shard_embedding_backward(const Context& ctx, const T* dx, const int32
 }
 
 template <typename T>
-void position_embedding_forward(const Context& ctx, const T* wpe, T* x, int64_t first_row,
-                                int64_t rows, int64_t T_, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, position_embedding_forward, wpe, x, first_row, rows, T_, C);
+void position_embedding_forward(const Context&, const T* wpe, T* x, int64_t first_row, int64_t rows,
+                                int64_t T_, int64_t C) {
   const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(rows * C));
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
@@ -57,9 +56,8 @@ void position_embedding_forward(const Context& ctx, const T* wpe, T* x, int64_t 
 }
 
 template <typename T>
-void position_embedding_backward(const Context& ctx, const T* dx, T* dwpe, int64_t first_row,
+void position_embedding_backward(const Context&, const T* dx, T* dwpe, int64_t first_row,
                                  int64_t rows, int64_t T_, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, position_embedding_backward, dx, dwpe, first_row, rows, T_, C);
   const OpScope scope(OpClass::kNormsActivations, 0, 3.0 * double(sizeof(T)) * double(rows * C));
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -71,9 +69,8 @@ void position_embedding_backward(const Context& ctx, const T* dx, T* dwpe, int64
 }
 
 template <typename T>
-void vocab_shard_row_max(const Context& ctx, const T* logits, int64_t M, int64_t V, int64_t ld,
+void vocab_shard_row_max(const Context&, const T* logits, int64_t M, int64_t V, int64_t ld,
                          T* max) {
-  TESSERA_ON_DEVICE(T, ctx, vocab_shard_row_max, logits, M, V, ld, max);
   const OpScope scope(OpClass::kLoss, 0, double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -86,11 +83,9 @@ void vocab_shard_row_max(const Context& ctx, const T* logits, int64_t M, int64_t
 }
 
 template <typename T>
-void vocab_shard_exp_sums(const Context& ctx, T* logits, const T* max, const int32_t* targets,
+void vocab_shard_exp_sums(const Context&, T* logits, const T* max, const int32_t* targets,
                           int64_t first, int64_t M, int64_t V, int64_t ld, T* sums,
                           T* target_logits, bool keep_exponentials) {
-  TESSERA_ON_DEVICE(T, ctx, vocab_shard_exp_sums, logits, max, targets, first, M, V, ld, sums,
-                    target_logits, keep_exponentials);
   const OpScope scope(OpClass::kLoss, 0,
                       (keep_exponentials ? 2.0 : 1.0) * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
@@ -114,11 +109,9 @@ void vocab_shard_exp_sums(const Context& ctx, T* logits, const T* max, const int
 }
 
 template <typename T>
-void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t* targets,
+void vocab_shard_softmax_grad(const Context&, T* exponentials, const int32_t* targets,
                               int64_t first, const T* sums, int64_t M, int64_t V, int64_t ld,
                               T grad_scale) {
-  TESSERA_ON_DEVICE(T, ctx, vocab_shard_softmax_grad, exponentials, targets, first, sums, M, V, ld,
-                    grad_scale);
   const OpScope scope(OpClass::kLoss, 0, 2.0 * double(sizeof(T)) * double(M * V));
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
@@ -133,8 +126,7 @@ void vocab_shard_softmax_grad(const Context& ctx, T* exponentials, const int32_t
 }
 
 template <typename T>
-void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C) {
-  TESSERA_ON_DEVICE(T, ctx, add_bias, y, b, M, C);
+void add_bias(const Context&, T* y, const T* b, int64_t M, int64_t C) {
   const OpScope scope(OpClass::kNormsActivations, 0, 2.0 * double(sizeof(T)) * double(M * C));
 #pragma omp parallel for schedule(static) if (M > 1)
   for (int64_t m = 0; m < M; ++m) {
@@ -144,23 +136,25 @@ void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C) {
   }
 }
 
-#define TESSERA_VOCAB_SHARD(T)                                                                     \
-  template void vocab_shard_embedding_forward<T>(const Context&, const int32_t*, const T*,         \
-                                                 int64_t, int64_t, T*, int64_t, int64_t);          \
-  template void vocab_shard_embedding_backward<T>(const Context&, const T*, const int32_t*, T*,    \
-                                                  int64_t, int64_t, int64_t, int64_t);             \
-  template void position_embedding_forward<T>(const Context&, const T*, T*, int64_t, int64_t,      \
-                                              int64_t, int64_t);                                   \
-  template void position_embedding_backward<T>(const Context&, const T*, T*, int64_t, int64_t,     \
-                                               int64_t, int64_t);                                  \
-  template void vocab_shard_row_max<T>(const Context&, const T*, int64_t, int64_t, int64_t, T*);   \
-  template void vocab_shard_exp_sums<T>(const Context&, T*, const T*, const int32_t*, int64_t,     \
-                                        int64_t, int64_t, int64_t, T*, T*, bool);                  \
-  template void vocab_shard_softmax_grad<T>(const Context&, T*, const int32_t*, int64_t, const T*, \
-                                            int64_t, int64_t, int64_t, T);                         \
-  template void add_bias<T>(const Context&, T*, const T*, int64_t, int64_t);
-TESSERA_VOCAB_SHARD(float)
-TESSERA_VOCAB_SHARD(double)
-#undef TESSERA_VOCAB_SHARD
+}  // namespace
 
-}  // namespace tessera::kernels
+void add_vocab_shard_kernels(Backend& backend, OpKernels<double>& f64) {
+  backend.ops.vocab_shard_embedding_forward = vocab_shard_embedding_forward<float>;
+  backend.ops.vocab_shard_embedding_backward = vocab_shard_embedding_backward<float>;
+  backend.ops.position_embedding_forward = position_embedding_forward<float>;
+  backend.ops.position_embedding_backward = position_embedding_backward<float>;
+  backend.ops.vocab_shard_row_max = vocab_shard_row_max<float>;
+  backend.ops.vocab_shard_exp_sums = vocab_shard_exp_sums<float>;
+  backend.ops.vocab_shard_softmax_grad = vocab_shard_softmax_grad<float>;
+  backend.ops.add_bias = add_bias<float>;
+  f64.vocab_shard_embedding_forward = vocab_shard_embedding_forward<double>;
+  f64.vocab_shard_embedding_backward = vocab_shard_embedding_backward<double>;
+  f64.position_embedding_forward = position_embedding_forward<double>;
+  f64.position_embedding_backward = position_embedding_backward<double>;
+  f64.vocab_shard_row_max = vocab_shard_row_max<double>;
+  f64.vocab_shard_exp_sums = vocab_shard_exp_sums<double>;
+  f64.vocab_shard_softmax_grad = vocab_shard_softmax_grad<double>;
+  f64.add_bias = add_bias<double>;
+}
+
+}  // namespace tessera::kernels::cpu

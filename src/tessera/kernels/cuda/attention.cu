@@ -18,7 +18,7 @@
 #include <optional>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 #include "tessera/kernels/cuda/resources.h"
 
@@ -206,8 +206,6 @@ std::optional<Layout> make_layout(const char* heads_message, const char* head_di
   return Layout{T_, H, KVH, int(hd), 1.0f / std::sqrt(float(hd))};
 }
 
-}  // namespace
-
 void attention_forward(const Context& ctx, const float* qkv, float* out, float* lse, float*,
                        int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
   const std::optional<Layout> L =
@@ -253,6 +251,13 @@ void attention_backward(const Context& ctx, const float* dout, const float* qkv,
       check_launch("attention_dkv_kernel");
     });
   }
+}
+
+}  // namespace
+
+void add_attention_kernels(Backend& backend) {
+  backend.ops.attention_forward = attention_forward;
+  backend.ops.attention_backward = attention_backward;
 }
 
 }  // namespace tessera::kernels::cuda

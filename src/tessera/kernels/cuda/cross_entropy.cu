@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 
 namespace tessera::kernels::cuda {
@@ -109,8 +109,6 @@ __global__ void vocab_shard_softmax_grad_kernel(float* __restrict__ exponentials
   }
 }
 
-}  // namespace
-
 void softmax_cross_entropy(const Context& ctx, float* logits, const int32_t* targets, float* losses,
                            int64_t M, int64_t V, float grad_scale) {
   if (M == 0) return;
@@ -144,6 +142,15 @@ void vocab_shard_softmax_grad(const Context& ctx, float* exponentials, const int
   vocab_shard_softmax_grad_kernel<<<kGrid.per_row(M), kThreads, 0, stream_of(ctx)>>>(
       exponentials, targets, first, sums, M, V, ld, grad_scale);
   check_launch("vocab_shard_softmax_grad_kernel");
+}
+
+}  // namespace
+
+void add_cross_entropy_kernels(Backend& backend) {
+  backend.ops.softmax_cross_entropy = softmax_cross_entropy;
+  backend.ops.vocab_shard_row_max = vocab_shard_row_max;
+  backend.ops.vocab_shard_exp_sums = vocab_shard_exp_sums;
+  backend.ops.vocab_shard_softmax_grad = vocab_shard_softmax_grad;
 }
 
 }  // namespace tessera::kernels::cuda

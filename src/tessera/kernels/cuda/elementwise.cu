@@ -16,7 +16,7 @@
 
 #include "tessera/kernels/cuda/check.h"
 #include "tessera/kernels/cuda/column_sums.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 #include "tessera/kernels/cuda/resources.h"
 #include "tessera/kernels/half_bits.h"
@@ -221,8 +221,6 @@ __global__ void add_column_partials_kernel(const float* partials, int64_t row_bl
   }
 }
 
-}  // namespace
-
 void gelu_forward(const Context& ctx, const float* x, float* y, int64_t n) {
   require(n >= 0, "gelu_forward: n must not be negative");
   if (n == 0) return;
@@ -288,8 +286,7 @@ void adamw_update(const Context& ctx, float* param, const float* grad, float* m,
                   int64_t n, const AdamWParams& p) {
   require(n >= 0, "adamw_update: n must not be negative");
   if (n == 0) return;
-  adamw_kernel<<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(param, grad, m, v, n,
-                                                                 adamw_step(p));
+  adamw_kernel<<<kGrid.flat(n), kThreads, 0, stream_of(ctx)>>>(param, grad, m, v, n, adamw_step(p));
   check_launch("adamw_kernel");
 }
 
@@ -358,6 +355,24 @@ double sum_squares(const Context& ctx, const float* x, int64_t n) {
   sum_partials_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(partials, blocks, total);
   check_launch("sum_partials_kernel");
   return read_back(ctx, total);
+}
+
+}  // namespace
+
+void add_elementwise_kernels(Backend& backend) {
+  backend.ops.gelu_forward = gelu_forward;
+  backend.ops.gelu_backward = gelu_backward;
+  backend.ops.swiglu_forward = swiglu_forward;
+  backend.ops.swiglu_backward = swiglu_backward;
+  backend.ops.add = add;
+  backend.ops.scale = scale;
+  backend.ops.add_bias = add_bias;
+  backend.ops.adamw_update = adamw_update;
+  backend.adamw_update_low = adamw_update_low;
+  backend.cast_to_low = cast_to_low;
+  backend.cast_from_low = cast_from_low;
+  backend.all_finite = all_finite;
+  backend.ops.sum_squares = sum_squares;
 }
 
 void accumulate_column_sums(const Context& ctx, const float* x, int64_t M, int64_t N, float* sums) {

@@ -13,7 +13,7 @@
 #include <limits>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 
 namespace tessera::kernels::cuda {
@@ -105,8 +105,6 @@ void accumulate_position_gradients(const Context& ctx, const float* dx, float* d
   check_launch("position_gradient_kernel");
 }
 
-}  // namespace
-
 void embedding_forward(const Context& ctx, const int32_t* tokens, const float* wte,
                        const float* wpe, float* x, int64_t B, int64_t T_, int64_t C) {
   require(B >= 0 && T_ >= 0 && C >= 0, "embedding_forward: sizes must not be negative");
@@ -161,6 +159,17 @@ void position_embedding_backward(const Context& ctx, const float* dx, float* dwp
   if (rows == 0 || C == 0) return;
   require(T_ > 0, "position_embedding_backward: needs T > 0 positions");
   accumulate_position_gradients(ctx, dx, dwpe, first_row, rows, T_, C);
+}
+
+}  // namespace
+
+void add_embedding_kernels(Backend& backend) {
+  backend.ops.embedding_forward = embedding_forward;
+  backend.ops.embedding_backward = embedding_backward;
+  backend.ops.vocab_shard_embedding_forward = vocab_shard_embedding_forward;
+  backend.ops.vocab_shard_embedding_backward = vocab_shard_embedding_backward;
+  backend.ops.position_embedding_forward = position_embedding_forward;
+  backend.ops.position_embedding_backward = position_embedding_backward;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -9,7 +9,7 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/cuda/check.h"
 #include "tessera/kernels/cuda/column_sums.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/gemm_plans.h"
 #include "tessera/kernels/cuda/resources.h"
 
@@ -138,6 +138,8 @@ const GemmPlan& GemmPlans::get(cublasLtHandle_t lt, const GemmShape& s, size_t w
   return plans_.emplace(s, p).first->second;
 }
 
+namespace {
+
 void gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
           float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
           float* C, int64_t ldc) {
@@ -186,6 +188,17 @@ void linear_backward_low(const Context& ctx, const float* dy, const uint16_t* dy
     check(dy != nullptr, "linear_backward_low: the bias gradient needs the f32 dy");
     accumulate_column_sums(ctx, dy, M, out, db);
   }
+}
+
+}  // namespace
+
+void add_matmul_kernels(Backend& backend) {
+  backend.ops.gemm = gemm;
+  backend.ops.linear_forward = linear_forward;
+  backend.ops.linear_backward = linear_backward;
+  backend.gemm_low = gemm_low;
+  backend.linear_forward_low = linear_forward_low;
+  backend.linear_backward_low = linear_backward_low;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 #include "tessera/kernels/cuda/resources.h"
 
@@ -190,8 +190,6 @@ void accumulate_param_grads(const Context& ctx, const Terms& terms, int64_t M, i
   check_launch("add_param_partials_kernel");
 }
 
-}  // namespace
-
 void layernorm_forward(const Context& ctx, const float* x, const float* gamma, const float* beta,
                        float* y, float* mean, float* rstd, int64_t M, int64_t C) {
   require(M >= 0 && C >= 0, "layernorm_forward: sizes must not be negative");
@@ -234,6 +232,15 @@ void rmsnorm_backward(const Context& ctx, const float* dy, const float* x, const
   check_launch("rmsnorm_backward_dx_kernel");
   accumulate_param_grads(ctx, RmsNormParamTerms{dy, x, rstd}, M, C, Gradients{{dgamma, nullptr}},
                          "rmsnorm_backward: C too wide for the reduction scratch buffer");
+}
+
+}  // namespace
+
+void add_norm_kernels(Backend& backend) {
+  backend.ops.layernorm_forward = layernorm_forward;
+  backend.ops.layernorm_backward = layernorm_backward;
+  backend.ops.rmsnorm_forward = rmsnorm_forward;
+  backend.ops.rmsnorm_backward = rmsnorm_backward;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 #include "tessera/kernels/cuda/resources.h"
 
@@ -162,8 +162,6 @@ __global__ void paged_attention_kernel(const float* __restrict__ q, int64_t ldq,
   }
 }
 
-}  // namespace
-
 // The chunk's block table goes to the device already resolved: one word per row, the offset of
 // its position in k and v.
 void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t ld,
@@ -242,6 +240,13 @@ void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, fl
         q, ldq, out, ldo, cache, device_chunks, described, device_tables, queries, H);
     check_launch("paged_attention_kernel");
   });
+}
+
+}  // namespace
+
+void add_paged_attention_kernels(Backend& backend) {
+  backend.paged_kv_write = paged_kv_write;
+  backend.paged_attention_forward = paged_attention_forward;
 }
 
 }  // namespace tessera::kernels::cuda

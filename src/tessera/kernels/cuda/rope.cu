@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "tessera/kernels/cuda/check.h"
-#include "tessera/kernels/cuda/cuda_ops.h"
+#include "tessera/kernels/cuda/cuda_backend.h"
 #include "tessera/kernels/cuda/launch.cuh"
 
 namespace tessera::kernels::cuda {
@@ -69,8 +69,6 @@ void rotate_qk(const Context& ctx, float* qkv, int64_t B, int64_t T, int64_t H, 
   check_launch("rope_kernel");
 }
 
-}  // namespace
-
 void rope_forward(const Context& ctx, float* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                   int64_t hd, int64_t pos0, double theta) {
   rotate_qk(ctx, qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
@@ -79,6 +77,13 @@ void rope_forward(const Context& ctx, float* qkv, int64_t B, int64_t T_, int64_t
 void rope_backward(const Context& ctx, float* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                    int64_t hd, int64_t pos0, double theta) {
   rotate_qk(ctx, dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
+}
+
+}  // namespace
+
+void add_rope_kernels(Backend& backend) {
+  backend.ops.rope_forward = rope_forward;
+  backend.ops.rope_backward = rope_backward;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,0 +1,40 @@
+#include "tessera/model/device_support.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/backend.h"
+
+namespace tessera::model {
+
+void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::string_view asked) {
+  const kernels::Backend* backend = kernels::backend_of(kind);
+  check(backend != nullptr, "{}, but this build has no CUDA backend", asked);
+  std::vector<std::string> refused, reasons;
+  if (!backend->host_memory) {
+    if (needs.tp > 1) refused.push_back(fmt::format("tensor parallelism (mesh.tp {})", needs.tp));
+    if (needs.pp > 1) refused.push_back(fmt::format("pipeline parallelism (mesh.pp {})", needs.pp));
+    if (needs.ep > 1) refused.push_back(fmt::format("expert parallelism (mesh.ep {})", needs.ep));
+    if (needs.moe) refused.push_back("mixtures of experts (model.moe)");
+    if (!refused.empty()) {
+      // MPI carries the tensor-, pipeline- and expert-parallel exchanges, and the MoE layer
+      // routes tokens between its experts in host buffers.
+      reasons.push_back(
+          "tensor, pipeline and expert parallelism and mixtures of experts keep their activations "
+          "in host memory");
+    }
+  }
+  if (needs.int8_weights && backend->linear_forward_int8 == nullptr) {
+    refused.push_back("int8 weights");
+    reasons.push_back(
+        fmt::format("the {} backend has no linear_forward_int8 kernel", backend->device));
+  }
+  check(refused.empty(), "{}, but a {} device cannot run {}: {}; they run on the CPU", asked,
+        backend->device, fmt::join(refused, ", "), fmt::join(reasons, ", and "));
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,24 @@
+// Which parts of a run a kind of device can take, asked of its kernel backend
+// (kernels/backend.h): the one place the layers above the kernels learn a device's limits, so
+// that the model, the trainer and the server refuse the same parts in the same words.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/kernels/context.h"
+
+namespace tessera::model {
+
+// The parts of a run that not every device runs.
+struct DeviceNeeds {
+  int64_t tp = 1, pp = 1, ep = 1;  // mesh.tp, mesh.pp, mesh.ep
+  bool moe = false;                // model.moe: a mixture of experts
+  bool int8_weights = false;       // linear layers multiplied in int8 (serving)
+};
+
+// Throws when a device of `kind` cannot run every part of `needs`, naming each part it cannot run
+// and why, after `asked`, what the user asked for ("train.device = cuda").
+void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::string_view asked);
+
+}  // namespace tessera::model

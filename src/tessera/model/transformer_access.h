@@ -1,0 +1,44 @@
+// Transformer::Access, the model's ParamAccess: what its layers read their parameters and
+// gradients through. Only transformer.cc includes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/int8_linear.h"
+#include "tessera/model/transformer.h"
+
+namespace tessera::model {
+
+// The parameters and gradients of the units acquired now, by flat offset.
+class Transformer::Access final : public ParamAccess {
+ public:
+  explicit Access(const Transformer& m) : m_(m) {}
+  const float* f32(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.weights_[u].f32 + (offset - m_.layout_.units[u].begin);
+  }
+  const uint16_t* low(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.weights_[u].low + (offset - m_.layout_.units[u].begin);
+  }
+  float* grad(int64_t offset) const override {
+    const int64_t u = unit_of(offset);
+    return m_.unit_grads_[u] + (offset - m_.layout_.units[u].begin);
+  }
+  kernels::Int8Matrix int8(int64_t offset) const override { return m_.int8_->matrix(offset); }
+  bool int8_weights() const override { return m_.int8_ != nullptr; }
+
+ private:
+  int64_t unit_of(int64_t offset) const {
+    const std::vector<ParameterUnit>& units = m_.layout_.units;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (offset >= units[u].begin && offset < units[u].end) return int64_t(u);
+    }
+    fail("parameter offset {} is in no unit", offset);
+  }
+  const Transformer& m_;
+};
+
+}  // namespace tessera::model
