@@ -51,7 +51,7 @@ struct Format {
 
 Format format_named(const std::string& name) {
   if (name == "int8") return {name, {.weights = model::WeightFormat::kInt8}};
-  return {name, {.precision = model::precision_from_name(name)}};
+  return {name, {.precision = enum_from_name<model::Precision>(name, "format")}};
 }
 
 // One format's model and cache, and the tokens/s of each timed run.

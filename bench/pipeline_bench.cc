@@ -88,7 +88,7 @@ void print_rows(comm::PipelineScheduleKind kind, comm::Communicator& pp, const S
   for (int r = 0; r < p; ++r) {
     const double* row = rows.data() + kColumns * r;
     std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
-                std::string(comm::pipeline_schedule_name(kind)).c_str(), r, 1e3 * row[0],
+                std::string(enum_name(kind)).c_str(), r, 1e3 * row[0],
                 1e3 * row[1], 1e3 * row[2], 1e3 * row[3], 100 * (1 - (row[1] + row[2]) / row[0]),
                 100 * sim.idle_fraction[r]);
   }

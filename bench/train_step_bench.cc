@@ -73,9 +73,9 @@ BenchOptions parse_flags(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--precision") {
-      o.model.precision = model::precision_from_name(v);
+      o.model.precision = enum_from_name<model::Precision>(v, k);
     } else if (k == "--recompute") {
-      o.model.recompute = model::recompute_from_name(v);
+      o.model.recompute = enum_from_name<model::Recompute>(v, k);
     } else if (k == "--comm") {
       o.comm = v;
     } else if (k == "--device") {
@@ -83,7 +83,7 @@ BenchOptions parse_flags(int argc, char** argv) {
     } else if (k == "--bucket-mb") {
       o.bucket_mb = std::stod(v);
     } else if (k == "--arch") {
-      o.mc.arch = model::architecture_from_name(v);
+      o.mc.arch = enum_from_name<model::Architecture>(v, k);
       o.mc.tie_embeddings = o.mc.arch == model::Architecture::kGpt2;
     } else if (k == "--profile") {
       o.profile = std::stoll(v) != 0;
@@ -183,8 +183,8 @@ nlohmann::json result_json(const BenchOptions& o, const model::Transformer& mode
                       {"d_model", o.mc.d_model},
                       {"vocab", o.mc.vocab_size},
                       {"params", model.num_parameters()},
-                      {"precision", model::precision_name(o.model.precision)},
-                      {"recompute", model::recompute_name(o.model.recompute)},
+                      {"precision", enum_name(o.model.precision)},
+                      {"recompute", enum_name(o.model.recompute)},
                       {"threads", num_threads()},
                       {"step_ms_mean", 1e3 * mean},
                       {"optimizer_ms_mean", 1e3 * t.optimizer / double(o.steps)},

@@ -10,7 +10,7 @@ set -euo pipefail
 # oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev libspdlog-dev libfmt-dev
           nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libisal-dev libboost1.81-dev
-          libcpp-httplib-dev libyaml-cpp-dev libgtest-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
+          libcpp-httplib-dev libyaml-cpp-dev libgtest-dev libcli11-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text)
 mode="${1:-}"
 [[ -z "$mode" || "$mode" == --test || "$mode" == --bench ]] ||
   { echo "setup.sh: unknown option '$mode' (--test, --bench)" >&2; exit 2; }

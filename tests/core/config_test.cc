@@ -18,12 +18,12 @@ using testing::expect_error;
 
 std::vector<ConfigKey> test_schema() {
   return {
-      {"model.n_layer", ConfigType::kInt, "4", true, "blocks"},
-      {"model.name", ConfigType::kString, "tiny", false, "label"},
-      {"train.steps", ConfigType::kInt, "600", false, "steps"},
-      {"train.learning_rate", ConfigType::kFloat, "1e-3", false, "peak lr"},
-      {"train.fused", ConfigType::kBool, "false", false, "fuse kernels"},
-      {"data.path", ConfigType::kPath, "", false, "corpus"},
+      {"model.n_layer", ConfigType::kInt, int64_t{4}, true, "blocks"},
+      {"model.name", ConfigType::kString, std::string("tiny"), false, "label"},
+      {"train.steps", ConfigType::kInt, int64_t{600}, false, "steps"},
+      {"train.learning_rate", ConfigType::kFloat, 1e-3, false, "peak lr"},
+      {"train.fused", ConfigType::kBool, false, false, "fuse kernels"},
+      {"data.path", ConfigType::kPath, std::string(), false, "corpus"},
   };
 }
 
@@ -46,13 +46,13 @@ TEST(Config, GettersRejectUnknownKeysAndWrongTypes) {
 }
 
 TEST(Config, BadSchemaIsRejected) {
-  expect_error([] { Config({{"flat", ConfigType::kInt, "1", false, ""}}); }, {"flat"});
-  expect_error([] { Config({{"a.b.c", ConfigType::kInt, "1", false, ""}}); }, {"a.b.c"});
-  expect_error([] { Config({{"a.b", ConfigType::kInt, "x", false, ""}}); }, {"a.b"});
+  expect_error([] { Config({{"flat", ConfigType::kInt, int64_t{1}, false, ""}}); }, {"flat"});
+  expect_error([] { Config({{"a.b.c", ConfigType::kInt, int64_t{1}, false, ""}}); }, {"a.b.c"});
+  expect_error([] { Config({{"a.b", ConfigType::kInt, std::string("x"), false, ""}}); }, {"a.b"});
   expect_error(
       [] {
-        Config(
-            {{"a.b", ConfigType::kInt, "1", false, ""}, {"a.b", ConfigType::kInt, "2", false, ""}});
+        Config({{"a.b", ConfigType::kInt, int64_t{1}, false, ""},
+                {"a.b", ConfigType::kInt, int64_t{2}, false, ""}});
       },
       {"a.b"});
 }
@@ -196,7 +196,9 @@ TEST(Config, PathsThatExistAreKeptAbsolute) {
   std::filesystem::create_directories(folder / "corpus");
   struct InFolder {
     std::filesystem::path before = std::filesystem::current_path();
-    explicit InFolder(const std::filesystem::path& folder) { std::filesystem::current_path(folder); }
+    explicit InFolder(const std::filesystem::path& folder) {
+      std::filesystem::current_path(folder);
+    }
     ~InFolder() { std::filesystem::current_path(before); }
   };
   auto in_folder = std::make_unique<InFolder>(folder);

@@ -127,7 +127,7 @@ TEST_F(CudaTest, GreedyDecodingGivesTheCpuTokens) {
     const auto cuda_model = inference_model(gpu(), config);
     const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
     EXPECT_EQ(greedy(gpu(), *cuda_model, prompt), greedy(kCpuContext, *cpu_model, prompt))
-        << model::architecture_name(config.arch);
+        << enum_name(config.arch);
   }
 }
 
@@ -182,7 +182,7 @@ TEST_F(CudaTest, PagedDecodingInDeviceMemoryGivesTheCpuTokens) {
     const std::vector<int32_t> prompt = {2, 7, 1, 8, 2, 8};
     EXPECT_EQ(paged_greedy(gpu(), *cuda_model, prompt),
               paged_greedy(kCpuContext, *cpu_model, prompt))
-        << model::architecture_name(config.arch);
+        << enum_name(config.arch);
   }
 }
 

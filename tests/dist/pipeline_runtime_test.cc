@@ -102,8 +102,7 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
         {comm::PipelineScheduleKind::kZeroBubbleH1, 1}};
     if (p > 1) schedules.push_back({comm::PipelineScheduleKind::kInterleaved1F1B, 2});
     for (const auto& [kind, v] : schedules) {
-      SCOPED_TRACE(fmt::format("{} on {} ranks, {}", comm::pipeline_schedule_name(kind), p,
-                               model::architecture_name(arch)));
+      SCOPED_TRACE(fmt::format("{} on {} ranks, {}", enum_name(kind), p, enum_name(arch)));
       const parallel::PipelineTable table = parallel::make_pipeline_table(kind, p, v, m);
       parallel::StageModels built = parallel::build_stage_models(
           c, table, pp.rank(),

@@ -25,7 +25,7 @@ TEST(PipelineSchedule, OneFOneBAndGPipeBubbleIsPMinusOneOverM) {
         const parallel::PipelineSimulation sim =
             parallel::simulate_pipeline(parallel::make_pipeline_table(kind, p, 1, m), kEven);
         EXPECT_NEAR(sim.bubble, double(p - 1) / m, 1e-12)
-            << comm::pipeline_schedule_name(kind) << " p=" << p << " m=" << m;
+            << enum_name(kind) << " p=" << p << " m=" << m;
       }
     }
   }
@@ -151,8 +151,10 @@ TEST(PipelineSchedule, CountsASchedulesCannotRunAreClearErrors) {
   expect_error([] { parallel::make_pipeline_table(S::k1F1B, 4, 2, 8); }, {"1f1b", "interleaved"});
   expect_error([] { parallel::make_pipeline_table(S::kZeroBubbleH1, 2, 1, 0); },
                {"train.grad_accum = 0"});
-  expect_error([] { comm::parse_pipeline_schedule("zbv"); }, {"'zbv'", "gpipe, 1f1b, interleaved"});
-  EXPECT_EQ(comm::parse_pipeline_schedule("zb-h1"), S::kZeroBubbleH1);
+  expect_error([] { enum_from_name<S>("zbv", "mesh.pp_schedule"); },
+               {"mesh.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved\" or \"zb-h1\", got "
+                "\"zbv\""});
+  EXPECT_EQ(enum_from_name<S>("zb-h1", "mesh.pp_schedule"), S::kZeroBubbleH1);
 }
 
 }  // namespace

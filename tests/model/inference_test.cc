@@ -15,7 +15,7 @@ namespace {
 TEST(Inference, NextTokenLogitsEqualTheTrainingForward) {
   const auto [gpt2, llama, moe] = small_configs(12);
   for (const ModelConfig& c : {gpt2, llama, moe}) {
-    SCOPED_TRACE(std::string(architecture_name(c.arch)) + (c.is_moe() ? " moe" : ""));
+    SCOPED_TRACE(std::string(enum_name(c.arch)) + (c.is_moe() ? " moe" : ""));
     const int64_t T = 10;
     Transformer train(c, 1, T, /*training=*/true);
     Transformer infer(c, 1, c.max_seq, /*training=*/false);

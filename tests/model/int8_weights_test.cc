@@ -62,7 +62,7 @@ int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - 
 // continuation of a prompt (so that one early disagreement does not change every later input).
 TEST(Int8Weights, DecodeFollowsTheF32ModelClosely) {
   for (const ModelConfig& c : configs()) {
-    SCOPED_TRACE(architecture_name(c.arch));
+    SCOPED_TRACE(enum_name(c.arch));
     Transformer f32(c, 1, c.max_seq, /*training=*/false);
     Transformer int8(c, 1, c.max_seq, /*training=*/false, kInt8);
     f32.init_weights(7);
@@ -103,7 +103,7 @@ TEST(Int8Weights, DecodeFollowsTheF32ModelClosely) {
 // activation across a quantisation boundary now and then).
 TEST(Int8Weights, APrefillAndTokenByTokenDecodingAgree) {
   for (const ModelConfig& c : configs()) {
-    SCOPED_TRACE(architecture_name(c.arch));
+    SCOPED_TRACE(enum_name(c.arch));
     const int64_t T = c.max_seq, V = c.vocab_size;  // 32 rows: the GEMM takes them
     Transformer int8(c, 1, c.max_seq, /*training=*/false, kInt8);
     int8.init_weights(5);
@@ -141,7 +141,7 @@ TEST(Int8Weights, ParametersWrittenAfterUseAreQuantizedAgain) {
 // is also the head.
 TEST(Int8Weights, ReportsTheWeightBytesEachTokenReads) {
   for (const ModelConfig& c : configs()) {
-    SCOPED_TRACE(architecture_name(c.arch));
+    SCOPED_TRACE(enum_name(c.arch));
     int64_t values = 0, rows = 0;
     const ModelLayout layout = model_layout(c);
     for (const ParamInfo& p : layout.params.entries()) {
@@ -183,7 +183,8 @@ TEST(Int8Weights, RefusesWhatItCannotServe) {
                     {.weights = WeightFormat::kInt8, .store = &store});
       },
       {"int8", "without a parameter store"});
-  testing::expect_error([] { weight_format_from_name("int4"); }, {"\"dense\" or \"int8\"", "int4"});
+  testing::expect_error([] { enum_from_name<WeightFormat>("int4", "--quantize"); },
+                        {"--quantize must be \"none\" or \"int8\", got \"int4\""});
 }
 
 TEST(Int8Weights, NamesAMatrixThatCannotBeQuantized) {

@@ -166,12 +166,11 @@ TEST(PipelineStage, StagesInFlightGiveTheWholeModelsLossesAndGradients) {
     const Steps whole = whole_model(c, Precision::kF32, data);
     for (const std::vector<int64_t>& split :
          {std::vector<int64_t>{6}, {1, 2, 2, 1}, {2, 4}, {1, 1, 1, 1, 1, 1}}) {
-      SCOPED_TRACE(fmt::format("{}, split {}", architecture_name(c.arch), split.size()));
+      SCOPED_TRACE(fmt::format("{}, split {}", enum_name(c.arch), split.size()));
       expect_same(whole, staged(c, {}, split, data), 1e-5);
     }
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-      SCOPED_TRACE(
-          fmt::format("{}, split backward, recompute {}", architecture_name(c.arch), int(r)));
+      SCOPED_TRACE(fmt::format("{}, split backward, recompute {}", enum_name(c.arch), int(r)));
       expect_same(whole, staged(c, {.recompute = r, .split_backward = true}, {1, 3, 2}, data),
                   1e-5);
     }

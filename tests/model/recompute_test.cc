@@ -67,7 +67,7 @@ TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
       float loss_none = 0;
       const auto none = gradients(test.config, Recompute::kNone, p, x, y, B, T, &loss_none);
       for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
-        SCOPED_TRACE(std::string(recompute_name(r)) + " " + std::string(precision_name(p)));
+        SCOPED_TRACE(std::string(enum_name(r)) + " " + std::string(enum_name(p)));
         float loss = 0;
         const auto g = gradients(test.config, r, p, x, y, B, T, &loss);
         EXPECT_EQ(loss, loss_none);
@@ -84,8 +84,8 @@ TEST(Recompute, KeptActivationsFollowTheFormula) {
     for (Precision p : {Precision::kF32, Precision::kBf16}) {
       int64_t previous = 0;
       for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-        SCOPED_TRACE(std::string(test.name) + " " + std::string(precision_name(p)) + " " +
-                     std::string(recompute_name(r)));
+        SCOPED_TRACE(std::string(test.name) + " " + std::string(enum_name(p)) + " " +
+                     std::string(enum_name(r)));
         Transformer model(test.config, B, T, /*training=*/true, {.precision = p, .recompute = r});
         const int64_t kept = model.saved_activation_bytes_per_layer();
         EXPECT_EQ(kept, saved_activation_bytes_per_layer(test.config, B * T, p, r));

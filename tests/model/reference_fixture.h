@@ -56,7 +56,7 @@ struct Fixture {
 
 inline ModelConfig config_from_json(const nlohmann::json& c) {
   ModelConfig m;
-  m.arch = architecture_from_name(c.value("arch", "gpt2"));
+  m.arch = enum_from_name<Architecture>(c.value("arch", "gpt2"), "arch");
   m.vocab_size = c.at("vocab_size").get<int64_t>();
   m.n_layer = c.at("n_layer").get<int64_t>();
   m.n_head = c.at("n_head").get<int64_t>();

@@ -127,10 +127,10 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
       "%s %s on %s (%s), %d threads, B%lld T%lld: fastest prediction %.1f ms (matmul %.1f, "
       "attention %.1f, memory %.1f, casts %.1f, optimizer %.1f), fastest step %.1f ms; predicted / "
       "measured per pair:",
-      config_file.c_str(), std::string(model::precision_name(step.precision)).c_str(),
-      cpu_model_name().c_str(), matmuls.c_str(), threads, (long long)step.batch,
-      (long long)step.seq, 1e3 * p.total_s, 1e3 * p.matmul_s, 1e3 * p.attention_s,
-      1e3 * p.memory_bound_s, 1e3 * p.casts_s, 1e3 * p.optimizer_s, 1e3 * fastest_step);
+      config_file.c_str(), std::string(enum_name(step.precision)).c_str(), cpu_model_name().c_str(),
+      matmuls.c_str(), threads, (long long)step.batch, (long long)step.seq, 1e3 * p.total_s,
+      1e3 * p.matmul_s, 1e3 * p.attention_s, 1e3 * p.memory_bound_s, 1e3 * p.casts_s,
+      1e3 * p.optimizer_s, 1e3 * fastest_step);
   for (size_t i = 0; i < steps.size(); ++i) {
     std::printf(" %.1f/%.1f", 1e3 * predictions[i].total_s, 1e3 * steps[i]);
   }

@@ -95,7 +95,7 @@ TEST(CostModel, ActivationsAreTheEnginesAllocation) {
   for (bool sp : {false, true}) {
     for (model::Recompute r :
          {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
-      SCOPED_TRACE(fmt::format("sp {}, recompute {}", sp, model::recompute_name(r)));
+      SCOPED_TRACE(fmt::format("sp {}, recompute {}", sp, enum_name(r)));
       const model::ActivationOptions options{.max_batch = 2,
                                              .max_seq = 2048,
                                              .training = true,

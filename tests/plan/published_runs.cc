@@ -33,7 +33,7 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog) {
     r.chips = t["chips"].value_or(int64_t{0});
     const auto m = t["model"], l = t["layout"], p = t["published"];
     model::ModelConfig& c = r.config;
-    c.arch = model::architecture_from_name(m["arch"].value_or(std::string("gpt2")));
+    c.arch = enum_from_name<model::Architecture>(m["arch"].value_or(std::string("gpt2")), "arch");
     c.n_layer = m["n_layer"].value_or(int64_t{0});
     c.d_model = m["d_model"].value_or(int64_t{0});
     c.n_head = m["n_head"].value_or(int64_t{0});
@@ -53,7 +53,8 @@ std::vector<PublishedRun> published_runs(const HardwareCatalog& catalog) {
     r.vpp_known = bool(l["vpp"]);
     r.micro_batch_known = bool(l["micro_batch"]);
     r.layout.zero = int(l["zero"].value_or(int64_t{0}));
-    r.layout.recompute = model::recompute_from_name(l["recompute"].value_or(std::string("full")));
+    r.layout.recompute =
+        enum_from_name<model::Recompute>(l["recompute"].value_or(std::string("full")), "recompute");
     r.workload.global_batch = l["global_batch"].value_or(int64_t{0});
     r.workload.seq_len = c.max_seq;
     r.workload.tokens = 1e12;

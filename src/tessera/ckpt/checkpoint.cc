@@ -463,7 +463,7 @@ void load(const std::filesystem::path& step_dir, const std::vector<NamedTensor>&
     const Manifest::Entry& e = *it->second;
     if (e.dtype != t.tensor.dtype) {
       fail("{}: tensor '{}' is {} in the checkpoint but {} was requested", manifest_path, t.name,
-           dtype_name(e.dtype), dtype_name(t.tensor.dtype));
+           enum_name(e.dtype), enum_name(t.tensor.dtype));
     }
     if (!(e.shape == t.tensor.shape)) {
       fail("{}: tensor '{}' has shape {} in the checkpoint but {} was requested", manifest_path,

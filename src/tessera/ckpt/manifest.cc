@@ -59,11 +59,11 @@ Manifest::Entry parse_entry(const JsonReader& r, const json& t, const std::strin
   e.shape = shape_from_dims(dims);
 
   std::string dtype = r.string(r.field(t, "dtype", at + ".dtype"), at + ".dtype");
-  if (dtype != "f32" && dtype != "bf16" && dtype != "f16" && dtype != "i32") {
-    r.bad(at + ".dtype",
-          fmt::format("has unknown dtype '{}' (expected f32, bf16, f16 or i32)", dtype));
+  const std::vector<std::string_view> dtypes = enum_choices<DType>();
+  if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) {
+    r.bad(at + ".dtype", fmt::format("must be {}, got \"{}\"", quoted_choices(dtypes), dtype));
   }
-  e.dtype = dtype_from_name(dtype);
+  e.dtype = enum_from_name<DType>(dtype, at + ".dtype");
 
   e.file = r.string(r.field(t, "file", at + ".file"), at + ".file");
   if (e.file.empty() || e.file == "." || e.file == ".." || e.file.find('/') != std::string::npos ||
@@ -96,7 +96,7 @@ json manifest_to_json(const Manifest& manifest) {
     for (int i = 0; i < e.shape.rank(); ++i) shape.push_back(e.shape[i]);
     tensors.push_back({{"name", e.name},
                        {"shape", shape},
-                       {"dtype", std::string(dtype_name(e.dtype))},
+                       {"dtype", std::string(enum_name(e.dtype))},
                        {"file", e.file},
                        {"offset", e.offset},
                        {"nbytes", e.nbytes},

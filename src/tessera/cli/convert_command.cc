@@ -34,88 +34,92 @@ DType hf_dtype(const std::string& name) {
   fail("tessera convert export: --dtype must be f32 or bf16 for --format hf, got '{}'", name);
 }
 
-int export_checkpoint(int argc, char** argv) {
-  Flags flags(
-      "convert export",
-      {{"checkpoint", "DIR", "a run folder or one checkpoint step folder (required)"},
-       {"out", "PATH", "the Hugging Face model folder, or the .gguf file, to write (required)"},
-       {"format", "hf|gguf", "a Hugging Face folder or one GGUF file (default hf)"},
-       {"dtype", "D",
-        "stored weights: f32 or bf16 for hf, f32, f16 or q8_0 for gguf (default f32)"}},
-      argc, argv);
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Write a checkpoint's parameters for other tools. --format hf writes\n"
-                         "model.safetensors and config.json for Hugging Face Transformers\n"
-                         "(GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM), with its\n"
-                         "tokenizer as tokenizer.json, tokenizer_config.json and\n"
-                         "generation_config.json. --format gguf writes one file for llama.cpp\n"
-                         "and ollama (GPT-2 and dense Llama), with the tokenizer in its metadata.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  const auto checkpoint = flags.get("checkpoint");
-  const auto out = flags.get("out");
-  check(checkpoint.has_value(), "tessera convert export: --checkpoint DIR is required");
-  check(out.has_value(), "tessera convert export: --out PATH is required");
-  const std::string format = flags.get_or("format", "hf");
-  check(format == "hf" || format == "gguf",
-        "tessera convert export: --format must be hf or gguf, got '{}'", format);
-  const std::string dtype = flags.get_or("dtype", "f32");
-  const interop::GgufWeights gguf_weights =
-      format == "gguf" ? interop::gguf_weights_from_name(dtype) : interop::GgufWeights::f32;
-  const DType safetensors_dtype = format == "hf" ? hf_dtype(dtype) : DType::f32;
+enum class ExportFormat { kHf, kGguf };
+constexpr EnumName<ExportFormat> kExportFormatNames[] = {{ExportFormat::kHf, "hf"},
+                                                         {ExportFormat::kGguf, "gguf"}};
+constexpr const auto& enum_names(ExportFormat) { return kExportFormatNames; }
 
-  const fs::path step_dir = ckpt::checkpoint_step_dir(*checkpoint);
+struct ExportFlags {
+  std::string checkpoint, out;
+  ExportFormat format = ExportFormat::kHf;
+  std::string dtype = "f32";
+};
+
+int export_checkpoint(int argc, char** argv) {
+  using F = ExportFlags;
+  ExportFlags flags;
+  Command command("convert export",
+                  "Write a checkpoint's parameters for other tools. --format hf writes\n"
+                  "model.safetensors and config.json for Hugging Face Transformers\n"
+                  "(GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM), with its\n"
+                  "tokenizer as tokenizer.json, tokenizer_config.json and\n"
+                  "generation_config.json. --format gguf writes one file for llama.cpp\n"
+                  "and ollama (GPT-2 and dense Llama), with the tokenizer in its metadata.");
+  const Settings<F> rows = {
+      required(flag("--checkpoint", "DIR", &F::checkpoint,
+                    "a run folder or one checkpoint step folder")),
+      required(flag("--out", "PATH", &F::out,
+                    "the Hugging Face model folder, or the .gguf file, to write")),
+      flag("--format", "", &F::format, "a Hugging Face folder or one GGUF file"),
+      flag("--dtype", "D", &F::dtype,
+           "stored weights: f32 or bf16 for hf, f32, f16 or q8_0 for gguf"),
+  };
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  const bool gguf = flags.format == ExportFormat::kGguf;
+  const interop::GgufWeights gguf_weights =
+      gguf ? enum_from_name<interop::GgufWeights>(flags.dtype, "--dtype")
+           : interop::GgufWeights::f32;
+  const DType safetensors_dtype = gguf ? DType::f32 : hf_dtype(flags.dtype);
+  const std::string& out = flags.out;
+
+  const fs::path step_dir = ckpt::checkpoint_step_dir(flags.checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
   const auto [mc, params] = ckpt::read_checkpoint_params(step_dir, manifest);
   const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
   const tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab(tokenizer);
   std::string architecture;
-  if (format == "hf") {
-    architecture = interop::export_hf(mc, params, *out, safetensors_dtype);
-    tokenizer::write_hf_tokenizer_files(vocab, mc.max_seq, *out);
+  if (!gguf) {
+    architecture = interop::export_hf(mc, params, out, safetensors_dtype);
+    tokenizer::write_hf_tokenizer_files(vocab, mc.max_seq, out);
   } else {
-    check(!fs::is_directory(*out),
+    check(!fs::is_directory(out),
           "tessera convert export: --out {} is a folder; --format gguf "
           "writes one file, e.g. --out model.gguf",
-          *out);
-    interop::GgufWriter gguf;
-    architecture = interop::add_gguf_model(mc, params, gguf_weights, gguf);
-    interop::add_gguf_tokenizer(vocab, mc.vocab_size, gguf);
-    gguf.write(*out);
+          out);
+    interop::GgufWriter writer;
+    architecture = interop::add_gguf_model(mc, params, gguf_weights, writer);
+    interop::add_gguf_tokenizer(vocab, mc.vocab_size, writer);
+    writer.write(out);
   }
   std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n",
               step_dir.string().c_str(), architecture.c_str(),
-              double(model::count_parameters(mc).total) / 1e6, dtype.c_str(), tokenizer.c_str(),
-              out->c_str());
+              double(model::count_parameters(mc).total) / 1e6, flags.dtype.c_str(),
+              tokenizer.c_str(), out.c_str());
   return 0;
 }
 
+struct ImportFlags {
+  std::string hf, out;
+  std::string tokenizer = "byte";
+};
+
 int import_model(int argc, char** argv) {
-  Flags flags(
-      "convert import",
-      {{"hf", "DIR", "a Hugging Face model folder: config.json, model.safetensors (required)"},
-       {"out", "DIR", "the run folder to create (required)"},
-       {"tokenizer", "byte|DIR", "the tokenizer for generate (default byte)"}},
-      argc, argv);
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Read a Hugging Face GPT-2, Llama or Mixtral model folder into a new\n"
-                         "run folder (config.toml and checkpoints/step-000000) that\n"
-                         "'tessera generate --checkpoint DIR' can sample from.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  const auto hf = flags.get("hf");
-  const auto out = flags.get("out");
-  check(hf.has_value(), "tessera convert import: --hf DIR is required");
-  check(out.has_value(), "tessera convert import: --out DIR is required");
-  const fs::path step = train::import_hf_run(*hf, *out, flags.get_or("tokenizer", "byte"));
-  const model::ModelConfig mc = interop::read_hf_model_config(*hf);
-  std::printf("imported %s (%s, %.2fM parameters) into %s\n", hf->c_str(),
+  using F = ImportFlags;
+  ImportFlags flags;
+  Command command("convert import",
+                  "Read a Hugging Face GPT-2, Llama or Mixtral model folder into a new\n"
+                  "run folder (config.toml and checkpoints/step-000000) that\n"
+                  "'tessera generate --checkpoint DIR' can sample from.");
+  const Settings<F> rows = {
+      required(flag("--hf", "DIR", &F::hf,
+                    "a Hugging Face model folder: config.json, model.safetensors")),
+      required(flag("--out", "DIR", &F::out, "the run folder to create")),
+      flag("--tokenizer", "byte|DIR", &F::tokenizer, "the tokenizer for generate"),
+  };
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  const fs::path step = train::import_hf_run(flags.hf, flags.out, flags.tokenizer);
+  const model::ModelConfig mc = interop::read_hf_model_config(flags.hf);
+  std::printf("imported %s (%s, %.2fM parameters) into %s\n", flags.hf.c_str(),
               interop::hf_layout(mc).architecture.c_str(),
               double(model::count_parameters(mc).total) / 1e6, step.string().c_str());
   return 0;

@@ -1,95 +1,118 @@
 #include "tessera/cli/flags.h"
 
-#include <charconv>
-#include <string_view>
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
 
 #include "tessera/core/error.h"
 
 namespace tessera::cli {
+namespace {
 
-Flags::Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv,
-             std::string operands_name)
-    : command_(std::move(command)),
-      specs_(std::move(specs)),
-      operands_name_(std::move(operands_name)) {
-  specs_.push_back({"help", "", "show this help (also -h)"});
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i] == std::string_view("-h") ? "--help" : argv[i];
-    if (!operands_name_.empty() && arg.rfind("--", 0) != 0) {
-      operands_.push_back(arg);
-      continue;
-    }
-    check(arg.rfind("--", 0) == 0 && arg.size() > 2,
-          "tessera {}: unexpected argument '{}' (flags start with --; see --help)", command_, arg);
-    std::string name = arg.substr(2), value;
-    bool inline_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
-    }
-    const FlagSpec* spec = nullptr;
-    for (const FlagSpec& s : specs_) {
-      if (s.name == name) spec = &s;
-    }
-    check(spec != nullptr, "tessera {}: unknown flag --{} (see tessera {} --help)", command_, name,
-          command_);
-    if (!spec->value_name.empty() && !inline_value) {
-      check(i + 1 < argc, "tessera {}: --{} needs a value ({})", command_, name, spec->value_name);
-      value = argv[++i];
-    }
-    check(spec->repeatable || !has(name), "tessera {}: --{} given twice", command_, name);
-    values_[name].push_back(value);
+// "usage: tessera train [flags] FILE...", the summary, then one line per flag.
+class HelpFormat : public CLI::Formatter {
+ public:
+  explicit HelpFormat(std::string operands) : operands_(std::move(operands)) {}
+
+  std::string make_help(const CLI::App* app, std::string name,
+                        CLI::AppFormatMode mode) const override {
+    return make_usage(app, name) + "\n" + app->get_description() + "\n" + make_groups(app, mode);
   }
+
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return fmt::format("usage: {} [flags]{}{}\n", name, operands_.empty() ? "" : " ", operands_);
+  }
+
+ private:
+  std::string operands_;
+};
+
+std::string shown(const ConfigValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          return fmt::format("{:.6g}", v);
+        } else {
+          return fmt::format("{}", v);
+        }
+      },
+      value);
 }
 
-std::optional<std::string> Flags::get(const std::string& name) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return std::nullopt;
-  return it->second.back();
+}  // namespace
+
+Command::Command(std::string name, std::string summary, std::string operands)
+    : name_(std::move(name)), summary_(std::move(summary)), operands_name_(std::move(operands)) {}
+
+// A switch or a required flag shows no default; nor does a flag whose default depends on the run
+// (no value, or an empty one).
+std::string Command::description(const Flag& flag) const {
+  std::string text = flag.info.help;  // an enum's choices are its value name
+  if (flag.info.required) return text + " (required)";
+  const std::optional<ConfigValue> value = flag.get();
+  if (flag.info.value_name.empty() || !value) return text;
+  const std::string value_text = shown(*value);
+  return value_text.empty() ? text : fmt::format("{} (default {})", text, value_text);
 }
 
-std::vector<std::string> Flags::all(const std::string& name) const {
-  auto it = values_.find(name);
-  return it == values_.end() ? std::vector<std::string>{} : it->second;
+void Command::fill(const Flag& flag, const std::vector<std::string>& values) {
+  const std::string& name = flag.info.name;
+  given_.insert(name);
+  if (flag.info.value_name.empty()) {
+    flag.set(true);
+    return;
+  }
+  check(flag.info.repeatable || values.size() == 1, "tessera {}: {} given twice", name_, name);
+  for (const std::string& text : values) flag.set(parse_config_value(flag.info.type, text, name));
 }
 
-std::string Flags::get_or(const std::string& name, const std::string& fallback) const {
-  return get(name).value_or(fallback);
-}
-
-int64_t Flags::get_int(const std::string& name, int64_t fallback) const {
-  auto v = get(name);
-  if (!v) return fallback;
-  int64_t out = 0;
-  auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  check(ec == std::errc() && end == v->data() + v->size(), "--{} expects an integer, got '{}'",
-        name, *v);
-  return out;
-}
-
-double Flags::get_double(const std::string& name, double fallback) const {
-  auto v = get(name);
-  if (!v) return fallback;
-  size_t used = 0;
-  double out = 0;
+bool Command::parse(int argc, char** argv) {
+  CLI::App app(summary_, "tessera " + name_);
+  app.formatter(std::make_shared<HelpFormat>(operands_name_));
+  app.option_defaults()->group("flags");
+  app.set_help_flag("-h,--help", "show this help");
+  app.allow_extras();
+  std::vector<CLI::Option*> options;
+  for (const Flag& flag : flags_) {
+    if (flag.info.value_name.empty()) {
+      options.push_back(app.add_flag(flag.info.name)->description(description(flag)));
+    } else {
+      options.push_back(app.add_option(flag.info.name)
+                            ->description(description(flag))
+                            ->option_text(flag.info.value_name)
+                            ->type_name(flag.info.value_name)
+                            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll));
+    }
+  }
+  if (!operands_name_.empty()) app.add_option("operands", operands_);
+  std::vector<std::string> args(argv, argv + argc);
+  std::reverse(args.begin(), args.end());
   try {
-    out = std::stod(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return false;
+  } catch (const CLI::ParseError& e) {
+    fail("tessera {}: {}", name_, e.what());
   }
-  check(used == v->size() && !v->empty(), "--{} expects a number, got '{}'", name, *v);
-  return out;
-}
-
-std::string Flags::help(const std::string& summary) const {
-  std::string out = fmt::format("usage: tessera {} [flags]{}\n\n{}\n\nflags:\n", command_,
-                                operands_name_.empty() ? "" : " " + operands_name_, summary);
-  for (const FlagSpec& s : specs_) {
-    std::string left = "--" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
-    out += fmt::format("  {:<28} {}\n", left, s.help);
+  for (const std::string& extra : app.remaining()) {
+    check(!extra.starts_with("-"), "tessera {}: unknown flag {} (see tessera {} --help)", name_,
+          extra, name_);
+    fail("tessera {}: unexpected argument '{}' (flags start with --; see --help)", name_, extra);
   }
-  return out;
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    const SettingInfo& info = flags_[i].info;
+    if (options[i]->count() > 0) {
+      fill(flags_[i], options[i]->results());
+    } else {
+      check(!info.required, "tessera {}: {} {} is required", name_, info.name, info.value_name);
+    }
+    if (const std::optional<ConfigValue> value = flags_[i].get()) info.check(*value);
+  }
+  return true;
 }
 
 }  // namespace tessera::cli

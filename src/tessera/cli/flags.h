@@ -1,44 +1,56 @@
 // The CLI layer: parses flags and calls the applications; it holds no logic of its own.
 #pragma once
 
-#include <map>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "tessera/core/settings.h"
 
 namespace tessera::cli {
 
-struct FlagSpec {
-  std::string name;        // without the leading dashes
-  std::string value_name;  // empty for a switch
-  std::string help;
-  bool repeatable = false;
-};
-
-// Parsed flags of one subcommand. Unknown flags, missing values and repeats of a
-// non-repeatable flag are errors that name the flag and the command. A command that takes
-// operands (arguments that are not flags) names them in `operands_name`, e.g. "FILE...".
-// Every command takes --help (or -h), which Flags adds to its specs.
-class Flags {
+// One command's flags, each a row over the struct it fills (core/settings.h). Parsing (CLI11),
+// --help with every default read from the struct, required flags, ranges and the one-line errors
+// naming a flag all come from the rows.
+class Command {
  public:
-  Flags(std::string command, std::vector<FlagSpec> specs, int argc, char** argv,
-        std::string operands_name = "");
+  // `operands` names the arguments that are not flags ("FILE..."); empty: the command takes none.
+  Command(std::string name, std::string summary, std::string operands = "");
 
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::optional<std::string> get(const std::string& name) const;
-  std::vector<std::string> all(const std::string& name) const;
-  std::string get_or(const std::string& name, const std::string& fallback) const;
-  int64_t get_int(const std::string& name, int64_t fallback) const;
-  double get_double(const std::string& name, double fallback) const;
-  std::string help(const std::string& summary) const;
+  // Declares `rows`, which fill `target`; its values when parse() is called are the defaults
+  // --help shows, and it must outlive parse().
+  template <typename S>
+  Command& flags(const Settings<S>& rows, S& target) {
+    for (const Setting<S>& row : rows) {
+      flags_.push_back({row, [&target, set = row.set](const ConfigValue& v) { set(target, v); },
+                        [&target, get = row.get] { return get(target); }});
+    }
+    return *this;
+  }
+
+  // Parses the arguments after the command's name. Returns false when -h or --help asked for the
+  // help, which it has printed. Throws Error naming a flag that is unknown, repeated, missing,
+  // malformed or out of its range.
+  bool parse(int argc, char** argv);
+  bool given(std::string_view flag) const { return given_.contains(flag); }  // "--dry-run"
   const std::vector<std::string>& operands() const { return operands_; }
 
  private:
-  std::string command_;
-  std::vector<FlagSpec> specs_;
-  std::string operands_name_;
+  struct Flag {
+    SettingInfo info;
+    std::function<void(const ConfigValue&)> set;
+    std::function<std::optional<ConfigValue>()> get;
+  };
+  std::string description(const Flag& flag) const;
+  void fill(const Flag& flag, const std::vector<std::string>& values);
+
+  std::string name_, summary_, operands_name_;
+  std::vector<Flag> flags_;
+  std::set<std::string, std::less<>> given_;
   std::vector<std::string> operands_;
-  std::map<std::string, std::vector<std::string>> values_;
 };
 
 int prepare_command(int argc, char** argv);

@@ -6,35 +6,44 @@
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::cli {
+namespace {
+
+struct PrepareFlags {
+  std::string tokenizer = "byte";
+  data::PrepareOptions options;
+};
+
+Settings<PrepareFlags> prepare_flags() {
+  using O = data::PrepareOptions;
+  return join<PrepareFlags>({
+      {flag("--tokenizer", "DIR", &PrepareFlags::tokenizer, "\"byte\" or a tokenizer folder")},
+      nest(&PrepareFlags::options,
+           Settings<O>{
+               required(flag("--out", "DIR", &O::out_dir,
+                             "dataset folder to create; must be missing or empty")),
+               flag("--val-fraction", "F", &O::val_fraction, "fraction of the text held out",
+                    Range{0, 1, true, true}),
+               flag("--shard-tokens", "N", &O::shard_tokens, "most tokens per shard file",
+                    at_least(1)),
+               flag("--threads", "N", &O::threads, "tokenising threads; 0 uses all cores",
+                    at_least(0)),
+           }),
+  });
+}
+
+}  // namespace
 
 int prepare_command(int argc, char** argv) {
-  Flags flags("prepare",
-              {{"tokenizer", "DIR", "\"byte\" or a tokenizer folder (default byte)"},
-               {"out", "DIR", "dataset folder to create; must be missing or empty (required)"},
-               {"val-fraction", "F", "fraction of the text held out, in (0, 1) (default 0.1)"},
-               {"shard-tokens", "N", "most tokens per shard file (default 67108864)"},
-               {"threads", "N", "tokenising threads; 0 uses all cores (default 0)"}},
-              argc, argv, "FILE...");
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Tokenise text files (or folders of them) into train and val token\n"
-                         "shards plus dataset.json, ready for `tessera train --data DIR`.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  auto out = flags.get("out");
-  check(out.has_value(), "tessera prepare: --out DIR is required");
-  check(!flags.operands().empty(), "tessera prepare: give at least one input FILE or folder");
-  data::PrepareOptions options;
-  options.inputs.assign(flags.operands().begin(), flags.operands().end());
-  options.out_dir = *out;
-  options.val_fraction = flags.get_double("val-fraction", options.val_fraction);
-  options.shard_tokens = flags.get_int("shard-tokens", options.shard_tokens);
-  options.threads = int(flags.get_int("threads", 0));
-  check(options.threads >= 0, "--threads must be at least 0, got {}", options.threads);
-  const std::string tokenizer_name = flags.get_or("tokenizer", "byte");
-  data::prepare_dataset(*tokenizer::load_tokenizer(tokenizer_name), tokenizer_name, options);
+  PrepareFlags flags;
+  Command command("prepare",
+                  "Tokenise text files (or folders of them) into train and val token\n"
+                  "shards plus dataset.json, ready for `tessera train --data DIR`.",
+                  "FILE...");
+  if (!command.flags(prepare_flags(), flags).parse(argc, argv)) return 0;
+  check(!command.operands().empty(), "tessera prepare: give at least one input FILE or folder");
+  flags.options.inputs.assign(command.operands().begin(), command.operands().end());
+  data::prepare_dataset(*tokenizer::load_tokenizer(flags.tokenizer), flags.tokenizer,
+                        flags.options);
   return 0;
 }
 

@@ -30,70 +30,75 @@ std::string read_stdin() {
   return text;
 }
 
+struct TrainFlags {
+  int64_t vocab_size = 0;
+  std::string out;
+};
+
 int train(int argc, char** argv) {
-  Flags flags("tokenizer train",
-              {{"vocab-size", "N", "ids in the vocabulary, <|endoftext|> included (required)"},
-               {"out", "DIR", "directory to write tokenizer.json and ranks.tiktoken (required)"}},
-              argc, argv, "FILE...");
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Learn a byte-level BPE vocabulary (GPT-2 pre-tokenisation) from text\n"
-                         "files or folders of them.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  check(flags.has("vocab-size"), "tessera tokenizer train: --vocab-size N is required");
-  check(flags.has("out"), "tessera tokenizer train: --out DIR is required");
-  check(!flags.operands().empty(), "tessera tokenizer train: give at least one FILE to learn from");
+  TrainFlags flags;
+  Command command("tokenizer train",
+                  "Learn a byte-level BPE vocabulary (GPT-2 pre-tokenisation) from text\n"
+                  "files or folders of them.",
+                  "FILE...");
+  const Settings<TrainFlags> rows = {
+      required(flag("--vocab-size", "N", &TrainFlags::vocab_size,
+                    "ids in the vocabulary, <|endoftext|> included")),
+      required(flag("--out", "DIR", &TrainFlags::out,
+                    "directory to write tokenizer.json and ranks.tiktoken")),
+  };
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  check(!command.operands().empty(),
+        "tessera tokenizer train: give at least one FILE to learn from");
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> texts;
   size_t bytes = 0;
-  for (const std::string& operand : flags.operands()) {
+  for (const std::string& operand : command.operands()) {
     for (const auto& file : corpus_files(operand)) {
       texts.push_back(read_text_file(file));
       bytes += texts.back().size();
     }
   }
   const tokenizer::BpeVocab vocab =
-      tokenizer::train_bpe({texts.begin(), texts.end()}, flags.get_int("vocab-size", 0));
-  const std::string out = *flags.get("out");
-  tokenizer::save_tessera_tokenizer(vocab, out);
+      tokenizer::train_bpe({texts.begin(), texts.end()}, flags.vocab_size);
+  tokenizer::save_tessera_tokenizer(vocab, flags.out);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t requested = flags.get_int("vocab-size", 0), got = int64_t(vocab.tokens.size()) + 1;
+  const int64_t got = int64_t(vocab.tokens.size()) + 1;
   std::printf(
       "trained %lld tokens (%zu merged, <|endoftext|> = %d) on %.1f MB in %.1f s into %s%s\n",
       static_cast<long long>(got), vocab.tokens.size() - 256, vocab.special_tokens[0].second,
-      bytes / 1e6, seconds, out.c_str(),
-      got < requested ? " (the corpus has no more pairs to merge)" : "");
+      bytes / 1e6, seconds, flags.out.c_str(),
+      got < flags.vocab_size ? " (the corpus has no more pairs to merge)" : "");
   return 0;
 }
 
+struct EncodeFlags {
+  std::string tokenizer;
+  bool json = false;
+  bool allow_special = false;
+};
+
 int encode(int argc, char** argv) {
-  Flags flags("tokenizer encode",
-              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"},
-               {"json", "", "print a JSON array instead of space-separated ids"},
-               {"allow-special", "",
-                "special tokens spelled in the text (<|endoftext|>, ...) are those tokens"}},
-              argc, argv);
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Print the token ids of the text on stdin, on one line. Special tokens\n"
-                         "are recognised in the text only with --allow-special; without it\n"
-                         "\"<|endoftext|>\" is 13 ordinary characters.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  check(flags.has("tokenizer"), "tessera tokenizer encode: --tokenizer DIR is required");
-  const auto tokenizer = tokenizer::load_tokenizer(*flags.get("tokenizer"));
+  EncodeFlags flags;
+  Command command("tokenizer encode",
+                  "Print the token ids of the text on stdin, on one line. Special tokens\n"
+                  "are recognised in the text only with --allow-special; without it\n"
+                  "\"<|endoftext|>\" is 13 ordinary characters.");
+  const Settings<EncodeFlags> rows = {
+      required(flag("--tokenizer", "DIR", &EncodeFlags::tokenizer,
+                    "a tokenizer directory, or \"byte\"")),
+      flag("--json", "", &EncodeFlags::json, "print a JSON array instead of space-separated ids"),
+      flag("--allow-special", "", &EncodeFlags::allow_special,
+           "special tokens spelled in the text (<|endoftext|>, ...) are those tokens"),
+  };
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  const auto tokenizer = tokenizer::load_tokenizer(flags.tokenizer);
   const std::string text = read_stdin();
-  const std::vector<int32_t> ids = flags.has("allow-special")
-                                       ? tokenizer->encode_allowing_special(text)
-                                       : tokenizer->encode(text);
+  const std::vector<int32_t> ids =
+      flags.allow_special ? tokenizer->encode_allowing_special(text) : tokenizer->encode(text);
   std::string line;
-  if (flags.has("json")) {
+  if (flags.json) {
     line = nlohmann::json(ids).dump();
   } else {
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -144,18 +149,14 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 int decode(int argc, char** argv) {
-  Flags flags("tokenizer decode",
-              {{"tokenizer", "DIR", "a tokenizer directory, or \"byte\" (required)"}}, argc, argv);
-  if (flags.has("help")) {
-    std::fputs(flags
-                   .help("Write the text of the token ids on stdin (space-separated or a JSON\n"
-                         "array) to stdout, byte for byte.")
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  check(flags.has("tokenizer"), "tessera tokenizer decode: --tokenizer DIR is required");
-  const auto tokenizer = tokenizer::load_tokenizer(*flags.get("tokenizer"));
+  EncodeFlags flags;
+  Command command("tokenizer decode",
+                  "Write the text of the token ids on stdin (space-separated or a JSON\n"
+                  "array) to stdout, byte for byte.");
+  const Settings<EncodeFlags> rows = {required(
+      flag("--tokenizer", "DIR", &EncodeFlags::tokenizer, "a tokenizer directory, or \"byte\""))};
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  const auto tokenizer = tokenizer::load_tokenizer(flags.tokenizer);
   const std::string text = tokenizer->decode(parse_ids(read_stdin()));
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;

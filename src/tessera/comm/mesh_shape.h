@@ -2,16 +2,19 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
+
+#include "tessera/core/enum_names.h"
 
 namespace tessera::comm {
 
 enum class PipelineScheduleKind { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubbleH1 };
-
-// "gpipe", "1f1b", "interleaved", "zb-h1"; anything else is an error naming the choices.
-PipelineScheduleKind parse_pipeline_schedule(std::string_view name);
-std::string_view pipeline_schedule_name(PipelineScheduleKind kind);
+inline constexpr EnumName<PipelineScheduleKind> kPipelineScheduleNames[] = {
+    {PipelineScheduleKind::kGPipe, "gpipe"},
+    {PipelineScheduleKind::k1F1B, "1f1b"},
+    {PipelineScheduleKind::kInterleaved1F1B, "interleaved"},
+    {PipelineScheduleKind::kZeroBubbleH1, "zb-h1"}};
+constexpr const auto& enum_names(PipelineScheduleKind) { return kPipelineScheduleNames; }
 
 // The [mesh] section: how many ranks along each axis. Expert parallelism does not add ranks: the
 // ep ranks of an expert-parallel group are data-parallel ranks (torchtitan's rule, which the

@@ -192,7 +192,7 @@ void MpiCommunicator::release(Slot& slot) {
 Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t count,
                                   std::span<const int64_t> counts, DType dtype, int peer, int tag) {
   const int32_t index =
-      acquire({op, dtype_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts);
+      acquire({op, enum_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts);
   Slot& slot = *slots_[index];
   const int code = transfer(slot, send, recv, counts, dtype, &slot.request);
   if (code != MPI_SUCCESS) fail_mpi(slot, code);
@@ -202,7 +202,7 @@ Request MpiCommunicator::do_start(Op op, const void* send, void* recv, int64_t c
 void MpiCommunicator::do_run(Op op, const void* send, void* recv, int64_t count,
                              std::span<const int64_t> counts, DType dtype, int peer, int tag) {
   Slot& slot =
-      *slots_[acquire({op, dtype_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts)];
+      *slots_[acquire({op, enum_name(dtype), count, peer, tag, {}}, dtype_size(dtype), counts)];
   Watchdog& watchdog = Watchdog::instance();
   watchdog.begin(*this, slot.what);
   const int code = transfer(slot, send, recv, counts, dtype, nullptr);

@@ -31,7 +31,7 @@ void SingleCommunicator::do_run(Op op, const void* send, void* recv, int64_t cou
     case Op::kSend:
     case Op::kRecv:
       fail("{} in a single-rank job: there is no other rank; launch with mpirun or srun",
-           describe(op, count, dtype_name(dtype), peer, tag));
+           describe(op, count, enum_name(dtype), peer, tag));
     case Op::kAllReduce:
     case Op::kBroadcast:
     case Op::kBarrier:

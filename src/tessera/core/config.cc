@@ -32,6 +32,21 @@ const char* type_noun(ConfigType type) {
   return "?";
 }
 
+bool holds_type(const ConfigValue& value, ConfigType type) {
+  switch (type) {
+    case ConfigType::kInt:
+      return std::holds_alternative<int64_t>(value);
+    case ConfigType::kFloat:
+      return std::holds_alternative<double>(value);
+    case ConfigType::kString:
+    case ConfigType::kPath:
+      return std::holds_alternative<std::string>(value);
+    case ConfigType::kBool:
+      return std::holds_alternative<bool>(value);
+  }
+  return false;
+}
+
 std::string path_value(std::string value) {
   std::error_code ec;
   if (value.empty() || !std::filesystem::exists(value, ec)) return value;
@@ -272,7 +287,7 @@ class ConfigLoad {
     }
   }
 
-  void commit(std::vector<std::variant<int64_t, double, std::string, bool>>& values) {
+  void commit(std::vector<ConfigValue>& values) {
     std::vector<bool> present(schema_.size(), false);
     for (const auto& [i, value] : staged_) present[i] = true;
     std::vector<std::string> missing;
@@ -291,10 +306,44 @@ class ConfigLoad {
   std::string source_;
   std::vector<std::string> names_;
   std::set<std::string> sections_;
-  std::vector<std::pair<size_t, std::variant<int64_t, double, std::string, bool>>> staged_;
+  std::vector<std::pair<size_t, ConfigValue>> staged_;
 };
 
 }  // namespace
+
+ConfigValue parse_config_value(ConfigType type, std::string_view raw, std::string_view what) {
+  const std::string_view text = trim(raw);
+  bool ok = true;
+  ConfigValue value;
+  switch (type) {
+    case ConfigType::kInt: {
+      int64_t v = 0;
+      ok = parse_int(text, &v);
+      value = v;
+      break;
+    }
+    case ConfigType::kFloat: {
+      double v = 0;
+      ok = parse_float(text, &v);
+      value = v;
+      break;
+    }
+    case ConfigType::kString:
+      value = std::string(raw);
+      break;
+    case ConfigType::kPath:
+      value = path_value(std::string(raw));
+      break;
+    case ConfigType::kBool: {
+      bool v = false;
+      ok = parse_bool(text, &v);
+      value = v;
+      break;
+    }
+  }
+  check(ok, "{} must be {}, got '{}'", what, type_noun(type), raw);
+  return value;
+}
 
 Config::Config(std::vector<ConfigKey> schema) : schema_(std::move(schema)) {
   values_.reserve(schema_.size());
@@ -305,34 +354,9 @@ Config::Config(std::vector<ConfigKey> schema) : schema_(std::move(schema)) {
               key.name.find('.', dot + 1) == std::string::npos,
           "config schema: key '{}' must be section.key", key.name);
     check(index_.emplace(key.name, i).second, "config schema: duplicate key '{}'", key.name);
-    const std::string& text = key.default_value;
-    bool ok = true;
-    switch (key.type) {
-      case ConfigType::kInt: {
-        int64_t v = 0;
-        ok = parse_int(text, &v);
-        values_.emplace_back(v);
-        break;
-      }
-      case ConfigType::kFloat: {
-        double v = 0;
-        ok = parse_float(text, &v);
-        values_.emplace_back(v);
-        break;
-      }
-      case ConfigType::kString:
-      case ConfigType::kPath:
-        values_.emplace_back(text);
-        break;
-      case ConfigType::kBool: {
-        bool v = false;
-        ok = parse_bool(text, &v);
-        values_.emplace_back(v);
-        break;
-      }
-    }
-    check(ok, "config schema: default of {} must be {}, got '{}'", key.name, type_noun(key.type),
-          text);
+    check(holds_type(key.default_value, key.type), "config schema: default of {} must be {}",
+          key.name, type_noun(key.type));
+    values_.push_back(key.default_value);
   }
 }
 
@@ -389,37 +413,8 @@ void Config::set_override(std::string_view assignment) {
     for (const ConfigKey& key : schema_) names.push_back(key.name);
     fail("--set: unknown key '{}'{}", name, suggestion(name, names));
   }
-  const ConfigKey& key = schema_[it->second];
-  const std::string_view raw = assignment.substr(eq + 1);
-  const std::string_view text = trim(raw);
-  bool ok = true;
-  switch (key.type) {
-    case ConfigType::kInt: {
-      int64_t v = 0;
-      ok = parse_int(text, &v);
-      if (ok) values_[it->second] = v;
-      break;
-    }
-    case ConfigType::kFloat: {
-      double v = 0;
-      ok = parse_float(text, &v);
-      if (ok) values_[it->second] = v;
-      break;
-    }
-    case ConfigType::kString:
-      values_[it->second] = std::string(raw);
-      break;
-    case ConfigType::kPath:
-      values_[it->second] = path_value(std::string(raw));
-      break;
-    case ConfigType::kBool: {
-      bool v = false;
-      ok = parse_bool(text, &v);
-      if (ok) values_[it->second] = v;
-      break;
-    }
-  }
-  check(ok, "--set: {} must be {}, got '{}'", name, type_noun(key.type), raw);
+  values_[it->second] = parse_config_value(schema_[it->second].type, assignment.substr(eq + 1),
+                                           fmt::format("--set: {}", name));
 }
 
 size_t Config::index_of(std::string_view key) const {
@@ -428,10 +423,10 @@ size_t Config::index_of(std::string_view key) const {
   return it->second;
 }
 
-const Config::Value& Config::value_of(std::string_view key, ConfigType type) const {
+const ConfigValue& Config::value_of(std::string_view key, ConfigType type) const {
   const size_t i = index_of(key);
-  const ConfigType stored = schema_[i].type == ConfigType::kPath ? ConfigType::kString
-                                                                  : schema_[i].type;
+  const ConfigType stored =
+      schema_[i].type == ConfigType::kPath ? ConfigType::kString : schema_[i].type;
   check(stored == type, "config key '{}' is read as {} but is {}", key, type_noun(type),
         type_noun(schema_[i].type));
   return values_[i];
@@ -451,6 +446,15 @@ const std::string& Config::get_string(std::string_view key) const {
 
 bool Config::get_bool(std::string_view key) const {
   return std::get<bool>(value_of(key, ConfigType::kBool));
+}
+
+const ConfigValue& Config::value(std::string_view key) const { return values_[index_of(key)]; }
+
+void Config::set(std::string_view key, ConfigValue value) {
+  const size_t i = index_of(key);
+  check(holds_type(value, schema_[i].type), "config key '{}' is set to a value that is not {}", key,
+        type_noun(schema_[i].type));
+  values_[i] = std::move(value);
 }
 
 std::string Config::to_toml() const {

@@ -17,13 +17,20 @@ namespace tessera {
 // folder; any other value (a name such as "byte", a path still to be created) is kept as given.
 enum class ConfigType { kInt, kFloat, kString, kPath, kBool };
 
+// An int64_t for kInt, a double for kFloat, a string for kString and kPath, a bool for kBool.
+using ConfigValue = std::variant<int64_t, double, std::string, bool>;
+
 struct ConfigKey {
   std::string name;  // "section.key"
   ConfigType type;
-  std::string default_value;  // textual; parsed by type
+  ConfigValue default_value;
   bool required_in_file = false;
   std::string help;
 };
+
+// `text` read as a value of `type`: numbers and booleans trimmed, strings as given, paths made
+// absolute when they exist. Throws "`what` must be an integer, got 'text'".
+ConfigValue parse_config_value(ConfigType type, std::string_view text, std::string_view what);
 
 class Config {
  public:
@@ -41,6 +48,9 @@ class Config {
   // A kString or kPath value.
   const std::string& get_string(std::string_view key) const;
   bool get_bool(std::string_view key) const;
+  const ConfigValue& value(std::string_view key) const;
+  // Throws unless `value` holds the key's type.
+  void set(std::string_view key, ConfigValue value);
 
   // The resolved config grouped in [sections]; load_string accepts it again.
   std::string to_toml() const;
@@ -52,13 +62,11 @@ class Config {
   const std::vector<ConfigKey>& schema() const { return schema_; }
 
  private:
-  using Value = std::variant<int64_t, double, std::string, bool>;
-
   size_t index_of(std::string_view key) const;  // throws on unknown key
-  const Value& value_of(std::string_view key, ConfigType type) const;
+  const ConfigValue& value_of(std::string_view key, ConfigType type) const;
 
   std::vector<ConfigKey> schema_;
-  std::vector<Value> values_;  // parallel to schema_
+  std::vector<ConfigValue> values_;  // parallel to schema_
   std::map<std::string, size_t, std::less<>> index_;
 };
 

@@ -7,13 +7,6 @@
 
 namespace tessera {
 
-DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32}) {
-    if (dtype_name(t) == name) return t;
-  }
-  fail("unknown dtype '{}' (expected f32, bf16, f16 or i32)", name);
-}
-
 uint16_t f32_to_f16(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);

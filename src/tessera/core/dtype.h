@@ -2,7 +2,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string_view>
+
+#include "tessera/core/enum_names.h"
 
 namespace tessera {
 
@@ -22,21 +23,9 @@ constexpr size_t dtype_size(DType t) {
   return 0;
 }
 
-constexpr std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "f32";
-    case DType::bf16:
-      return "bf16";
-    case DType::f16:
-      return "f16";
-    case DType::i32:
-      return "i32";
-  }
-  return "?";
-}
-
-DType dtype_from_name(std::string_view name);
+inline constexpr EnumName<DType> kDTypeNames[] = {
+    {DType::f32, "f32"}, {DType::bf16, "bf16"}, {DType::f16, "f16"}, {DType::i32, "i32"}};
+constexpr const auto& enum_names(DType) { return kDTypeNames; }
 
 // bf16 is the upper half of an f32; conversion rounds to nearest even.
 inline uint16_t f32_to_bf16(float x) {

@@ -39,8 +39,8 @@ struct Tensor {
 
   template <typename T>
   T* as() const {
-    check(dtype_of<T>() == dtype, "tensor of dtype {} read as {}", dtype_name(dtype),
-          dtype_name(dtype_of<T>()));
+    check(dtype_of<T>() == dtype, "tensor of dtype {} read as {}", enum_name(dtype),
+          enum_name(dtype_of<T>()));
     return static_cast<T*>(data);
   }
 

@@ -145,13 +145,6 @@ void add_llama_keys(const ModelConfig& c, GgufWriter& gguf) {
 
 }  // namespace
 
-GgufWeights gguf_weights_from_name(const std::string& name) {
-  if (name == "f32") return GgufWeights::f32;
-  if (name == "f16") return GgufWeights::f16;
-  if (name == "q8_0") return GgufWeights::q8_0;
-  fail("GGUF weights must be f32, f16 or q8_0, got '{}'", name);
-}
-
 std::string add_gguf_model(const ModelConfig& config, std::span<const float> params,
                            GgufWeights weights, GgufWriter& gguf) {
   model::check_runnable(config);

@@ -14,8 +14,9 @@ namespace tessera::interop {
 // The element type of the weights llama.cpp multiplies by; norms, biases and rows too narrow
 // for q8_0 blocks are kept wider, as llama.cpp's own converter keeps them.
 enum class GgufWeights { f32, f16, q8_0 };
-
-GgufWeights gguf_weights_from_name(const std::string& name);
+inline constexpr EnumName<GgufWeights> kGgufWeightsNames[] = {
+    {GgufWeights::f32, "f32"}, {GgufWeights::f16, "f16"}, {GgufWeights::q8_0, "q8_0"}};
+constexpr const auto& enum_names(GgufWeights) { return kGgufWeightsNames; }
 
 // Adds general.*, <arch>.* and the tensors of `params`, the flat buffer model_layout(config)
 // describes; the tensors read `params` when the file is written. Returns llama.cpp's

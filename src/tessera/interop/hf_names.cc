@@ -259,7 +259,7 @@ HfSlice hf_slice(const model::ModelLayout& layout, const HfTensor& t) {
 
 json hf_config_json(const ModelConfig& c, DType dtype) {
   check(dtype == DType::f32 || dtype == DType::bf16,
-        "config.json: torch_dtype for {} is not defined", dtype_name(dtype));
+        "config.json: torch_dtype for {} is not defined", enum_name(dtype));
   const char* torch_dtype = dtype == DType::f32 ? "float32" : "bfloat16";
   if (c.arch == Architecture::kGpt2) {
     return {{"architectures", {kGpt2}},

@@ -299,7 +299,7 @@ void SafetensorsFile::read_f32(const SafetensorsEntry& entry, std::span<float> o
 void write_safetensors(const fs::path& path, const std::vector<SafetensorsTensor>& tensors,
                        DType dtype, const std::map<std::string, std::string>& metadata) {
   check(dtype == DType::f32 || dtype == DType::bf16,
-        "{}: safetensors export writes f32 or bf16, not {}", path.string(), dtype_name(dtype));
+        "{}: safetensors export writes f32 or bf16, not {}", path.string(), enum_name(dtype));
   check(!metadata.contains(kSafetensorsDigestsKey),
         "{}: the metadata key '{}' is the writer's own (the tensors' digests)", path.string(),
         kSafetensorsDigestsKey);

@@ -6,19 +6,20 @@
 #pragma once
 
 #include <cstddef>
-#include <string_view>
+
+#include "tessera/core/enum_names.h"
 
 namespace tessera::kernels {
 
 enum class DeviceKind { kCpu, kCuda };
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {{DeviceKind::kCpu, "cpu"},
+                                                            {DeviceKind::kCuda, "cuda"}};
+constexpr const auto& enum_names(DeviceKind) { return kDeviceKindNames; }
 
 struct Device {
   DeviceKind kind = DeviceKind::kCpu;
   int ordinal = 0;  // which CUDA device
 };
-
-std::string_view device_kind_name(DeviceKind kind);       // "cpu", "cuda"
-DeviceKind device_kind_from_name(std::string_view name);  // throws naming the choices
 
 // Device memory a kernel may use during one call (cuBLASLt's matmul workspace); nothing in it
 // outlives the call.

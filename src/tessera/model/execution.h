@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "tessera/kernels/low_precision.h"
 #include "tessera/model/model_config.h"
@@ -12,24 +11,29 @@ namespace tessera::model {
 // matmuls) are stored in the low precision and multiplied with f32 accumulation; the residual
 // stream, norms, attention, losses and master weights stay f32.
 enum class Precision { kF32, kBf16, kF16 };
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {Precision::kF32, "f32"}, {Precision::kBf16, "bf16"}, {Precision::kF16, "f16"}};
+constexpr const auto& enum_names(Precision) { return kPrecisionNames; }
+
 // none: every block keeps what its backward needs. selective: norm outputs and MLP activation
 // outputs are recomputed in backward (cheap elementwise work, a large share of the memory).
 // full: only each block's input is kept; the block's forward runs again before its backward.
 enum class Recompute { kNone, kSelective, kFull };
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}};
+constexpr const auto& enum_names(Recompute) { return kRecomputeNames; }
+
 // How an inference model holds the weights its matmuls read. dense: as the precision says. int8:
 // every linear layer's weight matrix, the head included, as int8 with one f32 scale per output
 // row (symmetric, max|row| / 127), multiplied by the activations quantised per row the same way,
 // with exact integer sums (kernels/int8_linear.h); the f32 parameters stay resident for the
 // embeddings, norms and biases and as the source of the int8 copy. int8 needs precision f32,
 // dense MLPs, training=false and no parameter store.
+// The names are those of the --quantize flag: "none" is dense.
 enum class WeightFormat { kDense, kInt8 };
-
-std::string_view precision_name(Precision p);
-Precision precision_from_name(std::string_view name);  // throws naming train.precision
-std::string_view recompute_name(Recompute r);
-Recompute recompute_from_name(std::string_view name);  // throws naming train.recompute
-std::string_view weight_format_name(WeightFormat f);
-WeightFormat weight_format_from_name(std::string_view name);
+inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {{WeightFormat::kDense, "none"},
+                                                                {WeightFormat::kInt8, "int8"}};
+constexpr const auto& enum_names(WeightFormat) { return kWeightFormatNames; }
 
 // The matmul operand format of a low precision (bf16 or f16).
 inline kernels::LowPrecision low_precision_of(Precision p) {

@@ -1,18 +1,9 @@
 #include "tessera/model/model_config.h"
 
 #include "tessera/core/error.h"
+#include "tessera/model/model_config_keys.h"
 
 namespace tessera::model {
-
-std::string_view architecture_name(Architecture arch) {
-  return arch == Architecture::kGpt2 ? "gpt2" : "llama";
-}
-
-Architecture architecture_from_name(std::string_view name) {
-  if (name == "gpt2") return Architecture::kGpt2;
-  if (name == "llama") return Architecture::kLlama;
-  fail("model.arch must be \"gpt2\" or \"llama\", got \"{}\"", name);
-}
 
 int64_t ModelConfig::ffn() const {
   if (ffn_hidden > 0) return ffn_hidden;
@@ -33,24 +24,13 @@ void check_runnable(const ModelConfig& config) {
 }
 
 void validate(const ModelConfig& config) {
-  check(config.vocab_size >= 1, "model.vocab_size must be >= 1, got {}", config.vocab_size);
-  check(config.n_layer >= 1, "model.n_layer must be >= 1, got {}", config.n_layer);
-  check(config.n_head >= 1, "model.n_head must be >= 1, got {}", config.n_head);
-  check(config.d_model >= 1, "model.d_model must be >= 1, got {}", config.d_model);
-  check(config.max_seq >= 1, "model.max_seq must be >= 1, got {}", config.max_seq);
-  check(config.head_dim_override >= 0, "model.head_dim must be >= 0 (0 = d_model / n_head), got {}",
-        config.head_dim_override);
+  check_settings(model_settings(), config);
   check(config.head_dim_override > 0 || config.d_model % config.n_head == 0,
         "model.d_model ({}) must be divisible by model.n_head ({}), or model.head_dim set",
         config.d_model, config.n_head);
-  check(config.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0 = n_head), got {}",
-        config.n_kv_head);
   check(config.n_head % config.kv_heads() == 0,
         "model.n_head ({}) must be a multiple of model.n_kv_head ({})", config.n_head,
         config.kv_heads());
-  check(config.ffn_hidden >= 0, "model.ffn_hidden must be >= 0 (0 = default), got {}",
-        config.ffn_hidden);
-  check(config.norm_eps > 0, "model.norm_eps must be > 0, got {}", config.norm_eps);
   const MoeConfig& moe = config.moe;
   if (config.arch == Architecture::kGpt2) {
     check(config.tie_embeddings, "model.tie_embeddings must be true for model.arch = \"gpt2\"");
@@ -65,15 +45,9 @@ void validate(const ModelConfig& config) {
   }
   check(config.head_dim() % 2 == 0, "rotary embeddings need an even head dimension, got {}",
         config.head_dim());
-  check(config.rope_theta > 0, "model.rope_theta must be > 0, got {}", config.rope_theta);
-  check(moe.n_experts >= 0, "model.moe_experts must be >= 0 (0 = dense), got {}", moe.n_experts);
   if (moe.n_experts == 0) return;
-  check(moe.top_k >= 1 && moe.top_k <= moe.n_experts,
+  check(moe.top_k <= moe.n_experts,
         "model.moe_top_k must be in [1, model.moe_experts = {}], got {}", moe.n_experts, moe.top_k);
-  check(moe.n_shared >= 0, "model.moe_shared_experts must be >= 0, got {}", moe.n_shared);
-  check(moe.capacity_factor >= 0, "model.moe_capacity_factor must be >= 0 (0 = dropless), got {}",
-        moe.capacity_factor);
-  check(moe.aux_loss_coef >= 0, "model.moe_aux_loss_coef must be >= 0, got {}", moe.aux_loss_coef);
 }
 
 }  // namespace tessera::model

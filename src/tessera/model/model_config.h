@@ -4,16 +4,17 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
+
+#include "tessera/core/enum_names.h"
 
 namespace tessera::model {
 
 // GPT-2: LayerNorm with bias, learned positions, GELU MLP, tied embeddings, biases everywhere.
 // Llama: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases.
 enum class Architecture { kGpt2, kLlama };
-
-std::string_view architecture_name(Architecture arch);
-Architecture architecture_from_name(std::string_view name);  // throws naming model.arch
+inline constexpr EnumName<Architecture> kArchitectureNames[] = {{Architecture::kGpt2, "gpt2"},
+                                                                {Architecture::kLlama, "llama"}};
+constexpr const auto& enum_names(Architecture) { return kArchitectureNames; }
 
 struct MoeConfig {
   int64_t n_experts = 0;  // 0: every block has a dense MLP

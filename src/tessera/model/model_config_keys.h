@@ -3,12 +3,15 @@
 #include <vector>
 
 #include "tessera/core/config.h"
+#include "tessera/core/settings.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::model {
 
-// The [model] keys of a run's config, with their defaults (the built-in tiny byte-level model),
-// and the validated ModelConfig they give; run configs and checkpoint manifests both read them.
+// The [model] keys of a run's config, one row each over ModelConfig, whose defaults (the built-in
+// tiny byte-level model) are the struct's. Run configs and checkpoint manifests read them, and a
+// model read from elsewhere (a Hugging Face folder) is written back through them.
+const Settings<ModelConfig>& model_settings();
 std::vector<ConfigKey> model_config_schema();
 // Throws tessera::Error naming the model.* key at fault.
 ModelConfig model_config_from(const Config& config);

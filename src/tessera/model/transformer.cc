@@ -49,7 +49,7 @@ void check_options(const ModelConfig& config, const ModelOptions& options, bool 
         config.moe.n_experts);
   check(options.precision == Precision::kF32,
         "int8 weights multiply f32 activations: use precision f32 with them, not {}",
-        precision_name(options.precision));
+        enum_name(options.precision));
   check(options.store == nullptr,
         "int8 weights are quantised from parameters the model keeps itself: build it without a "
         "parameter store");
@@ -98,7 +98,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                      .moe = config_.is_moe(),
                      .int8_weights = options_.weights == WeightFormat::kInt8},
                     fmt::format("a model built on {} device {}",
-                                k::device_kind_name(ctx_.device.kind), ctx_.device.ordinal));
+                                enum_name(ctx_.device.kind), ctx_.device.ordinal));
   if (options_.weights == WeightFormat::kInt8) int8_ = std::make_unique<Int8Weights>(layout_);
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;

@@ -74,7 +74,7 @@ PipelineRuntime::PipelineRuntime(const PipelineTable& table, comm::Communicator&
     check(!table.splits_backward() || stages[k]->options().split_backward,
           "the {} schedule splits each backward into its input and weight gradients: build the "
           "stage models with split_backward",
-          comm::pipeline_schedule_name(table.kind));
+          enum_name(table.kind));
     Local l;
     l.model = stages[k];
     check(slots[k] >= 1, "stage {} needs at least one micro-batch slot", k);

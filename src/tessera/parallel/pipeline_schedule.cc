@@ -144,7 +144,7 @@ std::string to_string(const PipelineAction& a) {
 
 PipelineTable make_pipeline_table(comm::PipelineScheduleKind kind, int ranks, int virtual_stages,
                                   int micro_batches, std::span<const PipelineCosts> stage_costs) {
-  const std::string_view name = comm::pipeline_schedule_name(kind);
+  const std::string_view name = enum_name(kind);
   check(ranks >= 1, "a pipeline needs at least one rank, got mesh.pp = {}", ranks);
   check(micro_batches >= 1,
         "the {} schedule needs at least one micro-batch, got train.grad_accum = {}", name,

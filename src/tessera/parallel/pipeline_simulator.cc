@@ -14,8 +14,7 @@ using Kind = PipelineAction::Kind;
 
 std::string describe(const PipelineTable& t) {
   return fmt::format("pipeline table {} (pp={}, {} stages per rank, {} micro-batches)",
-                     comm::pipeline_schedule_name(t.kind), t.ranks, t.virtual_stages,
-                     t.micro_batches);
+                     enum_name(t.kind), t.ranks, t.virtual_stages, t.micro_batches);
 }
 
 constexpr int kKinds = 8;

@@ -343,7 +343,7 @@ StepPrediction predict_step(const ModelConfig& config, const StepShape& step,
         rates.attention_seq, rates.attention_head_dim, step.seq, config.head_dim());
   check(rates.precision == step.precision,
         "the rates were measured for a step in {}, not {}: measure the machine for this precision",
-        model::precision_name(rates.precision), model::precision_name(step.precision));
+        enum_name(rates.precision), enum_name(step.precision));
   const double N = double(step.batch * step.seq), L = double(config.n_layer);
   const double Q = double(config.qkv_width()), HD = double(config.n_head * config.head_dim());
   const double forwards = step.recompute == Recompute::kFull ? 2 : 1;

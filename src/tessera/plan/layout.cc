@@ -9,7 +9,7 @@ namespace tessera::plan {
 std::string Layout::str() const {
   std::string s =
       fmt::format("dp={},tp={},pp={},ep={},zero={},mb={},recompute={},vpp={},sp={}", dp, tp, pp, ep,
-                  zero, micro_batch, model::recompute_name(recompute), vpp, int(sequence_parallel));
+                  zero, micro_batch, enum_name(recompute), vpp, int(sequence_parallel));
   if (cp > 1) s += fmt::format(",cp={}", cp);
   if (recompute_fraction < 1) s += fmt::format(",rf={:g}", recompute_fraction);
   return s;
@@ -61,7 +61,7 @@ Layout parse_layout(std::string_view text) {
             "--layout: zero={} must be 0, 1, 2 or 3", value);
       layout.zero = value[0] - '0';
     } else if (key == "recompute") {
-      layout.recompute = model::recompute_from_name(value);
+      layout.recompute = enum_from_name<model::Recompute>(value, "--layout: recompute");
     } else if (key == "sp") {
       check(value == "0" || value == "1", "--layout: sp={} must be 0 or 1", value);
       layout.sequence_parallel = value == "1";

@@ -57,7 +57,7 @@ nlohmann::json estimate_json(const Estimate& e) {
             {"ep", l.ep},
             {"zero", l.zero},
             {"micro_batch", l.micro_batch},
-            {"recompute", model::recompute_name(l.recompute)},
+            {"recompute", enum_name(l.recompute)},
             {"vpp", l.vpp},
             {"sequence_parallel", l.sequence_parallel},
             {"cp", l.cp}}},

@@ -140,7 +140,7 @@ void add_mixture(StepElements& w, const BlockSpec& spec, double N, double A, dou
 std::string GemmShape::name() const {
   return fmt::format("{}{} {}x{}x{}{}{}{}", trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
                      accumulate ? " +C" : "", operands == Precision::kF32 ? "" : " ",
-                     operands == Precision::kF32 ? "" : precision_name(operands));
+                     operands == Precision::kF32 ? "" : enum_name(operands));
 }
 
 void check_modelled(const ModelConfig& c, const StepShape& step) {

@@ -17,24 +17,20 @@ namespace tessera::serve {
 
 namespace fs = std::filesystem;
 
-ServingFormat serving_format(const std::string& precision, const std::string& quantize,
-                             const std::string& device) {
-  check(precision == "f32" || precision == "bf16", "--precision must be f32 or bf16, not '{}'",
-        precision);
-  check(quantize == "none" || quantize == "int8", "--quantize must be none or int8, not '{}'",
-        quantize);
-  check(quantize == "none" || precision == "f32",
+void check_serving_format(const ServingFormat& format) {
+  using model::Precision;
+  const bool int8 = format.weights == model::WeightFormat::kInt8;
+  const bool cuda = format.device.kind == kernels::DeviceKind::kCuda;
+  check(format.precision != Precision::kF16, "--precision must be f32 or bf16, not 'f16'");
+  check(!int8 || format.precision == Precision::kF32,
         "--quantize int8 multiplies int8 weights with f32 activations; drop --precision {}",
-        precision);
-  check(device == "cpu" || device == "cuda", "--device must be cpu or cuda, not '{}'", device);
-  check(device == "cpu" || kernels::cuda_device_count() > 0, "--device cuda, but {}",
+        enum_name(format.precision));
+  check(!cuda || kernels::cuda_device_count() > 0, "--device cuda, but {}",
         kernels::cuda_unavailable_reason());
-  const kernels::DeviceKind kind = kernels::device_kind_from_name(device);
-  model::check_device_runs(kind, {.int8_weights = quantize == "int8"},
-                           fmt::format("--device {} with --quantize {}", device, quantize));
-  return {model::precision_from_name(precision),
-          quantize == "int8" ? model::WeightFormat::kInt8 : model::WeightFormat::kDense,
-          kernels::Device{kind, 0}};
+  model::check_device_runs(format.device.kind, {.int8_weights = int8},
+                           fmt::format("--device {} with --quantize {}",
+                                       enum_name(format.device.kind),
+                                       int8 ? "int8" : "none"));
 }
 
 const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,
@@ -47,7 +43,7 @@ const float* on_host(const kernels::Context& ctx, const float* values, int64_t n
 
 std::string serving_format_name(const ServingFormat& format) {
   if (format.weights == model::WeightFormat::kInt8) return "int8";
-  return std::string(model::precision_name(format.precision));
+  return std::string(enum_name(format.precision));
 }
 
 namespace {

@@ -20,10 +20,9 @@ struct ServingFormat {
   model::WeightFormat weights = model::WeightFormat::kDense;
   kernels::Device device;
 };
-// The format of the --precision (f32, bf16), --quantize (none, int8) and --device (cpu, cuda)
-// flags; throws naming the flag at fault.
-ServingFormat serving_format(const std::string& precision, const std::string& quantize,
-                             const std::string& device = "cpu");
+// Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
+// --quantize (none, int8) or --device (cpu, cuda).
+void check_serving_format(const ServingFormat& format);
 std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" or "int8"
 
 // A checkpoint made ready to answer requests: the inference model built for chunks of up to

@@ -155,8 +155,8 @@ std::string dry_run_report(const RunConfig& run, const DryRun& plan) {
       "replica\n",
       plan.ranks.size(), mesh.str(),
       mesh.pp_virtual > 1 ? fmt::format(", {} stages per pipeline rank", mesh.pp_virtual) : "",
-      mesh.pp > 1 ? comm::pipeline_schedule_name(mesh.pp_schedule) : "no pipeline",
-      plan.micro_batches, run.train.batch_size / mesh.dp, run.train.seq_len, 100 * plan.bubble,
+      mesh.pp > 1 ? enum_name(mesh.pp_schedule) : "no pipeline", plan.micro_batches,
+      run.train.batch_size / mesh.dp, run.train.seq_len, 100 * plan.bubble,
       count(double(parameters.total)), plan.layouts_checked);
   out += fmt::format("{:<8} {:>6} {:>12} {:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>6} {:>11}\n",
                      "stage", "rank", "blocks", "parameters", "params", "grads", "optimizer",

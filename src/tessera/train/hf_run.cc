@@ -1,7 +1,5 @@
 #include "tessera/train/hf_run.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <fstream>
 #include <memory>
@@ -10,6 +8,7 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/core/error.h"
 #include "tessera/interop/hf_convert.h"
+#include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/tokenizer/tokenizer_copy.h"
@@ -27,27 +26,9 @@ constexpr const char* kTokenizerDir = "tokenizer";
 
 Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer) {
   Config config(run_config_schema());
-  auto set = [&config](std::string_view key, const auto& value) {
-    config.set_override(fmt::format("{}={}", key, value));
-  };
-  set("model.arch", model::architecture_name(m.arch));
-  set("model.vocab_size", m.vocab_size);
-  set("model.n_layer", m.n_layer);
-  set("model.n_head", m.n_head);
-  set("model.d_model", m.d_model);
-  set("model.max_seq", m.max_seq);
-  set("model.n_kv_head", m.n_kv_head);
-  set("model.ffn_hidden", m.ffn_hidden);
-  set("model.rope_theta", m.rope_theta);
-  set("model.norm_eps", m.norm_eps);
-  set("model.tie_embeddings", m.tie_embeddings);
-  set("model.moe_experts", m.moe.n_experts);
-  set("model.moe_top_k", m.moe.top_k);
-  set("model.moe_shared_experts", m.moe.n_shared);
-  set("model.moe_capacity_factor", m.moe.capacity_factor);
-  set("model.moe_aux_loss_coef", m.moe.aux_loss_coef);
-  set("train.seq_len", std::min(config.get_int("train.seq_len"), m.max_seq));
-  if (tokenizer != "byte") set("data.tokenizer", tokenizer);
+  write_settings(model::model_settings(), m, config);
+  config.set("train.seq_len", std::min(config.get_int("train.seq_len"), m.max_seq));
+  if (tokenizer != "byte") config.set("data.tokenizer", tokenizer);
   run_config_from(config);  // the same validation a run of this config gets
   return config;
 }
@@ -87,7 +68,7 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::s
   }
   const nlohmann::json metadata = {
       {"config", config.to_json()},
-      {"model", model::architecture_name(mc.arch)},
+      {"model", enum_name(mc.arch)},
       {"tokenizer", tokenizer_meta},
       {"imported_from",
        {{"dir", fs::absolute(hf).string()}, {"architecture", imported.architecture}}}};

@@ -1,4 +1,4 @@
-// The schema of every run setting and the typed, validated structs the trainer reads.
+// Every run setting, one row each over the typed, validated structs the trainer reads.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 
 #include "tessera/comm/mesh_shape.h"
 #include "tessera/core/config.h"
+#include "tessera/core/settings.h"
 #include "tessera/kernels/context.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_config.h"
@@ -87,7 +88,9 @@ struct RunConfig {
   FaultConfig fault;
 };
 
-// Every key a run understands; the defaults are the built-in tiny byte-level model.
+// Every key a run understands, [model] first: the defaults (the structs') are the built-in tiny
+// byte-level model. Every key but the model's says why a Hugging Face folder leaves it alone.
+const Settings<RunConfig>& run_settings();
 std::vector<ConfigKey> run_config_schema();
 
 // Reads and validates every value; throws tessera::Error naming the key at fault.

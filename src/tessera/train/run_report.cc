@@ -59,7 +59,7 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
   const model::ModelConfig& m = rc.model;
   const model::ParameterCount count = model::count_parameters(m);
   std::string shape = fmt::format("{}, {} layers, {} heads ({} key/value), d_model {}, ffn {}",
-                                  model::architecture_name(m.arch), m.n_layer, m.n_head,
+                                  enum_name(m.arch), m.n_layer, m.n_head,
                                   m.kv_heads(), m.d_model, m.ffn());
   if (m.is_moe()) {
     shape += fmt::format(", {} experts top-{} ({} shared), {:.2f}M active parameters",
@@ -71,14 +71,14 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
   std::string matmul = "f32 (oneDNN sgemm)";
   if (tc.precision != model::Precision::kF32) {
     const kernels::LowPrecision low = model::low_precision_of(tc.precision);
-    matmul = fmt::format("{} ({})", model::precision_name(tc.precision),
+    matmul = fmt::format("{} ({})", enum_name(tc.precision),
                          kernels::low_precision_gemm_path(low));
   }
   const double mib = 1024.0 * 1024.0;
   spdlog::info(
       "precision: matmuls {}; master weights and AdamW f32 | recompute {}: {:.2f} MiB of "
       "activations kept per layer, {:.2f} MiB working set",
-      matmul, model::recompute_name(tc.recompute), model.saved_activation_bytes_per_layer() / mib,
+      matmul, enum_name(tc.recompute), model.saved_activation_bytes_per_layer() / mib,
       model.working_activation_bytes() / mib);
 }
 
@@ -127,7 +127,7 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state,
         "parameters over {} ranks{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
         "B, activations {:.0f} B ({:.2f} MiB in all), working buffers {:.2f} MiB",
         r, stage, model_state, model_state / formula, tc.zero, formula, v[5],
-        model::precision_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
+        enum_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
         (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
   return memory;
@@ -177,7 +177,7 @@ void log_pipeline(const RunConfig& rc, const parallel::PipelineTable& table,
   spdlog::info(
       "pipeline: {} ranks, {} schedule, {} stage(s) per rank, {} micro-batches (train.grad_accum), "
       "blocks per stage {}, simulated bubble {:.1f}% | this rank: {}",
-      mesh.pp, comm::pipeline_schedule_name(table.kind), table.virtual_stages, table.micro_batches,
+      mesh.pp, enum_name(table.kind), table.virtual_stages, table.micro_batches,
       blocks, 100 * sim.bubble, mine);
 }
 
@@ -196,9 +196,9 @@ void RunReport::start(const kernels::Device& device, const std::vector<RankMemor
   const model::FlopsPerToken flops = model::flops_per_token(m, tc_.seq_len, tc_.recompute);
   RunDescription run{.name = out_dir_.filename().string(),
                      .model = fmt::format("{}, {} layers, d_model {}, {:.2f}M parameters",
-                                          model::architecture_name(m.arch), m.n_layer, m.d_model,
+                                          enum_name(m.arch), m.n_layer, m.d_model,
                                           double(model::count_parameters(m).total) / 1e6),
-                     .precision = std::string(model::precision_name(tc_.precision)),
+                     .precision = std::string(enum_name(tc_.precision)),
                      .ranks = world_.size(),
                      .peak_flops = peak,
                      .peak = peak_source,

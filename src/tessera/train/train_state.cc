@@ -43,7 +43,7 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
   const comm::MeshShape& shape = mesh.shape();
   model::check_device_runs(
       ctx.device.kind, {.tp = shape.tp, .pp = shape.pp, .ep = shape.ep, .moe = config.is_moe()},
-      fmt::format("train.device = {}", kernels::device_kind_name(ctx.device.kind)));
+      fmt::format("train.device = {}", enum_name(ctx.device.kind)));
   device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};

@@ -539,7 +539,7 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
 
 nlohmann::json Run::checkpoint_metadata() const {
   return {{"config", config_.to_json()},
-          {"model", model::architecture_name(rc_.model.arch)},
+          {"model", enum_name(rc_.model.arch)},
           {"tokenizer", tokenizer_},
           {"samples_consumed", loader_->position()},
           {"optimizer_steps", state_.steps_taken()},

@@ -46,7 +46,7 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclInt32;
   }
   fail("the NCCL communicator cannot move {} elements (dtype code {}): NCCL has no such type",
-       dtype_name(dtype), int(dtype));
+       enum_name(dtype), int(dtype));
 }
 
 // "ncclAllReduce failed: unhandled system error (<NCCL's last message>)", on one line: the one
@@ -126,7 +126,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> owned_host, Com
   check(ctx.on_cuda(),
         "the NCCL communicator {} needs a CUDA context, got a {} one: NCCL moves device memory, "
         "and host buffers go through the MPI communicator",
-        name_, kernels::device_kind_name(ctx.device.kind));
+        name_, enum_name(ctx.device.kind));
   world_rank_ = world().rank();
   try {
     join();
@@ -224,7 +224,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& mpi, const ke
     fail(
         "make_nccl_communicator: the context is on the {}, not on a CUDA device{}: NCCL moves "
         "device memory, and host buffers go through the MPI communicator",
-        kernels::device_kind_name(ctx.device.kind), why.empty() ? "" : " (" + why + ")");
+        enum_name(ctx.device.kind), why.empty() ? "" : " (" + why + ")");
   }
   return std::make_unique<NcclCommunicator>(mpi, ctx, std::string(name));
 }
@@ -276,7 +276,7 @@ Request NcclCommunicator::do_start(Op op, const void* send, void* recv, int64_t 
                                    int tag) {
   enter();
   const int32_t index =
-      acquire({op, dtype_name(dtype), count, peer, tag, {}, {}}, dtype_size(dtype), counts);
+      acquire({op, enum_name(dtype), count, peer, tag, {}, {}}, dtype_size(dtype), counts);
   issue(index, send, recv, counts, dtype);
   return Request{this, index, slots_[index]->generation};
 }
@@ -285,7 +285,7 @@ void NcclCommunicator::do_run(Op op, const void* send, void* recv, int64_t count
                               std::span<const int64_t> counts, DType dtype, int peer, int tag) {
   enter();
   const int32_t index =
-      acquire({op, dtype_name(dtype), count, peer, tag, {}, {}}, dtype_size(dtype), counts);
+      acquire({op, enum_name(dtype), count, peer, tag, {}, {}}, dtype_size(dtype), counts);
   issue(index, send, recv, counts, dtype);
   Slot& slot = *slots_[index];
   if (slot.state == Slot::State::kDeferred) flush_deferred();

@@ -1,0 +1,108 @@
+#include "tessera/cli/serve_flags.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::cli {
+namespace {
+
+constexpr Range kSeconds{0, 86400, true, false};
+
+Settings<serve::EngineOptions> engine_flags() {
+  using E = serve::EngineOptions;
+  Setting<E> prefix_cache = text_setting<E>(
+      "--prefix-cache", "share the KV cache of prompts' common prefixes between requests",
+      [](const E& e) -> std::string { return e.prefix_caching ? "on" : "off"; },
+      [](E& e, const std::string& text) {
+        check(text == "on" || text == "off", "--prefix-cache must be on or off, not '{}'", text);
+        e.prefix_caching = text == "on";
+      });
+  prefix_cache.value_name = "on|off";
+  return {
+      flag("--kv-cache-tokens", "N", &E::kv_cache_tokens,
+           "tokens the paged KV cache holds; 0: a context per running sequence, within 1 GiB",
+           at_least(0)),
+      flag("--kv-cache-bytes", "N", &E::kv_cache_bytes,
+           "the paged KV cache's size in bytes, instead of --kv-cache-tokens", at_least(0)),
+      flag("--max-running", "N", &E::max_running, "sequences batched together", at_least(1)),
+      flag("--max-step-tokens", "N", &E::max_step_tokens,
+           "tokens one model step runs, decodes and prompt chunks", at_least(1)),
+      flag("--max-queue", "N", &E::max_queue, "requests that may wait; beyond it, 429",
+           at_least(0)),
+      prefix_cache,
+  };
+}
+
+Settings<serve::HttpOptions> http_flags() {
+  using H = serve::HttpOptions;
+  return join<H>({
+      {
+          flag("--host", "ADDR", &H::host, "address to listen on"),
+          flag("--port", "N", &H::port, "port to listen on; 0 picks a free one", within(0, 65535)),
+          flag("--max-connections", "N", &H::max_connections,
+               "connections open at once; beyond it, 503", at_least(1)),
+          flag("--header-timeout", "S", &H::header_timeout,
+               "seconds a request's line and headers may take to arrive", kSeconds),
+          flag("--body-timeout", "S", &H::body_timeout,
+               "seconds a request's body may take to arrive", kSeconds),
+          flag("--idle-timeout", "S", &H::idle_timeout,
+               "seconds a keep-alive connection may wait between requests", kSeconds),
+          flag("--write-timeout", "S", &H::write_timeout,
+               "seconds one write to a client may take before it is dropped", kSeconds),
+          flag("--http-threads", "N", &H::threads, "threads running the HTTP event loop",
+               within(1, 256)),
+      },
+      nest(&H::limits, Settings<serve::HttpLimits>{flag(
+                           "--max-body-bytes", "N", &serve::HttpLimits::max_body_bytes,
+                           "the largest request body accepted, chunked or not; beyond it, 413",
+                           at_least(1024))}),
+  });
+}
+
+}  // namespace
+
+Settings<serve::ServingFormat> serving_format_flags() {
+  using F = serve::ServingFormat;
+  return join<F>({
+      {flag("--precision", "f32|bf16", &F::precision, "matmul precision"),
+       flag("--quantize", "", &F::weights, "int8: int8 weight-only matmuls")},
+      nest(&F::device, Settings<kernels::Device>{flag("--device", "", &kernels::Device::kind,
+                                                      "where the model runs")}),
+  });
+}
+
+Settings<ServeFlags> serve_flags() {
+  using S = ServeFlags;
+  return join<S>({
+      {
+          required(flag("--checkpoint", "DIR", &S::checkpoint,
+                        "a run directory, one checkpoint step directory or a Hugging Face model "
+                        "folder")),
+          flag("--api-key", "KEY", &S::api_key,
+               "require 'Authorization: Bearer KEY' on every route but /health (default: the "
+               "TESSERA_API_KEY environment variable, else none)"),
+          flag("--chat-template", "FILE", &S::chat_template,
+               "a Jinja chat template for /v1/chat/completions, instead of the model's own "
+               "(tokenizer_config.json's chat_template)"),
+          flag("--model-name", "NAME", &S::model_name,
+               "the model id clients ask for (default: the checkpoint's folder name)"),
+          flag("--max-tokens-cap", "N", &S::max_tokens_cap,
+               "the largest max_tokens a request may ask (default: the context)", at_least(1)),
+          flag("--drain-seconds", "S", &S::drain,
+               "on SIGTERM or SIGINT, seconds running requests may take to finish before they "
+               "are ended",
+               kSeconds),
+          flag("--threads", "N", &S::threads,
+               "compute threads (default: every core but one, left to the HTTP thread)",
+               at_least(1)),
+      },
+      nest(&S::format, serving_format_flags()),
+      nest(&S::engine, engine_flags()),
+      nest(&S::routes, Settings<serve::RouteOptions>{negated(
+                           flag("--protect-metrics", "", &serve::RouteOptions::open_metrics,
+                                "require the API key on /metrics too (default: /metrics is "
+                                "open)"))}),
+      nest(&S::http, http_flags()),
+  });
+}
+
+}  // namespace tessera::cli
