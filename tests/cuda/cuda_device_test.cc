@@ -110,6 +110,15 @@ TEST(CudaDevice, KernelsTheDeviceLacksAreRefusedByName) {
       {"linear_forward_int8", "CUDA"});
 }
 
+// The entries of a table of function pointers (OpKernels), each read as a pointer.
+template <typename Table>
+std::vector<const void*> entries(const Table& table) {
+  static_assert(sizeof(Table) % sizeof(void*) == 0);
+  std::vector<const void*> out(sizeof(Table) / sizeof(void*));
+  std::memcpy(out.data(), &table, sizeof(Table));
+  return out;
+}
+
 // The backend tables state what each device runs: the CPU every op, in float and double; a CUDA
 // device float only, without the int8 matmul, on memory that is not the host's.
 TEST(CudaDevice, TheBackendTablesStateWhatEachDeviceRuns) {
@@ -118,7 +127,12 @@ TEST(CudaDevice, TheBackendTablesStateWhatEachDeviceRuns) {
   EXPECT_TRUE(cpu->host_memory);
   EXPECT_NE(cpu->linear_forward_int8, nullptr);
   ASSERT_NE(double_kernels_of(DeviceKind::kCpu), nullptr);
-  EXPECT_NE(double_kernels_of(DeviceKind::kCpu)->gemm, nullptr);
+  const std::vector<const void*> f32 = entries(cpu->ops),
+                                 f64 = entries(*double_kernels_of(DeviceKind::kCpu));
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_NE(f32[i], nullptr) << "the CPU's float op " << i << " of OpKernels";
+    EXPECT_NE(f64[i], nullptr) << "the CPU's double op " << i << " of OpKernels";
+  }
   EXPECT_EQ(double_kernels_of(DeviceKind::kCuda), nullptr);
   const Backend* cuda = backend_of(DeviceKind::kCuda);
   if (!cuda_backend_built()) {

@@ -165,7 +165,8 @@ TEST_F(PipelineCli, CheckpointsResumeAcrossAChangeOfPipelineDepth) {
 TEST_F(PipelineCli, WhatAPipelineCannotRunEndsEveryRankWithOneClearError) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--set mesh.pp=2 --set train.zero=2", "a pipeline combines with ZeRO-0 or ZeRO-1 only"},
-      {"--set mesh.pp=2 --set mesh.pp_schedule=zb-h2", "choose gpipe, 1f1b, interleaved or zb-h1"},
+      {"--set mesh.pp=2 --set mesh.pp_schedule=zb-h2",
+       "mesh.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved\" or \"zb-h1\", got \"zb-h2\""},
       {"--set mesh.pp=2 --set mesh.pp_schedule=interleaved --set mesh.pp_virtual=2 "
        "--set train.grad_accum=3",
        "train.grad_accum"},

@@ -285,7 +285,7 @@ TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   testing::expect_error([] { parse_layout("dp=0"); }, {"dp=0 is not a positive integer"});
   testing::expect_error([] { parse_layout("zero=4"); }, {"zero=4 must be 0, 1, 2 or 3"});
   testing::expect_error([] { parse_layout("sp=yes"); }, {"sp=yes must be 0 or 1"});
-  testing::expect_error([] { parse_layout("recompute=some"); }, {"train.recompute"});
+  testing::expect_error([] { parse_layout("recompute=some"); }, {"--layout: recompute must be", "\"some\""});
 }
 
 }  // namespace
