@@ -151,6 +151,15 @@ TEST_F(GgufLlamaCpp, LlamaWithGqaAgreesInF32) {
   compare("f32", 1e-5, /*exact_greedy=*/true);
 }
 
+// QK-norm makes the model llama.cpp's qwen3, which rotates halves as Tessera does.
+TEST_F(GgufLlamaCpp, QwenWithQkNormAgreesInF32) {
+  ASSERT_NO_FATAL_FAILURE(
+      train_and_export("--set model.arch=llama --set model.qk_norm=true --set model.n_kv_head=2"
+                       " --set model.ffn_hidden=128 --set model.tie_embeddings=false",
+                       "f32"));
+  compare("f32", 1e-5, /*exact_greedy=*/true);
+}
+
 TEST_F(GgufLlamaCpp, Gpt2WithABpeTokenizerAgreesInF32) {
   const CliResult t = run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok") + " " +
                               (dir / "corpus.txt"));

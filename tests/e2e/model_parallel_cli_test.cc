@@ -74,8 +74,7 @@ TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
         {4, "--set mesh.tp=4"},
         {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"},
         {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=1"},
-        {4,
-         "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3 --set mesh.sequence_parallel=true"},
+        {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3 --set mesh.sequence_parallel=true"},
         {2, "--set mesh.tp=2 --set train.recompute=full"},
         {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true --set train.recompute=selective"}}},
       {"gpt2-50257",
@@ -148,6 +147,8 @@ TEST_F(ModelParallelCli, GradientsAfterOneStepEqualTheSingleRanksPerParameter) {
       {"gpt2-sp", kGpt2, {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"}},
       {"gpt2-tp2dp2", kGpt2, {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3"}},
       {"llama-gqa-sp", kLlamaGqa, {4, "--set mesh.tp=4 --set mesh.sequence_parallel=true"}},
+      // QK-norm's gains see each rank's own heads, and a key head two ranks share.
+      {"qk-norm-tp4", kLlamaGqa + " --set model.qk_norm=true", {4, "--set mesh.tp=4"}},
       {"moe-tp2ep2", kMoe, {4, "--set mesh.dp=2 --set mesh.tp=2 --set mesh.ep=2"}},
   };
   for (const auto& [name, model, layout] : cases) {

@@ -93,7 +93,34 @@ std::vector<Case> cases() {
              return c;
            }(),
            "LlamaForCausalLM"},
-          {"Mixtral", mixtral(), "MixtralForCausalLM"}};
+          {"Mixtral", mixtral(), "MixtralForCausalLM"},
+          {"Qwen3QkNorm",
+           [] {
+             ModelConfig c = llama(2, false);
+             c.qk_norm = true;
+             return c;
+           }(),
+           "Qwen3ForCausalLM"}};
+}
+
+TEST(HfNames, QkNormGainsAreQwen3sPerHeadNorms) {
+  ModelConfig c = llama(2, false);  // 4 heads of 4 channels
+  c.qk_norm = true;
+  const HfLayout hf = hf_layout(c);
+  int found = 0;
+  for (const HfTensor& t : hf.tensors) {
+    if (t.hf_name == "model.layers.1.self_attn.q_norm.weight" ||
+        t.hf_name == "model.layers.1.self_attn.k_norm.weight") {
+      EXPECT_EQ(t.hf_shape, std::vector<int64_t>{4}) << t.hf_name;
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 2);
+  const nlohmann::json j = hf_config_json(c, DType::f32);
+  EXPECT_EQ(j.at("model_type"), "qwen3");
+  EXPECT_EQ(j.at("head_dim"), 4);
+  c.moe.n_experts = 4;
+  expect_error([&] { hf_layout(c); }, {"model.qk_norm", "Mixtral"});
 }
 
 class HfMapping : public ::testing::TestWithParam<Case> {};
@@ -149,6 +176,7 @@ TEST_P(HfMapping, ConfigJsonRoundTrips) {
   EXPECT_EQ(back.max_seq, c.max_seq);
   EXPECT_EQ(back.ffn(), c.ffn());
   EXPECT_EQ(back.tie_embeddings, c.tie_embeddings);
+  EXPECT_EQ(back.qk_norm, c.qk_norm);
   EXPECT_EQ(back.moe.n_experts, c.moe.n_experts);
   if (c.arch == Architecture::kLlama) {
     EXPECT_EQ(back.rope_theta, c.rope_theta);

@@ -57,6 +57,37 @@ TYPED_TEST(LlamaKernelGradient, RmsNorm) {
   EXPECT_GRADIENT(g, loss, dg);
 }
 
+// QK-norm over the rope layout: 3 query heads and 1 key head are normed by their own gains, the
+// value head passes untouched; its gradient rows stay as they came in.
+TYPED_TEST(LlamaKernelGradient, HeadRmsNorm) {
+  using T = TypeParam;
+  const int64_t N = 3, H = 3, KVH = 1, hd = 6, W = (H + 2 * KVH) * hd;
+  auto qkv = random_vector<T>(N * W, 31), gq = random_vector<T>(hd, 32),
+       gk = random_vector<T>(hd, 33), r = random_vector<T>(N * W, 34),
+       dgq0 = random_vector<T>(hd, 35), dgk0 = random_vector<T>(hd, 36);
+  std::vector<T> y, x(N * (H + KVH) * hd), rstd(N * (H + KVH)), dgq = dgq0, dgk = dgk0;
+  auto loss = [&] {
+    y = qkv;
+    head_rmsnorm_forward<T>(kCpuContext, y.data(), gq.data(), gk.data(), x.data(), rstd.data(), N,
+                            H, KVH, hd, T(1e-6));
+    return weighted_sum(y, r);
+  };
+  loss();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = (H + KVH) * hd; c < W; ++c) EXPECT_EQ(y[n * W + c], qkv[n * W + c]);
+  }
+  std::vector<T> d = r;
+  head_rmsnorm_backward<T>(kCpuContext, d.data(), x.data(), gq.data(), gk.data(), rstd.data(),
+                           dgq.data(), dgk.data(), N, H, KVH, hd);
+  for (int64_t c = 0; c < hd; ++c) {
+    dgq[c] -= dgq0[c];
+    dgk[c] -= dgk0[c];
+  }
+  EXPECT_GRADIENT(qkv, loss, d);
+  EXPECT_GRADIENT(gq, loss, dgq);
+  EXPECT_GRADIENT(gk, loss, dgk);
+}
+
 TYPED_TEST(LlamaKernelGradient, Rope) {
   using T = TypeParam;
   const int64_t B = 2, Tn = 3, H = 2, KVH = 1, hd = 6, pos0 = 5;

@@ -16,7 +16,8 @@ using testing::expect_error;
 
 TEST(DeviceSupport, TheCpuRunsEveryPart) {
   EXPECT_NO_THROW(check_device_runs(
-      DeviceKind::kCpu, {.tp = 2, .pp = 2, .ep = 2, .moe = true, .int8_weights = true}, "cpu"));
+      DeviceKind::kCpu,
+      {.tp = 2, .pp = 2, .ep = 2, .moe = true, .int8_weights = true, .qk_norm = true}, "cpu"));
 }
 
 TEST(DeviceSupport, ACudaDeviceRefusesWhatItsTableLacksByName) {
@@ -40,6 +41,9 @@ TEST(DeviceSupport, ACudaDeviceRefusesWhatItsTableLacksByName) {
                           "--device cuda with --quantize int8");
       },
       {"--device cuda with --quantize int8", "int8 weights", "no linear_forward_int8 kernel"});
+  expect_error(
+      [] { check_device_runs(DeviceKind::kCuda, {.qk_norm = true}, "train.device = cuda"); },
+      {"train.device = cuda", "QK-norm (model.qk_norm)", "no head_rmsnorm_forward kernel"});
 }
 
 }  // namespace

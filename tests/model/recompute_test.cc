@@ -38,8 +38,11 @@ struct Case {
 };
 
 std::vector<Case> cases() {
+  ModelConfig qk_norm = small(Architecture::kLlama, 0);
+  qk_norm.qk_norm = true;
   return {{"gpt2", small(Architecture::kGpt2, 0)},
           {"llama", small(Architecture::kLlama, 0)},
+          {"qk_norm", qk_norm},
           {"moe", small(Architecture::kLlama, 4)}};
 }
 

@@ -12,6 +12,7 @@
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/plan/search.h"
+#include "tessera/plan/step_work.h"
 #include "tests/expect_error.h"
 #include "tests/plan/test_accelerator.h"
 
@@ -114,6 +115,34 @@ TEST(CostModel, ActivationsAreTheEnginesAllocation) {
                        double(first.total + 7 * first.per_micro_batch));
     }
   }
+}
+
+// QK-norm, one part of block_spec, reaches the plan: its gains in the parameters, its saved input
+// and statistics in the activations, its elements in the step's work.
+TEST(CostModel, QkNormIsPlannedFromItsPart) {
+  model::ModelConfig plain;
+  plain.arch = model::Architecture::kLlama;
+  plain.vocab_size = 32000;
+  plain.n_layer = 32;
+  plain.n_head = 32;
+  plain.n_kv_head = 8;
+  plain.d_model = 4096;
+  plain.max_seq = 4096;
+  plain.tie_embeddings = false;
+  model::ModelConfig qk = plain;
+  qk.qk_norm = true;
+  const Accelerator a = test_gpu();
+  const Layout l{.dp = 8, .tp = 8, .micro_batch = 1};
+  const Workload w{64, 4096, 1e9};
+  const Estimate with = estimate(qk, a, l, w), without = estimate(plain, a, l, w);
+  ASSERT_TRUE(with.invalid.empty()) << with.invalid;
+  const double head_dim = 128, added_params = 2 * head_dim * 32;  // replicated over tp
+  EXPECT_DOUBLE_EQ(with.memory.params - without.memory.params, 2 * added_params);
+  EXPECT_GT(with.memory.activations, without.memory.activations);
+  const StepShape step{.batch = 1, .seq = 4096};
+  // Each token's 32 query and 8 key heads of 128 channels are read and written once more, per
+  // block, forward and backward.
+  EXPECT_GT(step_elements(qk, step).streamed, step_elements(plain, step).streamed);
 }
 
 TEST(CostModel, PipelineBubbleShrinksWithMicroBatchesAndInterleaving) {
@@ -285,7 +314,8 @@ TEST(Layout, StringRoundTripsAndBadPairsAreErrors) {
   testing::expect_error([] { parse_layout("dp=0"); }, {"dp=0 is not a positive integer"});
   testing::expect_error([] { parse_layout("zero=4"); }, {"zero=4 must be 0, 1, 2 or 3"});
   testing::expect_error([] { parse_layout("sp=yes"); }, {"sp=yes must be 0 or 1"});
-  testing::expect_error([] { parse_layout("recompute=some"); }, {"--layout: recompute must be", "\"some\""});
+  testing::expect_error([] { parse_layout("recompute=some"); },
+                        {"--layout: recompute must be", "\"some\""});
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ model::ModelConfig unusual_model() {
   m.parallel_block = true;
   m.norm_eps = 1e-6;
   m.tie_embeddings = false;
+  m.qk_norm = true;
   m.moe = {
       .n_experts = 4, .top_k = 1, .n_shared = 1, .capacity_factor = 1.25, .aux_loss_coef = 0.02};
   return m;

@@ -127,20 +127,21 @@ void add_gpt2_keys(const ModelConfig& c, GgufWriter& gguf) {
   gguf.set("gpt2.attention.layer_norm_epsilon", float(c.norm_eps));
 }
 
-void add_llama_keys(const ModelConfig& c, GgufWriter& gguf) {
+// llama.cpp's llama and qwen3 (a Llama with QK-norm) read the same keys under their own names.
+void add_llama_keys(const ModelConfig& c, const std::string& arch, GgufWriter& gguf) {
   const int64_t D = c.head_dim();
-  gguf.set("llama.context_length", uint32_t(c.max_seq));
-  gguf.set("llama.embedding_length", uint32_t(c.d_model));
-  gguf.set("llama.feed_forward_length", uint32_t(c.ffn()));
-  gguf.set("llama.block_count", uint32_t(c.n_layer));
-  gguf.set("llama.attention.head_count", uint32_t(c.n_head));
-  gguf.set("llama.attention.head_count_kv", uint32_t(c.kv_heads()));
-  gguf.set("llama.attention.key_length", uint32_t(D));
-  gguf.set("llama.attention.value_length", uint32_t(D));
-  gguf.set("llama.rope.dimension_count", uint32_t(D));
-  gguf.set("llama.rope.freq_base", float(c.rope_theta));
-  gguf.set("llama.attention.layer_norm_rms_epsilon", float(c.norm_eps));
-  gguf.set("llama.vocab_size", uint32_t(c.vocab_size));
+  gguf.set(arch + ".context_length", uint32_t(c.max_seq));
+  gguf.set(arch + ".embedding_length", uint32_t(c.d_model));
+  gguf.set(arch + ".feed_forward_length", uint32_t(c.ffn()));
+  gguf.set(arch + ".block_count", uint32_t(c.n_layer));
+  gguf.set(arch + ".attention.head_count", uint32_t(c.n_head));
+  gguf.set(arch + ".attention.head_count_kv", uint32_t(c.kv_heads()));
+  gguf.set(arch + ".attention.key_length", uint32_t(D));
+  gguf.set(arch + ".attention.value_length", uint32_t(D));
+  gguf.set(arch + ".rope.dimension_count", uint32_t(D));
+  gguf.set(arch + ".rope.freq_base", float(c.rope_theta));
+  gguf.set(arch + ".attention.layer_norm_rms_epsilon", float(c.norm_eps));
+  gguf.set(arch + ".vocab_size", uint32_t(c.vocab_size));
 }
 
 }  // namespace
@@ -152,7 +153,7 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
         "GGUF export writes GPT-2 and dense Llama models; this one has {} experts "
         "(model.moe_experts): export it with --format hf instead",
         config.moe.n_experts);
-  const std::string arch = config.arch == Architecture::kGpt2 ? "gpt2" : "llama";
+  const std::string arch = model::model_spec(config).gguf_arch;
   gguf.set("general.architecture", arch);
   gguf.set("general.name", std::string("tessera-") + arch);
   gguf.set("general.file_type", file_type(weights));
@@ -160,7 +161,7 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
   if (config.arch == Architecture::kGpt2) {
     add_gpt2_keys(config, gguf);
   } else {
-    add_llama_keys(config, gguf);
+    add_llama_keys(config, arch, gguf);
   }
   TensorAdder tensors(config, params, weights, gguf);
   const model::ModelSpec& spec = tensors.spec();

@@ -1,6 +1,7 @@
-// A model's parameters and hyperparameters as llama.cpp's "gpt2" and "llama" architectures read
-// them from GGUF: ggml's tensor names, GPT-2's fused qkv, and Llama's q and k rows permuted from
-// Tessera's (and Hugging Face's) rotate-half order into the interleaved pairs llama.cpp rotates.
+// A model's parameters and hyperparameters as llama.cpp's "gpt2", "llama" and "qwen3" (a Llama
+// with QK-norm) architectures read them from GGUF: ggml's tensor names, GPT-2's fused qkv, and
+// Llama's q and k rows permuted from Tessera's (and Hugging Face's) rotate-half order into the
+// interleaved pairs llama.cpp's llama rotates.
 #pragma once
 
 #include <span>

@@ -14,6 +14,7 @@ using nlohmann::json;
 constexpr const char* kGpt2 = "GPT2LMHeadModel";
 constexpr const char* kLlama = "LlamaForCausalLM";
 constexpr const char* kMixtral = "MixtralForCausalLM";
+constexpr const char* kQwen3 = "Qwen3ForCausalLM";  // a dense Llama with QK-norm
 
 // GPT-2's LayerNorm epsilon is fixed in Tessera (model.norm_eps applies to Llama's RMSNorm).
 constexpr double kGpt2LayerNormEps = 1e-5;
@@ -136,8 +137,9 @@ std::string model_type_of(const ConfigReader& r) {
   if (arch == kGpt2) return "gpt2";
   if (arch == kLlama) return "llama";
   if (arch == kMixtral) return "mixtral";
-  fail("{}: architecture '{}' is not supported ({}, {} or {})", r.source(), arch, kGpt2, kLlama,
-       kMixtral);
+  if (arch == kQwen3) return "qwen3";
+  fail("{}: architecture '{}' is not supported ({}, {}, {} or {})", r.source(), arch, kGpt2, kLlama,
+       kMixtral, kQwen3);
 }
 
 ModelConfig gpt2_from_hf(const ConfigReader& r) {
@@ -164,6 +166,17 @@ ModelConfig gpt2_from_hf(const ConfigReader& r) {
                  "attention scores are not scaled by layer");
   r.require_flag("tie_word_embeddings", true, true, "GPT-2's output projection is wte");
   return c;
+}
+
+// Transformers' class of a model: a Llama with QK-norm is a Qwen 3 (or, with experts, a model
+// Transformers has no class for).
+std::string hf_architecture(const ModelConfig& c) {
+  if (c.arch == Architecture::kGpt2) return kGpt2;
+  check(!c.qk_norm || !c.is_moe(),
+        "model.qk_norm with model.moe_experts: Hugging Face's Mixtral has no QK-norm, so this "
+        "model cannot be exported");
+  if (c.qk_norm) return kQwen3;
+  return c.is_moe() ? kMixtral : kLlama;
 }
 
 ModelConfig llama_from_hf(const ConfigReader& r, bool mixtral) {
@@ -230,10 +243,7 @@ HfLayout hf_layout(const ModelConfig& c) {
               fmt::format(fmt::runtime(spec.hf_block_prefix), l));
   }
   add_parts(b, spec.head, "", "");
-  HfLayout hf{c.arch == Architecture::kGpt2 ? kGpt2
-              : c.is_moe()                  ? kMixtral
-                                            : kLlama,
-              std::move(b.tensors), "", ""};
+  HfLayout hf{hf_architecture(c), std::move(b.tensors), "", ""};
   if (c.tie_embeddings) {
     hf.tied_head = "lm_head.weight";
     hf.tied_to = spec.embedding.front().external.front().hf + ".weight";
@@ -281,8 +291,11 @@ json hf_config_json(const ModelConfig& c, DType dtype) {
             {"tie_word_embeddings", true},
             {"torch_dtype", torch_dtype}};
   }
-  json j = {{"architectures", {c.is_moe() ? kMixtral : kLlama}},
-            {"model_type", c.is_moe() ? "mixtral" : "llama"},
+  const std::string arch = hf_architecture(c);
+  json j = {{"architectures", {arch}},
+            {"model_type", arch == kMixtral ? "mixtral"
+                           : arch == kQwen3 ? "qwen3"
+                                            : "llama"},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.d_model},
             {"intermediate_size", c.ffn()},
@@ -306,6 +319,11 @@ json hf_config_json(const ModelConfig& c, DType dtype) {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   }
+  if (arch == kQwen3) {
+    // Qwen 3's own default head_dim is 128, whatever the width.
+    j["head_dim"] = c.head_dim();
+    j["use_sliding_window"] = false;
+  }
   return j;
 }
 
@@ -315,10 +333,11 @@ ModelConfig model_config_from_hf(const json& config, const std::string& source) 
   ModelConfig c;
   if (type == "gpt2") {
     c = gpt2_from_hf(r);
-  } else if (type == "llama" || type == "mixtral") {
+  } else if (type == "llama" || type == "mixtral" || type == "qwen3") {
     c = llama_from_hf(r, type == "mixtral");
+    c.qk_norm = type == "qwen3";
   } else {
-    fail("{}: model_type '{}' is not supported (gpt2, llama or mixtral)", source, type);
+    fail("{}: model_type '{}' is not supported (gpt2, llama, mixtral or qwen3)", source, type);
   }
   try {
     model::validate(c);

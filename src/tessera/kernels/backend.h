@@ -43,6 +43,8 @@ struct OpKernels {
   decltype(&kernels::add_bias<T>) add_bias = nullptr;
   decltype(&kernels::rope_forward<T>) rope_forward = nullptr;
   decltype(&kernels::rope_backward<T>) rope_backward = nullptr;
+  decltype(&kernels::head_rmsnorm_forward<T>) head_rmsnorm_forward = nullptr;
+  decltype(&kernels::head_rmsnorm_backward<T>) head_rmsnorm_backward = nullptr;
   decltype(&kernels::attention_forward<T>) attention_forward = nullptr;
   decltype(&kernels::attention_backward<T>) attention_backward = nullptr;
   decltype(&kernels::softmax_cross_entropy<T>) softmax_cross_entropy = nullptr;

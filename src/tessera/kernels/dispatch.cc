@@ -190,6 +190,21 @@ void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H
 }
 
 template <typename T>
+void head_rmsnorm_forward(const Context& ctx, T* qkv, const T* q_gamma, const T* k_gamma, T* x,
+                          T* rstd, int64_t N, int64_t H, int64_t KVH, int64_t hd, T eps) {
+  kernel_for(ctx, &OpKernels<T>::head_rmsnorm_forward, "head_rmsnorm_forward")(
+      ctx, qkv, q_gamma, k_gamma, x, rstd, N, H, KVH, hd, eps);
+}
+
+template <typename T>
+void head_rmsnorm_backward(const Context& ctx, T* dqkv, const T* x, const T* q_gamma,
+                           const T* k_gamma, const T* rstd, T* dq_gamma, T* dk_gamma, int64_t N,
+                           int64_t H, int64_t KVH, int64_t hd) {
+  kernel_for(ctx, &OpKernels<T>::head_rmsnorm_backward, "head_rmsnorm_backward")(
+      ctx, dqkv, x, q_gamma, k_gamma, rstd, dq_gamma, dk_gamma, N, H, KVH, hd);
+}
+
+template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
                        int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
   kernel_for(ctx, &OpKernels<T>::attention_forward, "attention_forward")(
@@ -286,6 +301,10 @@ void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64
                                 int64_t, double);                                                  \
   template void rope_backward<T>(const Context&, T*, int64_t, int64_t, int64_t, int64_t, int64_t,  \
                                  int64_t, double);                                                 \
+  template void head_rmsnorm_forward<T>(const Context&, T*, const T*, const T*, T*, T*, int64_t,   \
+                                        int64_t, int64_t, int64_t, T);                             \
+  template void head_rmsnorm_backward<T>(const Context&, T*, const T*, const T*, const T*,         \
+                                         const T*, T*, T*, int64_t, int64_t, int64_t, int64_t);    \
   template void attention_forward<T>(const Context&, const T*, T*, T*, T*, int64_t, int64_t,       \
                                      int64_t, int64_t, int64_t);                                   \
   template void attention_backward<T>(const Context&, const T*, const T*, const T*, T*, T*,        \

@@ -116,6 +116,21 @@ template <typename T>
 void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
                    int64_t hd, int64_t pos0, double theta);
 
+// QK-norm (Qwen 3, OLMo 2): RMSNorm of each head's hd values of q and k, in place in
+// qkv[N, (H + 2*KVH) * hd] (the rope layout above) before the rotation, the query heads scaled by
+// q_gamma[hd] and the key heads by k_gamma[hd]; v is untouched. Saves the inputs in
+// x[N, (H + KVH) * hd] and each head's 1/rms in rstd[N, H + KVH] for backward; both may be null
+// where nothing is differentiated (decoding).
+template <typename T>
+void head_rmsnorm_forward(const Context& ctx, T* qkv, const T* q_gamma, const T* k_gamma, T* x,
+                          T* rstd, int64_t N, int64_t H, int64_t KVH, int64_t hd, T eps);
+// In place on dqkv: the gradient of the normed q and k becomes the gradient of their inputs; the
+// gains' gradients accumulate.
+template <typename T>
+void head_rmsnorm_backward(const Context& ctx, T* dqkv, const T* x, const T* q_gamma,
+                           const T* k_gamma, const T* rstd, T* dq_gamma, T* dk_gamma, int64_t N,
+                           int64_t H, int64_t KVH, int64_t hd);
+
 // Causal grouped-query self-attention over qkv[B, T, (H + 2*KVH) * hd] (the rope layout above)
 // into out[B, T, H*hd]; query head h reads key/value head h / (H/KVH). With KVH == H this is
 // GPT-2's multi-head layout, qkv = [q(C), k(C), v(C)]. Only the log-sum-exp of each score row,

@@ -24,12 +24,18 @@ Attention::Attention(const kernels::Context& ctx, const AttentionGeometry& geome
       format_(format),
       scratch_(scratch_per_thread),
       decode_scratch_(decode_scratch),
-      max_context_(max_context) {}
+      max_context_(max_context) {
+  if (parts[PartId::kQueryNorm].weight >= 0) {
+    qk_norm_.emplace(ctx, geometry.norm_eps, heads, kv_heads, head_dim_, parts[PartId::kQueryNorm],
+                     parts[PartId::kKeyNorm], tp.active() ? tp_group : nullptr);
+  }
+}
 
 void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
                         const AttentionActivations& a, float* out, int64_t B, int64_t T) const {
   const int64_t N = B * T;
   qkv_.forward(p, normed, a.qkv, N);
+  if (qk_norm_) qk_norm_->forward(p, a.qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   if (g_.rope) k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
   k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_);
   format_.finish(ctx_, a.out, N * heads_ * head_dim_);
@@ -41,6 +47,7 @@ void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const fl
                        std::span<const k::PagedChunk> chunks, int64_t N) const {
   const int64_t Q = qkv_width(), hd = head_dim_;
   qkv_.forward(p, normed, a.qkv, N);
+  if (qk_norm_) qk_norm_->forward(p, a.qkv, nullptr, nullptr, N);
   for (const k::PagedChunk& chunk : chunks) {
     float* rows = a.qkv + chunk.row * Q;
     if (g_.rope)
@@ -56,12 +63,13 @@ void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const fl
 const float* Attention::backward(const ParamAccess& p, const float* d_out,
                                  const MatmulInput& normed, const AttentionActivations& a,
                                  float* d_scratch, float* d_qkv, int64_t B, int64_t T,
-                                 const AttentionHeld* held) const {
+                                 const AttentionHeld* held) {
   const int64_t N = B * T;
   proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
   k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
                         head_dim_);
   if (g_.rope) k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  if (qk_norm_) qk_norm_->backward(p, d_qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);
 }
 

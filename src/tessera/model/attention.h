@@ -8,15 +8,19 @@
 #include "tessera/model/block_spec.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/parallel_linear.h"
+#include "tessera/model/qk_norm.h"
 
 namespace tessera::model {
 
 // What attention keeps for its backward, over N tokens: q/k/v [N, qkv], the log-sum-exp of each
-// score row [N, heads] and the attention output [N, heads * head_dim] (a matmul input).
+// score row [N, heads] and the attention output [N, heads * head_dim] (a matmul input); with
+// QK-norm, its input and statistics (qk_norm.h).
 struct AttentionActivations {
   float* qkv;
   float* lse;
   MatmulInput out;
+  float* qk_norm_input = nullptr;
+  float* qk_norm_rstd = nullptr;
 };
 
 // What the qkv and output projections hold until their weight gradients (HeldGradient).
@@ -24,8 +28,9 @@ struct AttentionHeld {
   HeldGradient qkv, out;
 };
 
-// Causal self-attention over this rank's heads: the column-parallel qkv projection, rotary
-// positions (Llama), attention, and the row-parallel output projection into the residual stream.
+// Causal self-attention over this rank's heads: the column-parallel qkv projection, QK-norm
+// (where the parts have it), rotary positions (Llama), attention, and the row-parallel output
+// projection into the residual stream.
 class Attention {
  public:
   // heads and kv_heads are this rank's; shared says which kv rows it holds alike with others.
@@ -48,7 +53,7 @@ class Attention {
   // gradients wait for weight_backward.
   const float* backward(const ParamAccess& p, const float* d_out, const MatmulInput& normed,
                         const AttentionActivations& a, float* d_scratch, float* d_qkv, int64_t B,
-                        int64_t T, const AttentionHeld* held = nullptr) const;
+                        int64_t T, const AttentionHeld* held = nullptr);
   void weight_backward(const ParamAccess& p, const AttentionHeld& held, int64_t N) const;
 
   int64_t qkv_width() const { return (heads_ + 2 * kv_heads_) * head_dim_; }
@@ -59,6 +64,7 @@ class Attention {
   int64_t heads_, kv_heads_, head_dim_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
+  std::optional<QkNorm> qk_norm_;
   MatmulFormat format_;
   float* scratch_;
   float* decode_scratch_;

@@ -67,7 +67,7 @@ BlockSpec block_spec(const ModelConfig& c) {
   BlockSpec s;
   s.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   s.norm_eps = c.norm_eps;
-  s.attention = {c.n_head, c.kv_heads(), hd, !gpt2, c.rope_theta};
+  s.attention = {c.n_head, c.kv_heads(), hd, !gpt2, c.rope_theta, c.norm_eps};
   s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
   s.d_model = C;
   s.ffn = F;
@@ -75,12 +75,15 @@ BlockSpec block_spec(const ModelConfig& c) {
       PartId::kAttentionNorm, "ln1", c, {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"},
       {ActivationId::kAttentionNormOutput, ActivationId::kAttentionNormMean,
        ActivationId::kAttentionNormRstd}));
-  Part qkv = linear(
-      PartId::kQkv, "attn.qkv", C, c.qkv_width(), gpt2, Role::kColumn,
-      gpt2 ? std::vector<ExternalSlice>{{"attn.c_attn", "attn_qkv"}}
-           : std::vector<ExternalSlice>{{"self_attn.q_proj", "attn_q", q_rows, c.n_head},
-                                        {"self_attn.k_proj", "attn_k", kv_rows, c.kv_heads()},
-                                        {"self_attn.v_proj", "attn_v", kv_rows}});
+  // llama.cpp's qwen3 (a Llama with QK-norm) rotates halves as Tessera does; its llama rotates
+  // interleaved pairs, so its q and k rows are permuted.
+  const bool pairs = !c.qk_norm;
+  Part qkv = linear(PartId::kQkv, "attn.qkv", C, c.qkv_width(), gpt2, Role::kColumn,
+                    gpt2 ? std::vector<ExternalSlice>{{"attn.c_attn", "attn_qkv"}}
+                         : std::vector<ExternalSlice>{
+                               {"self_attn.q_proj", "attn_q", q_rows, pairs ? c.n_head : 0},
+                               {"self_attn.k_proj", "attn_k", kv_rows, pairs ? c.kv_heads() : 0},
+                               {"self_attn.v_proj", "attn_v", kv_rows}});
   qkv.out_parts = {q_rows, kv_rows, kv_rows};
   qkv.out_unit = hd;
   qkv.hf_transposed = gpt2;
@@ -88,6 +91,20 @@ BlockSpec block_spec(const ModelConfig& c) {
   qkv.saves = {{ActivationId::kQkv, {.query = 1, .kv = 2}},
                {ActivationId::kAttentionLse, {.heads = 1}}};
   s.parts.push_back(qkv);
+  if (c.qk_norm) {
+    // A gain per channel of a head, one for every query head and one for every key head; each
+    // tensor-parallel rank holds both. The query norm's saves are both norms' (one kernel).
+    Part q_norm =
+        norm(PartId::kQueryNorm, "attn.q_norm", hd, false, {"self_attn.q_norm", "attn_q_norm"});
+    q_norm.rows_per_token = c.n_head;
+    q_norm.saves = {{ActivationId::kQkNormInput, {.query = 1, .kv = 1}},
+                    {ActivationId::kQkNormRstd, {.heads = 1, .kv_heads = 1}}};
+    s.parts.push_back(q_norm);
+    Part k_norm =
+        norm(PartId::kKeyNorm, "attn.k_norm", hd, false, {"self_attn.k_norm", "attn_k_norm"});
+    k_norm.rows_per_token = c.kv_heads();
+    s.parts.push_back(k_norm);
+  }
   Part proj = linear(PartId::kAttentionOut, "attn.proj", q_rows, C, gpt2, Role::kRow,
                      {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", "attn_output"}}, Init::kResidual);
   proj.hf_transposed = gpt2;
@@ -156,6 +173,7 @@ ModelSpec model_spec(const ModelConfig& c) {
   const bool gpt2 = c.arch == Architecture::kGpt2;
   m.hf_block_prefix = gpt2 ? "transformer.h.{}." : "model.layers.{}.";
   m.gguf_stores_tied_head = gpt2;
+  m.gguf_arch = gpt2 ? "gpt2" : c.qk_norm ? "qwen3" : "llama";
   const int64_t C = c.d_model;
   m.embedding.push_back(
       {.id = PartId::kTokenEmbedding,

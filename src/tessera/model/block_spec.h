@@ -32,6 +32,8 @@ enum class PartId {
   kPositionEmbedding,
   kAttentionNorm,
   kQkv,
+  kQueryNorm,  // QK-norm's gains, each over one head's channels
+  kKeyNorm,
   kAttentionOut,
   kMlpNorm,
   kMlpIn,   // GPT-2's fc, Llama's fused gate and up
@@ -70,7 +72,9 @@ enum class ActivationId {
   kAttentionNormOutput,
   kAttentionNormMean,
   kAttentionNormRstd,
-  kQkv,  // after RoPE
+  kQkv,          // after RoPE
+  kQkNormInput,  // QK-norm's input: the query and key heads before it
+  kQkNormRstd,   // and each head's 1/rms
   kAttentionLse,
   kAttentionOutput,  // the attention's output, before its projection
   kResidualMid,      // the residual stream after attention
@@ -137,6 +141,7 @@ struct AttentionGeometry {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   bool rope = false;
   double rope_theta = 0;
+  double norm_eps = 0;  // QK-norm's, in a block with its parts
 };
 
 enum class NormKind { kLayerNorm, kRmsNorm };
@@ -168,6 +173,7 @@ struct ModelSpec {
   // whole. GGUF's llama.cpp reads the head of GPT-2 even when it is tied, under the head's name.
   std::string hf_block_prefix, gguf_block_prefix = "blk.{}.";
   bool gguf_stores_tied_head = false;
+  std::string gguf_arch;  // llama.cpp's name of the architecture: "gpt2", "llama", "qwen3"
 };
 
 BlockSpec block_spec(const ModelConfig& config);

@@ -33,6 +33,11 @@ void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::
     reasons.push_back(
         fmt::format("the {} backend has no linear_forward_int8 kernel", backend->device));
   }
+  if (needs.qk_norm && backend->ops.head_rmsnorm_forward == nullptr) {
+    refused.push_back("QK-norm (model.qk_norm)");
+    reasons.push_back(
+        fmt::format("the {} backend has no head_rmsnorm_forward kernel", backend->device));
+  }
   check(refused.empty(), "{}, but a {} device cannot run {}: {}; they run on the CPU", asked,
         backend->device, fmt::join(refused, ", "), fmt::join(reasons, ", and "));
 }

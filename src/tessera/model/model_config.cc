@@ -37,6 +37,7 @@ void validate(const ModelConfig& config) {
     check(config.kv_heads() == config.n_head,
           "model.n_kv_head applies to model.arch = \"llama\" only");
     check(moe.n_experts == 0, "model.moe_experts needs model.arch = \"llama\"");
+    check(!config.qk_norm, "model.qk_norm needs model.arch = \"llama\"");
     check(config.norm_eps == 1e-5,
           "model.norm_eps applies to model.arch = \"llama\" only (GPT-2's "
           "LayerNorm uses 1e-5), got {}",

@@ -43,6 +43,9 @@ struct ModelConfig {
   bool parallel_block = false;
   double rope_theta = 1e4;  // Llama only
   double norm_eps = 1e-5;
+  // Qwen 3's QK-norm: each query and key head is RMS-normalised over its channels before RoPE,
+  // with one gain per channel for all query heads and one for all key heads (Llama only).
+  bool qk_norm = false;
   bool tie_embeddings = true;  // the output projection reuses the token embedding
   MoeConfig moe;
 

@@ -30,6 +30,8 @@ const Settings<ModelConfig>& model_settings() {
                   "PaLM's parallel attention and MLP (planning only)"),
           setting("model.norm_eps", &M::norm_eps, "RMSNorm epsilon (llama; GPT-2 uses 1e-5)",
                   above(0)),
+          setting("model.qk_norm", &M::qk_norm,
+                  "RMSNorm of each query and key head before RoPE, as Qwen 3 (llama)"),
           setting("model.tie_embeddings", &M::tie_embeddings,
                   "output projection shares the token embedding (always true for gpt2)"),
       },

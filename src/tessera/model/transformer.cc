@@ -96,9 +96,10 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   check_device_runs(ctx_.device.kind,
                     {.tp = tp_.ranks(),
                      .moe = config_.is_moe(),
-                     .int8_weights = options_.weights == WeightFormat::kInt8},
-                    fmt::format("a model built on {} device {}",
-                                enum_name(ctx_.device.kind), ctx_.device.ordinal));
+                     .int8_weights = options_.weights == WeightFormat::kInt8,
+                     .qk_norm = config_.qk_norm},
+                    fmt::format("a model built on {} device {}", enum_name(ctx_.device.kind),
+                                ctx_.device.ordinal));
   if (options_.weights == WeightFormat::kInt8) int8_ = std::make_unique<Int8Weights>(layout_);
   if (store_ == nullptr) {
     std::optional<k::LowPrecision> low;

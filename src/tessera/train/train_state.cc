@@ -41,9 +41,13 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       zero_(int(train.zero)),
       scaled_(ctx, ZeroShards::kChunk) {
   const comm::MeshShape& shape = mesh.shape();
-  model::check_device_runs(
-      ctx.device.kind, {.tp = shape.tp, .pp = shape.pp, .ep = shape.ep, .moe = config.is_moe()},
-      fmt::format("train.device = {}", enum_name(ctx.device.kind)));
+  model::check_device_runs(ctx.device.kind,
+                           {.tp = shape.tp,
+                            .pp = shape.pp,
+                            .ep = shape.ep,
+                            .moe = config.is_moe(),
+                            .qk_norm = config.qk_norm},
+                           fmt::format("train.device = {}", enum_name(ctx.device.kind)));
   device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};

@@ -16,6 +16,7 @@ const Tables& tables() {
     add_linear_kernels(t.backend, t.f64);
     add_layernorm_kernels(t.backend, t.f64);
     add_rmsnorm_kernels(t.backend, t.f64);
+    add_head_rmsnorm_kernels(t.backend, t.f64);
     add_elementwise_kernels(t.backend, t.f64);
     add_swiglu_kernels(t.backend, t.f64);
     add_embedding_kernels(t.backend, t.f64);

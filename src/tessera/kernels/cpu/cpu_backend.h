@@ -11,6 +11,7 @@ void add_gemm_kernels(Backend& backend, OpKernels<double>& f64);
 void add_linear_kernels(Backend& backend, OpKernels<double>& f64);
 void add_layernorm_kernels(Backend& backend, OpKernels<double>& f64);
 void add_rmsnorm_kernels(Backend& backend, OpKernels<double>& f64);
+void add_head_rmsnorm_kernels(Backend& backend, OpKernels<double>& f64);
 void add_elementwise_kernels(Backend& backend, OpKernels<double>& f64);
 void add_swiglu_kernels(Backend& backend, OpKernels<double>& f64);
 void add_embedding_kernels(Backend& backend, OpKernels<double>& f64);
