@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Held-out bits per byte of the same small GPT-2 trained on a text through the byte-level
-# tokenizer and through a 4,096-token BPE vocabulary learned from the training text, both for the
-# same number of training bytes (so the BPE run takes fewer steps of the same token count). Bits
+# tokenizer and through a BPE vocabulary of VOCAB tokens learned from the training text, both for
+# the same number of training bytes (so the BPE run takes fewer steps of the same token count). Bits
 # per byte = held-out nats per token * tokens per byte / ln 2, comparable across tokenizers; the
 # evaluation covers the whole held-out split in both runs.
-#   bench/bits_per_byte.sh            (TRAIN_BYTES=2000000 by default, about 2 epochs)
-# The text is the King James Bible from Debian's bible-kjv (scripts/kjv_text.sh; override with
-# TEXT).
+#   [TRAIN_BYTES=2000000] [VOCAB=4096] [BUILD=dir] bench/bits_per_byte.sh
+# TRAIN_BYTES is about 2 epochs of the default text, the King James Bible from Debian's bible-kjv
+# (scripts/kjv_text.sh; override with TEXT).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 text="${TEXT:-$root/data/kjv.txt}"
-tessera="${TESSERA:-$root/build/tessera}"
+tessera="${BUILD:-$root/build}/tessera"
 train_bytes="${TRAIN_BYTES:-2000000}"
+vocab_size="${VOCAB:-4096}"
 if [[ -z "${TEXT:-}" ]]; then
   bash "$root/scripts/setup.sh"
   bash "$root/scripts/kjv_text.sh" "$text"
@@ -36,7 +37,7 @@ while cut < len(data) and data[cut - 1:cut] != b"\n":
     cut += 1
 open(sys.argv[2], "wb").write(data[:cut])
 PY
-"$tessera" tokenizer train --vocab-size 4096 --out "$work/tok" "$work/train-part.txt" >/dev/null
+"$tessera" tokenizer train --vocab-size "$vocab_size" --out "$work/tok" "$work/train-part.txt" >/dev/null
 "$tessera" prepare --out "$work/byte" "$text" >/dev/null
 "$tessera" prepare --tokenizer "$work/tok" --out "$work/bpe" "$text" >/dev/null
 

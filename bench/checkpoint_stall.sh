@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# How long a checkpoint of GPT-2 124M (model, AdamW moments: ~1.5 GB) holds up training, saved
-# synchronously (the step waits for the whole write, fsync and commit) and in the background
-# (checkpoint.async: the step waits only for the copy of the state into host memory). The same
-# run, config and data both ways. A save's stall is the wait itself and whatever the writer took
-# from the steps it overlapped: what the steps that ran until its commit took beyond the three
-# steps just before the save (runs on this shared machine differ by more than a save costs, and
-# one run's step time drifts in spells of seconds, so the baseline is the same run just before).
-# The figure is the background stall as a share of the synchronous one. The
-# write rate of the synchronous save is set against this disk's own rate for the same bytes (dd
-# with fsync), and the background copy against this machine's memory copy rate.
+# How long a checkpoint of GPT-2 124M (model, AdamW moments: ~1.5 GB; CONFIG picks another model)
+# holds up training, saved synchronously (the step waits for the whole write, fsync and commit) and
+# in the background (checkpoint.async: the step waits only for the copy of the state into host
+# memory). The same run, config and data both ways. A save's stall is the wait itself and whatever
+# the writer took from the steps it overlapped: what the steps that ran until its commit took beyond
+# the three steps just before the save (runs on this shared machine differ by more than a save
+# costs, and one run's step time drifts in spells of seconds, so the baseline is the same run just
+# before). The figure is the background stall as a share of the synchronous one. The write rate of
+# the synchronous save is set against this disk's own rate for the same bytes (dd with fsync), and
+# the background copy against this machine's memory copy rate.
 # Saves are far enough apart (EVERY steps) for one to be written before the next, as a real
 # run's are; closer, the next save waits for the previous write and the stall is the disk's.
 # THREADS sets the training threads; fewer than the cores leaves the background writer a core.
-#   [STEPS=37] [EVERY=6] [THREADS=0] bench/checkpoint_stall.sh
+#   [STEPS=37] [EVERY=6] [THREADS=0] [CONFIG=file] [BUILD=dir] bench/checkpoint_stall.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-tessera="$root/build/tessera"
+tessera="${BUILD:-$root/build}/tessera"
+config="${CONFIG:-$root/configs/gpt2-124m.toml}"
 [[ -x "$tessera" ]] || bash "$root/scripts/build.sh" >/dev/null
 steps=${STEPS:-37}
 every=${EVERY:-6}
@@ -36,7 +37,7 @@ PY
 
 run() {  # name async(true|false) every -> the run folder
   local out="$work/run-$1"
-  "$tessera" train --config "$root/configs/gpt2-124m.toml" --data "$work/corpus.txt" \
+  "$tessera" train --config "$config" --data "$work/corpus.txt" \
     --tokenizer byte --out "$out" --set train.batch_size=1 --set train.seq_len=32 \
     --set train.steps="$steps" --set train.eval_every=0 --set train.eval_batches=1 \
     --set train.log_every=1 --set checkpoint.every="$3" --set checkpoint.keep_last=1 \

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Batch-1 decoding side by side: bench/decode_bench (f32, bf16 and int8 weights, with the
-# machine's read bandwidth) and the PyTorch peer bench/torch_decode_peer.py (f32 and bf16), on
-# GPT-2 124M's shapes with random weights, the same prompt and step counts, 2 threads each. Each
-# side runs REPEATS rounds (default 2), alternating, and keeps its best, as do the repeats inside
-# each round. Prints, per format: tokens/s of both, ours / peer, weight bytes per token, the
-# bandwidth bound (read bandwidth / weight bytes per token) and how close we came to it.
-#   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] bench/decode.sh
+# Batch-1 decoding side by side: bench/decode_bench (f32, bf16 and int8 weights, with the machine's
+# read bandwidth) and the PyTorch peer bench/torch_decode_peer.py (f32 and bf16), on GPT-2 124M's
+# shapes (CONFIG picks another GPT-2) with random weights, the same prompt and step counts, 2
+# threads each. Each side runs REPEATS rounds (default 2), alternating, and keeps its best, as do
+# the repeats inside each round. Prints, per format: tokens/s of both, ours / peer, weight bytes per
+# token, the bandwidth bound (read bandwidth / weight bytes per token) and how close we came to it.
+#   [REPEATS=N] [STEPS=N] [THREADS=N] [CONFIG=file] [BUILD=dir] [INSTALL=0] bench/decode.sh
 # The peer runs Debian's python3-torch at its best through bench/torch_env.sh, which says why
-# when it cannot (and then no ratio is printed). Installs what is missing first.
+# when it cannot (and then no ratio is printed). Installs what is missing first, unless INSTALL=0.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 ours="$build/bench/decode_bench"
 steps="${STEPS:-128}" threads="${THREADS:-2}"
-bash "$root/scripts/setup.sh" --bench
+config="${CONFIG:-$root/configs/gpt2-124m.toml}"
+read -r n_layer n_head d_model vocab max_seq < <(python3 "$root/bench/config_values.py" "$config" \
+  model.n_layer model.n_head model.d_model model.vocab_size model.max_seq)
+[[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$ours" ]] || bash "$root/scripts/build.sh" decode_bench >/dev/null
 
 have_peer=1
@@ -21,10 +24,12 @@ THREADS=$threads bash "$root/bench/torch_env.sh" --check || have_peer=0
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 for ((i = 0; i < ${REPEATS:-2}; i++)); do
-  (cd "$root" && "$ours" --steps "$steps" --threads "$threads") | sed -n 's/^RESULT /ours /p' >>"$results"
+  "$ours" --config "$config" --steps "$steps" --threads "$threads" |
+    sed -n 's/^RESULT /ours /p' >>"$results"
   if ((have_peer)); then
-    bash "$root/bench/torch_env.sh" "$root/bench/torch_decode_peer.py" --steps "$steps" \
-      --threads "$threads" |
+    bash "$root/bench/torch_env.sh" "$root/bench/torch_decode_peer.py" --n-layer "$n_layer" \
+      --n-head "$n_head" --d-model "$d_model" --vocab "$vocab" --max-seq "$max_seq" \
+      --steps "$steps" --threads "$threads" |
       sed -n 's/^RESULT /peer /p' >>"$results"
   fi
 done

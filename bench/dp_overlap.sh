@@ -6,10 +6,10 @@
 # of a step with communication against one without. Each bucket size is tried; the best-hiding
 # one is the default of dist.bucket_mb. Then each ZeRO stage's step (overlapped, 4 MiB buckets)
 # against the step without communication.
-#   [RANKS=2] [REPEATS=2] bench/dp_overlap.sh [model flags for train_step_bench]
+#   [RANKS=2] [REPEATS=2] [BUILD=dir] bench/dp_overlap.sh [model flags for train_step_bench]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ours="$root/build/bench/train_step_bench"
+ours="${BUILD:-$root/build}/bench/train_step_bench"
 [[ -x "$ours" ]] || bash "$root/scripts/build.sh" >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ranks=${RANKS:-2}

@@ -7,13 +7,17 @@
 # node-llama-cpp (pinned in tests/llama_cpp) bundles, against the CPU libraries it ships, and runs
 # with llama.cpp's defaults (f16 KV cache, flash attention as it chooses) at 1 and THREADS
 # threads; each figure keeps its better thread count. Each side runs REPEATS rounds (default 3),
-# alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench).
-#   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] bench/llama_cpp.sh
+# alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench),
+# unless INSTALL=0: without node-llama-cpp, llama.cpp is then left out, and said so. SMOKE=1 takes
+# a 2 x 64 Llama and a 64-token prefill instead, to check in seconds that the benchmark runs.
+#   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] [INSTALL=0] [SMOKE=1] bench/llama_cpp.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
-steps="${STEPS:-64}" threads="${THREADS:-2}" prefill=512
-bash "$root/scripts/setup.sh" --bench
+steps="${STEPS:-64}" threads="${THREADS:-2}"
+n_layer=12 d_model=768 n_head=12 ffn=2048 prefill=512
+[[ "${SMOKE:-0}" == 1 ]] && n_layer=2 d_model=64 n_head=2 ffn=128 prefill=64
+[[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/tessera" && -x "$build/bench/decode_bench" ]] ||
   bash "$root/scripts/build.sh" tessera_cli decode_bench >/dev/null
 
@@ -23,7 +27,12 @@ modules="$root/tests/llama_cpp/node_modules"
 libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
 bench_dir="$build/llama.cpp"
 llama_bench="$bench_dir/llama-bench"
-if [[ ! -x "$llama_bench" ]]; then
+peer=1
+if [[ ! -d "$libs" ]]; then
+  peer=0
+  echo "llama.cpp left out: $modules has no node-llama-cpp" \
+    "(scripts/setup.sh --bench installs it); only Tessera is measured"
+elif [[ ! -x "$llama_bench" ]]; then
   rm -rf "$bench_dir" && mkdir -p "$bench_dir"
   git clone -q "$modules/node-llama-cpp/llama/gitRelease.bundle" "$bench_dir/src" 2>/dev/null
   src="$bench_dir/src"
@@ -38,8 +47,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cat "$root/README.md" "$root"/docs/*.md >"$work/corpus.txt"
 "$build/tessera" train --data "$work/corpus.txt" --out "$work/run" --set model.arch=llama \
-  --set model.n_layer=12 --set model.n_head=12 --set model.d_model=768 \
-  --set model.ffn_hidden=2048 --set model.max_seq=1024 --set train.batch_size=1 \
+  --set model.n_layer=$n_layer --set model.n_head=$n_head --set model.d_model=$d_model \
+  --set model.ffn_hidden=$ffn --set model.max_seq=1024 --set train.batch_size=1 \
   --set train.seq_len=64 --set train.steps=1 --set train.eval_every=0 >/dev/null
 for dtype in f32 f16 q8_0; do
   "$build/tessera" convert export --format gguf --dtype "$dtype" --checkpoint "$work/run" \
@@ -51,6 +60,7 @@ for ((i = 0; i < ${REPEATS:-3}; i++)); do
   "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8 --prompt 8 \
     --steps "$steps" --prefill "$prefill" --repeats 2 --threads "$threads" |
     sed -n 's/^RESULT /ours /p' >>"$results"
+  ((peer)) || continue
   for dtype in f32 f16 q8_0; do
     "$llama_bench" -m "$work/model-$dtype.gguf" -t "1,$threads" -p "$prefill" -n "$steps" -r 2 \
       -o jsonl 2>/dev/null | sed "s/^/peer $dtype /" >>"$results"
@@ -61,19 +71,20 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
   "flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|avx_vnni|amx_bf16|amx_int8' \
     /proc/cpuinfo | sort -u | tr '\n' ' ')"
 "$build/tessera" --version | sed -n 3,4p
-echo "llama.cpp: llama-bench built from node-llama-cpp $(node -p \
+((peer)) && echo "llama.cpp: llama-bench built from node-llama-cpp $(node -p \
   "require('$modules/node-llama-cpp/package.json').version")'s bundled source" \
   "($(node -p "require('$modules/node-llama-cpp/llama/llama.cpp.info.json').tag")), its CPU" \
   "backend: $(sed -n 's/.*"cpu_info": *"\([^"]*\)".*/\1/p' "$results" | head -1)"
 python3 - "$results" "$steps" "$prefill" <<'PY'
 import json, sys
 path, steps, prefill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ours, peer, read = {}, {}, 0
+ours, peer, read, params = {}, {}, 0, 0
 for line in open(path):
     side, rest = line.split(" ", 1)
     if side == "ours":
         r = json.loads(rest)
         read = max(read, r["limits"]["read_bandwidth"])
+        params = r["formats"]["f32"]["resident_parameter_bytes"] / 4
         for name, f in r["formats"].items():
             best = ours.setdefault(name, {"decode": 0, "prefill": 0, "bytes": f["weight_bytes_per_token"]})
             best["decode"] = max(best["decode"], f["tokens_per_s"])
@@ -84,15 +95,15 @@ for line in open(path):
         kind = "prefill" if r["n_prompt"] else "decode"
         best = peer.setdefault(dtype, {"decode": (0, 0), "prefill": (0, 0)})
         best[kind] = max(best[kind], (r["avg_ts"], r["n_threads"]))
-print(f"85M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, tokens/s, best "
-      "of each side; llama.cpp's thread count in brackets; read bandwidth "
+print(f"{params / 1e6:.3g}M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
+      "tokens/s, best of each side; llama.cpp's thread count in brackets; read bandwidth "
       f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token)")
 print(f"{'Tessera':<8} {'llama.cpp':<10} {'decode ours':>11} {'bound':>7} {'llama.cpp':>13} "
       f"{'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
 for name, dtype in (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0")):
-    o, p = ours[name], peer[dtype]
-    print(f"{name:<8} {dtype:<10} {o['decode']:11.1f} {read / o['bytes']:7.1f} "
-          f"{p['decode'][0]:9.1f} [{p['decode'][1]}] {o['decode'] / p['decode'][0]:6.2f} "
-          f"{o['prefill']:12.1f} {p['prefill'][0]:9.1f} [{p['prefill'][1]}] "
-          f"{o['prefill'] / p['prefill'][0]:6.2f}")
+    o, p = ours[name], peer.get(dtype)
+    theirs = lambda kind: (f"{p[kind][0]:9.1f} [{p[kind][1]}] {o[kind] / p[kind][0]:6.2f}" if p
+                           else f"{'-':>13} {'-':>6}")
+    print(f"{name:<8} {dtype:<10} {o['decode']:11.1f} {read / o['bytes']:7.1f} {theirs('decode')} "
+          f"{o['prefill']:12.1f} {theirs('prefill')}")
 PY

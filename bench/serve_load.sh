@@ -7,12 +7,14 @@
 #   bench/serve_load.sh [CHECKPOINT]
 # Without CHECKPOINT it trains configs/tiny.toml for STEPS steps (default 20) into a temp dir, on
 # data/kjv.txt or, when that is absent, the King James Bible from Debian's bible-kjv (as
-# scripts/quickstart.sh writes it). TESSERA (default build/tessera), CLIENTS (64), DURATION (30),
-# MAX_TOKENS (64) and SERVE_ARGS (more `tessera serve` flags) override the defaults.
+# scripts/quickstart.sh writes it). BUILD (default build/), CLIENTS (64), DURATION (30),
+# MAX_TOKENS (64), SERVE_ARGS (more `tessera serve` flags) and DECODE_CONFIG (the model decoded at
+# the end, configs/gpt2-124m.toml) override the defaults.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-tessera="${TESSERA:-$root/build/tessera}"
-[[ -x "$tessera" ]] || { echo "no tessera binary at $tessera: run scripts/build.sh or set TESSERA" >&2; exit 2; }
+build="${BUILD:-$root/build}"
+tessera="$build/tessera"
+[[ -x "$tessera" ]] || { echo "no tessera binary at $tessera: run scripts/build.sh or set BUILD" >&2; exit 2; }
 command -v node >/dev/null || { echo "node is missing: run scripts/setup.sh --test" >&2; exit 2; }
 
 work=$(mktemp -d)
@@ -35,8 +37,10 @@ if [[ -z "$checkpoint" ]]; then
   fi
   steps="${STEPS:-20}"
   echo "training configs/tiny.toml for $steps steps on $corpus"
+  # Only the checkpoint is wanted: one held-out batch, not the config's eight, at each end.
   "$tessera" train --config "$root/configs/tiny.toml" --data "$corpus" --out "$work/run" \
-    --set train.steps="$steps" --set train.eval_every=0 >"$work/train.log" 2>&1 ||
+    --set train.steps="$steps" --set train.eval_every=0 --set train.eval_batches=1 \
+    >"$work/train.log" 2>&1 ||
     { cat "$work/train.log" >&2; exit 1; }
   checkpoint="$work/run"
 fi
@@ -74,8 +78,9 @@ stop_server
 
 # Batch-1 decoding of GPT-2 124M's shapes next to its memory-bandwidth bound (bench/decode.sh
 # adds the PyTorch peer).
-decode_bench="$(dirname "$tessera")/bench/decode_bench"
+decode_bench="$build/bench/decode_bench"
 if [[ -x "$decode_bench" ]]; then
-  (cd "$root" && "$decode_bench" --steps 64 --repeats 3) | grep -v '^RESULT '
+  "$decode_bench" --config "${DECODE_CONFIG:-$root/configs/gpt2-124m.toml}" --steps 64 \
+    --repeats 3 | grep -v '^RESULT '
 fi
 exit "$status"

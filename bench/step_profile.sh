@@ -6,13 +6,15 @@
 # the same run's matmul rate in the step's precision (matmuls, attention), or the bytes it must
 # move over the same run's copy bandwidth (the rest). Random tokens, no data files.
 #   [THREADS=N] [BUILD=dir] bench/step_profile.sh [config ...]
-# configs: tiny-50k, 124m, 124m-1k, llama-350m (default: 124m 124m-1k).
+# configs: toy (seconds: CI's check that the benchmark runs), tiny-50k, 124m, 124m-1k, llama-350m
+# (default: 124m 124m-1k).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 [[ -x "$build/bench/train_step_bench" ]] || bash "$root/scripts/build.sh" train_step_bench >/dev/null
 
 declare -A shape=(
+  [toy]="--n-layer 2 --n-head 2 --d-model 64 --vocab 256 --batch 2 --seq 32 --warmup 1 --steps 2"
   [tiny-50k]="--n-layer 4 --n-head 4 --d-model 256 --vocab 50257 --batch 8 --seq 256 --warmup 2 --steps 5"
   [124m]="--n-layer 12 --n-head 12 --d-model 768 --vocab 50257 --batch 4 --seq 64 --warmup 2 --steps 5"
   [124m-1k]="--n-layer 12 --n-head 12 --d-model 768 --vocab 50257 --batch 4 --seq 1024 --warmup 1 --steps 2"

@@ -3,22 +3,26 @@
 # Tessera on one thread and on all threads, and through js-tiktoken in node, in one run.
 # Prints MB/s for each (median of the repeats, and the first encode with an empty cache), the
 # token counts (which must agree) and the ratios.
-#   bench/tokenizer.sh [REPEATS]     (default 20)
+#   [BUILD=dir] [INSTALL=0] bench/tokenizer.sh [REPEATS]     (default 20)
 # The text is the King James Bible from Debian's bible-kjv (scripts/kjv_text.sh; override with
-# TEXT); the vocabulary and js-tiktoken come from tests/tokenizer/node_modules (setup.sh --test);
-# BUILD_DIR picks another build than build/.
+# TEXT); the vocabulary and js-tiktoken come from tests/tokenizer/node_modules (setup.sh --test).
+# It installs what is missing first, unless INSTALL=0.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 text="${TEXT:-$root/data/kjv.txt}"
 modules="$root/tests/tokenizer/node_modules"
-ours="${BUILD_DIR:-$root/build}/bench/tokenizer_bench"
+ours="${BUILD:-$root/build}/bench/tokenizer_bench"
 repeats="${1:-20}"
+install="${INSTALL:-1}"
 if [[ -z "${TEXT:-}" ]]; then
-  bash "$root/scripts/setup.sh"
+  ((install)) && bash "$root/scripts/setup.sh"
   bash "$root/scripts/kjv_text.sh" "$text"
 fi
 [[ -f "$text" ]] || { echo "error: $text is absent" >&2; exit 1; }
-[[ -d "$modules" ]] || bash "$root/scripts/setup.sh" --test
+if [[ ! -d "$modules" ]]; then
+  ((install)) || { echo "error: $modules is absent: run scripts/setup.sh --test" >&2; exit 2; }
+  bash "$root/scripts/setup.sh" --test
+fi
 [[ -x "$ours" ]] || bash "$root/scripts/build.sh" >/dev/null
 
 threads=$(nproc)

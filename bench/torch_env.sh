@@ -10,6 +10,7 @@
 #
 #   bench/torch_env.sh --check              the peer's environment and its matmul rates
 #   bench/torch_env.sh SCRIPT.py [ARGS...]  runs a peer script in that environment
+# Each matmul rate is the best of MATMUL_REPEATS timed products (default 10).
 #
 # Exits 3 with the reason on stderr when the peer cannot run at its best; callers then print no
 # ratio. The chosen core type is exported as TORCH_PEER_CORETYPE, so a caller that exports it
@@ -32,9 +33,10 @@ export OMP_WAIT_POLICY=PASSIVE
 grep -qw avx512f /proc/cpuinfo && export ATEN_CPU_CAPABILITY=avx512
 unset OPENBLAS_L2_SIZE
 
-# f32 and bf16 GFLOP/s of one 4096 x 768 x 3072 matmul, best of 10, at the peer's thread count.
+# f32 and bf16 GFLOP/s of one 4096 x 768 x 3072 matmul, best of MATMUL_REPEATS, at the peer's
+# thread count.
 matmul_rates() {
-  /usr/bin/python3 - "${THREADS:-2}" <<'PY'
+  /usr/bin/python3 - "${THREADS:-2}" "${MATMUL_REPEATS:-10}" <<'PY'
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
 rates = []
@@ -42,7 +44,7 @@ for dtype in (torch.float32, torch.bfloat16):
     a, b = torch.randn(4096, 768).to(dtype), torch.randn(768, 3072).to(dtype)
     a @ b
     best = float("inf")
-    for _ in range(10):
+    for _ in range(int(sys.argv[2])):
         t = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t)

@@ -7,18 +7,20 @@
 # Each side runs REPEATS rounds (default 3), alternating, and keeps its best tokens/s. Prints
 # the CPU, the kernel paths, the machine's matmul rates measured in the same run, and per
 # config: tokens/s of both, our model FLOPs/s as a share of the matmul rate in our precision,
-# and the ratios. Installs what is missing first (scripts/setup.sh --bench).
-#   [REPEATS=N] [THREADS=N] [BUILD=dir] bench/train_step.sh [config ...]
-# configs: tiny, tiny-50k, 124m, 124m-1k, llama-350m (default: tiny-50k 124m 124m-1k).
+# and the ratios. Installs what is missing first (scripts/setup.sh --bench), unless INSTALL=0.
+#   [REPEATS=N] [THREADS=N] [BUILD=dir] [INSTALL=0] bench/train_step.sh [config ...]
+# configs: toy (seconds: CI's check that the benchmark runs), tiny, tiny-50k, 124m, 124m-1k,
+# llama-350m (default: tiny-50k 124m 124m-1k).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 threads="${THREADS:-2}"
-bash "$root/scripts/setup.sh" --bench
+[[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/bench/train_step_bench" ]] || bash "$root/scripts/build.sh" train_step_bench >/dev/null
 
 # name|model|batch and sequence|warm-up and timed steps (the peer's are far slower at 1K tokens)
 configs=(
+  "toy|--n-layer 2 --n-head 2 --d-model 64 --vocab 256|--batch 2 --seq 32|--warmup 1 --steps 2"
   "tiny|--n-layer 4 --n-head 4 --d-model 256 --vocab 256|--batch 16 --seq 256|--warmup 2 --steps 5"
   "tiny-50k|--n-layer 4 --n-head 4 --d-model 256 --vocab 50257|--batch 8 --seq 256|--warmup 2 --steps 5"
   "124m|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 64|--warmup 2 --steps 5"

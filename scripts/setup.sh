@@ -2,9 +2,10 @@
 # Installs the Debian packages Tessera needs, only those missing. `--test` adds what the test
 # suite needs on top of the build (PyTorch for the reference check, node and the npm reference
 # tokenisers with their GPT-2 vocabulary files for the tokenizer tests, the official OpenAI
-# client for the server's client test, and Chromium with playwright-core for the live page's
-# test). `--bench` adds the peers of bench/: PyTorch with OpenBLAS behind libblas.so.3 (without
-# it PyTorch's f32 matmuls fall to the reference BLAS), and llama.cpp from node-llama-cpp.
+# client for the server's client test, Chromium with playwright-core for the live page's test,
+# and the peers of bench/ for the benchmarks' smoke runs). `--bench` adds the peers of bench/:
+# PyTorch with OpenBLAS behind libblas.so.3 (without it PyTorch's f32 matmuls fall to the
+# reference BLAS), and llama.cpp from node-llama-cpp.
 set -euo pipefail
 
 # oneDNN's CMake package looks for OpenCL headers (a recommendation of libdnnl-dev).
@@ -19,7 +20,7 @@ if [[ "$mode" == --bench ]]; then
   command -v npm >/dev/null || packages+=(npm)
 fi
 if [[ "$mode" == --test ]]; then
-  packages+=(python3 python3-torch nodejs chromium)
+  packages+=(python3 python3-torch libopenblas0-openmp nodejs chromium)
   packages+=(clang libclang-rt-14-dev libomp-dev)  # libFuzzer, ASan, UBSan, OpenMP: scripts/fuzz.sh
   # Debian ships npm as its own package; NodeSource's nodejs bundles it and conflicts with it.
   command -v npm >/dev/null || packages+=(npm)
