@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, runs the whole test suite through CTest, runs the unit tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, then runs every fuzz target for its
-# time budget.
+# Installs what is missing, builds, runs the whole test suite through CTest (every benchmark's
+# smoke run among it), runs the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then runs every fuzz target for a few seconds. Prints each stage's time as it ends, and at the
+# end fails when the whole took longer than CI's budget (tests/ci_budget.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --test
-bash scripts/build.sh
-ctest --test-dir build --output-on-failure --timeout 900
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
 
-echo "--- unit tests under ASan + UBSan"
-# The end-to-end tests and the benchmarks run the Release build above; this stage builds neither.
-# The CUDA backend is built and linked by the Release stage; nvcc's objects do not take the
-# sanitizers, so this stage checks the CPU backend alone.
-cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON \
-  -DTESSERA_E2E_TESTS=OFF -DTESSERA_BENCHMARKS=OFF -DTESSERA_CUDA=OFF >/dev/null
-ninja -C build-sanitize >/dev/null
-# The planner's layout search is arithmetic over thousands of layouts: the Release stage above
-# runs it, and under the Debug sanitizer build it alone would take most of the time budget.
-# Two at a time: the planner's and the kernels' timing tests run alone (RUN_SERIAL).
-ctest --test-dir build-sanitize --output-on-failure --timeout 900 -j2 \
-  --exclude-regex '^PlannerValidation\.SearchRanks'
+# Runs a stage (its name, then its command) and records its wall seconds.
+stage() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "--- $name"
+  "$@"
+  printf '%s\t%d\n' "$name" $((SECONDS - start)) >>"$times"
+  echo "--- $name: $((SECONDS - start)) s"
+}
 
-bash scripts/fuzz.sh
+sanitizer_build() {
+  # The end-to-end tests and the benchmarks run the Release build; this stage builds neither.
+  # The CUDA backend is built and linked by the Release stage; nvcc's objects do not take the
+  # sanitizers, so this stage checks the CPU backend alone. Line tables (-g1) are all a
+  # sanitizer's report reads.
+  cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+    -DTESSERA_SANITIZE=ON -DTESSERA_E2E_TESTS=OFF -DTESSERA_BENCHMARKS=OFF -DTESSERA_CUDA=OFF \
+    >/dev/null
+  ninja -C build-sanitize >/dev/null
+}
+
+stage "install" bash scripts/setup.sh --test
+stage "Release build" bash scripts/build.sh
+# Two at a time; the timing tests and the benchmarks' smoke runs run alone (RUN_SERIAL).
+stage "tests and benchmark smoke runs" \
+  ctest --test-dir build --output-on-failure --timeout 900 -j2
+stage "sanitizer build" sanitizer_build
+# One entry per layer's binary (tests/CMakeLists.txt): the planner's layout searches are left to
+# the Release stage above.
+stage "unit tests under ASan + UBSan" \
+  ctest --test-dir build-sanitize --output-on-failure --timeout 900 -j2
+stage "fuzzing" bash scripts/fuzz.sh 12
+
+bash tests/ci_budget.sh "$times"

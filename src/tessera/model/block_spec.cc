@@ -57,24 +57,12 @@ Part linear(PartId id, std::string name, int64_t in, int64_t out, bool bias, Rol
           .external = std::move(names)};
 }
 
-}  // namespace
-
-BlockSpec block_spec(const ModelConfig& c) {
-  validate(c);
+// The attention's parts: the fused qkv projection, QK-norm where the model has it, and the output
+// projection.
+void add_attention_parts(const ModelConfig& c, BlockSpec& s) {
   const bool gpt2 = c.arch == Architecture::kGpt2;
-  const int64_t C = c.d_model, F = c.ffn(), hd = c.head_dim();
+  const int64_t C = c.d_model, hd = c.head_dim();
   const int64_t q_rows = c.n_head * hd, kv_rows = c.kv_heads() * hd;
-  BlockSpec s;
-  s.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRmsNorm;
-  s.norm_eps = c.norm_eps;
-  s.attention = {c.n_head, c.kv_heads(), hd, !gpt2, c.rope_theta, c.norm_eps};
-  s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
-  s.d_model = C;
-  s.ffn = F;
-  s.parts.push_back(residual_norm(
-      PartId::kAttentionNorm, "ln1", c, {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"},
-      {ActivationId::kAttentionNormOutput, ActivationId::kAttentionNormMean,
-       ActivationId::kAttentionNormRstd}));
   // llama.cpp's qwen3 (a Llama with QK-norm) rotates halves as Tessera does; its llama rotates
   // interleaved pairs, so its q and k rows are permuted.
   const bool pairs = !c.qk_norm;
@@ -112,29 +100,30 @@ BlockSpec block_spec(const ModelConfig& c) {
   proj.saves = {{ActivationId::kAttentionOutput, {.query = 1}, false, true},
                 {ActivationId::kResidualMid, {.model = 1}, true}};
   s.parts.push_back(proj);
-  if (!c.parallel_block) {
-    s.parts.push_back(residual_norm(
-        PartId::kMlpNorm, "ln2", c, {gpt2 ? "ln_2" : "post_attention_layernorm", "ffn_norm"},
-        {ActivationId::kMlpNormOutput, ActivationId::kMlpNormMean, ActivationId::kMlpNormRstd}));
-  }
-  if (!c.is_moe()) {
-    Part in = linear(PartId::kMlpIn, gpt2 ? "fc" : "mlp.gate_up", C, c.mlp_hidden_width(), gpt2,
-                     Role::kColumn,
-                     gpt2 ? std::vector<ExternalSlice>{{"mlp.c_fc", "ffn_up"}}
-                          : std::vector<ExternalSlice>{{"mlp.gate_proj", "ffn_gate", F},
-                                                       {"mlp.up_proj", "ffn_up", F}});
-    if (!gpt2) in.out_parts = {F, F};
-    in.hf_transposed = gpt2;
-    in.saves = {{ActivationId::kMlpHidden, {.ffn = gpt2 ? 1 : 2}}};
-    s.parts.push_back(in);
-    Part out = linear(PartId::kMlpOut, gpt2 ? "fcproj" : "mlp.down", F, C, gpt2, Role::kRow,
-                      {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", "ffn_down"}}, Init::kResidual);
-    out.hf_transposed = gpt2;
-    // Its input, the activation's output, which selective recomputation rebuilds.
-    out.saves = {{ActivationId::kMlpActivation, {.ffn = 1}, false, true, Recompute::kSelective}};
-    s.parts.push_back(out);
-    return s;
-  }
+}
+
+void add_dense_mlp_parts(const ModelConfig& c, BlockSpec& s) {
+  const bool gpt2 = c.arch == Architecture::kGpt2;
+  const int64_t C = c.d_model, F = c.ffn();
+  Part in = linear(PartId::kMlpIn, gpt2 ? "fc" : "mlp.gate_up", C, c.mlp_hidden_width(), gpt2,
+                   Role::kColumn,
+                   gpt2 ? std::vector<ExternalSlice>{{"mlp.c_fc", "ffn_up"}}
+                        : std::vector<ExternalSlice>{{"mlp.gate_proj", "ffn_gate", F},
+                                                     {"mlp.up_proj", "ffn_up", F}});
+  if (!gpt2) in.out_parts = {F, F};
+  in.hf_transposed = gpt2;
+  in.saves = {{ActivationId::kMlpHidden, {.ffn = gpt2 ? 1 : 2}}};
+  s.parts.push_back(in);
+  Part out = linear(PartId::kMlpOut, gpt2 ? "fcproj" : "mlp.down", F, C, gpt2, Role::kRow,
+                    {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", "ffn_down"}}, Init::kResidual);
+  out.hf_transposed = gpt2;
+  // Its input, the activation's output, which selective recomputation rebuilds.
+  out.saves = {{ActivationId::kMlpActivation, {.ffn = 1}, false, true, Recompute::kSelective}};
+  s.parts.push_back(out);
+}
+
+void add_moe_parts(const ModelConfig& c, BlockSpec& s) {
+  const int64_t C = c.d_model, F = c.ffn();
   s.moe = c.moe;
   const int64_t E = c.moe.n_experts, SF = c.moe.n_shared * F;
   const double routed_share = double(c.moe.top_k) / double(E);
@@ -160,6 +149,35 @@ BlockSpec block_spec(const ModelConfig& c) {
         linear(PartId::kSharedIn, "moe.shared.gate_up", C, 2 * SF, false, Role::kReplicated, {{}}));
     s.parts.push_back(linear(PartId::kSharedOut, "moe.shared.down", SF, C, false, Role::kReplicated,
                              {{}}, Init::kResidual));
+  }
+}
+
+}  // namespace
+
+BlockSpec block_spec(const ModelConfig& c) {
+  validate(c);
+  const bool gpt2 = c.arch == Architecture::kGpt2;
+  BlockSpec s;
+  s.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRmsNorm;
+  s.norm_eps = c.norm_eps;
+  s.attention = {c.n_head, c.kv_heads(), c.head_dim(), !gpt2, c.rope_theta, c.norm_eps};
+  s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
+  s.d_model = c.d_model;
+  s.ffn = c.ffn();
+  s.parts.push_back(residual_norm(
+      PartId::kAttentionNorm, "ln1", c, {gpt2 ? "ln_1" : "input_layernorm", "attn_norm"},
+      {ActivationId::kAttentionNormOutput, ActivationId::kAttentionNormMean,
+       ActivationId::kAttentionNormRstd}));
+  add_attention_parts(c, s);
+  if (!c.parallel_block) {
+    s.parts.push_back(residual_norm(
+        PartId::kMlpNorm, "ln2", c, {gpt2 ? "ln_2" : "post_attention_layernorm", "ffn_norm"},
+        {ActivationId::kMlpNormOutput, ActivationId::kMlpNormMean, ActivationId::kMlpNormRstd}));
+  }
+  if (c.is_moe()) {
+    add_moe_parts(c, s);
+  } else {
+    add_dense_mlp_parts(c, s);
   }
   return s;
 }
