@@ -17,16 +17,18 @@ tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tok
 chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/jinja/*.cc)"
 openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 
+# Every target links the enum name tables (core/enum_names.cc): dtypes, devices and settings name
+# their values through them.
 targets=(
-  "shard_reader_fuzz|25|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc|-lfmt -lisal -lz"
-  "vocab_reader_fuzz|30|$tokenizer_sources|-lfmt"
+  "shard_reader_fuzz|25|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
+  "vocab_reader_fuzz|30|$tokenizer_sources src/tessera/core/enum_names.cc|-lfmt"
   "toml_config_fuzz|15|src/tessera/core/config.cc src/tessera/core/settings.cc src/tessera/core/enum_names.cc src/tessera/core/split_commas.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/comm/mesh_shape.cc src/tessera/parallel/pipeline_schedule.cc src/tessera/parallel/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "manifest_fuzz|15|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc|-lfmt -lisal -lz"
-  "safetensors_fuzz|25|src/tessera/interop/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc|-lfmt -lisal -lz"
-  "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "openai_request_fuzz|15|$openai_api_sources|-lfmt -lisal -lz"
-  "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc|-lfmt"
-  "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources|-lfmt -lisal -lz"
+  "manifest_fuzz|15|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc src/tessera/core/enum_names.cc src/tessera/core/json_file.cc|-lfmt -lisal -lz"
+  "safetensors_fuzz|25|src/tessera/interop/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
+  "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc src/tessera/core/enum_names.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
+  "openai_request_fuzz|15|$openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
+  "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt"
+  "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -134,7 +136,7 @@ PY
 # Boost's own assertions are off, as in every build of the engine (CMakeLists.txt says why), while
 # AddressSanitizer and UndefinedBehaviorSanitizer still check every access.
 compile_flags=(-std=c++20 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-  -g -O1 -fopenmp -DBOOST_DISABLE_ASSERTS -Isrc)
+  -gline-tables-only -O1 -fopenmp -DBOOST_DISABLE_ASSERTS -Isrc)
 
 seconds_override=${1:-}
 selected=${FUZZ_TARGETS:-}

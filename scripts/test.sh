@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, runs the whole test suite through CTest (every benchmark's
 # smoke run among it), runs the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then runs every fuzz target for a few seconds. Prints each stage's time as it ends, and at the
+# then runs every fuzz target for 8 s. Prints each stage's time as it ends, and at the
 # end fails when the whole took longer than CI's budget (tests/ci_budget.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,6 @@ stage "sanitizer build" sanitizer_build
 # the Release stage above.
 stage "unit tests under ASan + UBSan" \
   ctest --test-dir build-sanitize --output-on-failure --timeout 900 -j2
-stage "fuzzing" bash scripts/fuzz.sh 12
+stage "fuzzing" bash scripts/fuzz.sh 8
 
 bash tests/ci_budget.sh "$times"
