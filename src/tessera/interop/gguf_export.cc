@@ -153,7 +153,9 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
         "GGUF export writes GPT-2 and dense Llama models; this one has {} experts "
         "(model.moe_experts): export it with --format hf instead",
         config.moe.n_experts);
-  const std::string arch = model::model_spec(config).gguf_arch;
+  TensorAdder tensors(config, params, weights, gguf);
+  const model::ModelSpec& spec = tensors.spec();
+  const std::string& arch = spec.gguf_arch;
   gguf.set("general.architecture", arch);
   gguf.set("general.name", std::string("tessera-") + arch);
   gguf.set("general.file_type", file_type(weights));
@@ -163,8 +165,6 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
   } else {
     add_llama_keys(config, arch, gguf);
   }
-  TensorAdder tensors(config, params, weights, gguf);
-  const model::ModelSpec& spec = tensors.spec();
   add_parts(tensors, spec.embedding, "", "");
   for (int64_t l = 0; l < config.n_layer; ++l) {
     add_parts(tensors, spec.block.parts, fmt::format("blocks.{}.", l),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/kernels/ops.h"
+#include "tessera/model/group_gradients.h"
 
 namespace tessera::model {
 
@@ -46,14 +47,8 @@ void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const
     k::rmsnorm_backward(ctx_, dy, x, p.f32(params_.weight), rstd, dx, dgamma, N, C_);
   }
   if (partial_over_ == nullptr) return;
-  const int64_t n = layer ? 2 * C_ : C_;
-  partial_over_->all_reduce(partial_.data(), n);
-  float* g = p.grad(params_.weight);
-  k::add(ctx_, g, partial_.data(), g, C_);
-  if (layer) {
-    float* b = p.grad(params_.bias);
-    k::add(ctx_, b, partial_.data() + C_, b, C_);
-  }
+  add_group_sum(ctx_, *partial_over_, partial_, C_,
+                {p.grad(params_.weight), layer ? p.grad(params_.bias) : nullptr});
 }
 
 }  // namespace tessera::model

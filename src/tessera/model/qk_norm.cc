@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/kernels/ops.h"
+#include "tessera/model/group_gradients.h"
 
 namespace tessera::model {
 
@@ -37,11 +38,8 @@ void QkNorm::backward(const ParamAccess& p, float* d_qkv, const float* x, const 
   k::head_rmsnorm_backward(ctx_, d_qkv, x, p.f32(query_.weight), p.f32(key_.weight), rstd, dq, dk,
                            N, heads_, kv_heads_, head_dim_);
   if (partial_over_ == nullptr) return;
-  partial_over_->all_reduce(partial_.data(), 2 * head_dim_);
-  for (const auto& [gain, at] : {std::pair{query_.weight, 0}, std::pair{key_.weight, 1}}) {
-    float* g = p.grad(gain);
-    k::add(ctx_, g, partial_.data() + at * head_dim_, g, head_dim_);
-  }
+  add_group_sum(ctx_, *partial_over_, partial_, head_dim_,
+                {p.grad(query_.weight), p.grad(key_.weight)});
 }
 
 }  // namespace tessera::model
