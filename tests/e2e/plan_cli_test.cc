@@ -141,6 +141,37 @@ TEST(PlanCli, SoftwareFlagsDescribeTheTrainingStack) {
             engine["communication_seconds"]["data_parallel"]);
 }
 
+// A deployment's question: which accelerator serves Llama 3 70B at 8K context, in what layout, how
+// many sequences fit, how fast, and at what price per million tokens.
+TEST(PlanCli, ServeComparesGpusAndTpusPerMillionTokens) {
+  const CliResult r = run_cli("plan --model " + kConfigs +
+                              "llama-3-70b.toml --serve --compare h100,tpu-v5e --seq-len 8192");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text :
+       {"room for 8192 per sequence", "h100       tp=", "tpu-v5e    tp=", "seqs", "tok/s/chip",
+        "$/1M tok", "cheapest per million generated tokens at on-demand prices: "}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
+  const CliResult json = run_cli("plan --model " + kConfigs +
+                                 "llama-3-70b.toml --serve --hardware h100 --chips 8 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json layouts = nlohmann::json::parse(json.output);
+  ASSERT_FALSE(layouts.empty());
+  for (const nlohmann::json& l : layouts) {
+    EXPECT_EQ(l["chips"], 8);
+    EXPECT_GE(l["sequences_at_context"].get<int64_t>(), 1);
+    EXPECT_GT(l["tokens_per_s"].get<double>(), 0);
+  }
+  const std::string serve = "plan --model " + kConfigs + "llama-3-70b.toml --serve ";
+  expect_one_line_error(run_cli(serve + "--hardware h100 --chips 1"),
+                        "no serving layout of 1 h100 chips fits");
+  expect_one_line_error(run_cli(serve + "--hardware h100 --chips 8,16"),
+                        "at most one --chips count");
+  expect_one_line_error(run_cli(serve + "--hardware h100 --layout dp=8"), "plan training");
+  expect_one_line_error(run_cli(serve + "--hardware h100 --seq-len 4096 --prompt-tokens 5000"),
+                        "--prompt-tokens must be in [1, --seq-len = 4096)");
+}
+
 TEST(PlanCli, BadInputIsAClearError) {
   const std::string model = "plan --model " + kConfigs + "gpt-1t.toml ";
   expect_one_line_error(run_cli(model + "--hardware h1000 --chips 8"),

@@ -12,7 +12,6 @@
 
 #include "tessera/comm/mesh.h"
 #include "tessera/comm/single_communicator.h"
-#include "tessera/core/config.h"
 #include "tessera/core/cpu_model.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
@@ -20,15 +19,12 @@
 #include "tessera/model/transformer.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/train_state.h"
+#include "tests/shipped_config.h"
 
 namespace tessera::plan {
 namespace {
 
-model::ModelConfig shipped(const std::string& name) {
-  Config config(train::run_config_schema());
-  config.load_file(std::string(TESSERA_SOURCE_DIR) + "/configs/" + name);
-  return train::run_config_from(config).model;
-}
+using testing::shipped_model;
 
 double cpu_seconds() {
   timespec t;
@@ -118,7 +114,7 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
   constexpr int kPairs = 5, kMaxPairs = 15;
   constexpr double kLowest = 0.75, kHighest = 1.25;
   const ThreadCount thread_count(threads);
-  const model::ModelConfig config = shipped(config_file);
+  const model::ModelConfig config = shipped_model(config_file);
   comm::SingleCommunicator alone;
   TimedSteps timed(config, step);
   std::vector<StepPrediction> predictions;
@@ -164,7 +160,7 @@ void expect_prediction_matches(const std::string& config_file, const StepShape& 
 }
 
 TEST(Calibration, GemmsCountSixFlopsPerWeightPerToken) {
-  const model::ModelConfig c = shipped("gpt2-124m.toml");
+  const model::ModelConfig c = shipped_model("gpt2-124m.toml");
   const StepShape step{2, 128};
   double flops = 0;
   for (const auto& [shape, calls] : step_gemms(c, step)) flops += double(calls) * shape.flops();
@@ -174,7 +170,7 @@ TEST(Calibration, GemmsCountSixFlopsPerWeightPerToken) {
 }
 
 TEST(Calibration, FullRecomputeRepeatsTheBlockForwardGemms) {
-  const model::ModelConfig c = shipped("tiny.toml");
+  const model::ModelConfig c = shipped_model("tiny.toml");
   double plain = 0, full = 0;
   for (const auto& [shape, calls] : step_gemms(c, {16, 256})) plain += calls * shape.flops();
   for (const auto& [shape, calls] : step_gemms(c, {16, 256, model::Recompute::kFull})) {
@@ -184,7 +180,7 @@ TEST(Calibration, FullRecomputeRepeatsTheBlockForwardGemms) {
 }
 
 TEST(Calibration, PredictionPricesEachKernelAtItsRate) {
-  const model::ModelConfig c = shipped("tiny.toml");
+  const model::ModelConfig c = shipped_model("tiny.toml");
   const StepShape step{16, 256};
   MachineRates rates;
   double gemm_flops = 0;
@@ -210,7 +206,7 @@ TEST(Calibration, PredictionPricesEachKernelAtItsRate) {
 }
 
 TEST(Calibration, MixtureOfExpertsGemmsCountTheRoutedShare) {
-  const model::ModelConfig c = shipped("moe-tiny.toml");
+  const model::ModelConfig c = shipped_model("moe-tiny.toml");
   const StepShape step{16, 256};
   const double N = double(step.batch * step.seq), C = double(c.d_model), F = double(c.ffn());
   const double E = double(c.moe.n_experts), k = double(c.moe.top_k);
@@ -230,7 +226,7 @@ TEST(Calibration, MixtureOfExpertsGemmsCountTheRoutedShare) {
 }
 
 TEST(Calibration, ExpertsShareTheAssignmentsInWholeRowsUpToTheirCapacity) {
-  model::ModelConfig c = shipped("moe-tiny.toml");  // 8 experts, top 2, capacity factor 1.25
+  model::ModelConfig c = shipped_model("moe-tiny.toml");  // 8 experts, top 2, capacity factor 1.25
   // 6 assignments: six experts take a row each, two none.
   std::vector<ExpertRows> rows = expert_rows(c, 3);
   ASSERT_EQ(rows.size(), 1u);
@@ -249,7 +245,7 @@ TEST(Calibration, ExpertsShareTheAssignmentsInWholeRowsUpToTheirCapacity) {
 }
 
 TEST(Calibration, MixtureOfExpertsMultipliesInF32InABf16Step) {
-  const model::ModelConfig c = shipped("moe-tiny.toml");
+  const model::ModelConfig c = shipped_model("moe-tiny.toml");
   const StepShape step{16, 256, model::Recompute::kNone, model::Precision::kBf16};
   int64_t low = 0, f32 = 0;
   for (const auto& [shape, calls] : step_gemms(c, step)) {
@@ -262,7 +258,7 @@ TEST(Calibration, MixtureOfExpertsMultipliesInF32InABf16Step) {
 }
 
 TEST(Calibration, RatesHoldForThePrecisionTheyWereMeasuredIn) {
-  const model::ModelConfig c = shipped("tiny.toml");
+  const model::ModelConfig c = shipped_model("tiny.toml");
   MachineRates f32;
   f32.attention_seq = 64;
   f32.attention_head_dim = c.head_dim();

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "tessera/model/serving_memory.h"
 #include "tests/expect_error.h"
 #include "tests/metric_value.h"
 
@@ -24,8 +25,8 @@ ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
   c.d_model = 32;
   c.max_seq = max_seq;
   ServedModel served;
-  const int64_t max_batch = (max_step_tokens + c.max_seq - 1) / c.max_seq;
-  served.model = std::make_unique<model::Transformer>(c, max_batch, c.max_seq, false, options);
+  served.model = std::make_unique<model::Transformer>(
+      c, model::inference_max_batch(c, max_step_tokens), c.max_seq, false, options);
   served.model->init_weights(7);
   served.tokenizer = tokenizer::load_tokenizer("byte");
   return served;

@@ -56,6 +56,32 @@ Settings<plan::Workload> workload_flags() {
   });
 }
 
+Settings<plan::ServingWorkload> serving_flags() {
+  using S = plan::ServingWorkload;
+  return {
+      flag("--prompt-tokens", "N", &S::prompt_tokens,
+           "with --serve: tokens of each prompt; 0: half the context", at_least(0)),
+      flag("--output-tokens", "N", &S::output_tokens, "with --serve: tokens generated per request",
+           at_least(1)),
+      flag("--quantize", "", &S::weights, "with --serve: int8 weight-only matmuls, as serve's"),
+      flag("--max-running", "N", &S::max_running,
+           "with --serve: sequences a replica decodes together, as serve's", at_least(1)),
+      flag("--max-step-tokens", "N", &S::max_step_tokens,
+           "with --serve: tokens one model step runs, as serve's", at_least(1)),
+      scaled(
+          flag("--itl-ms", "MS", &S::itl_bound_s,
+               "with --serve: the longest time between two generated tokens; 0: none", at_least(0)),
+          1e-3),
+      scaled(flag("--ttft-ms", "MS", &S::ttft_bound_s,
+                  "with --serve: the longest time to a prompt's first token; 0: none", at_least(0)),
+             1e-3),
+      flag("--target-tokens-per-s", "N", &S::target_tokens_per_s,
+           "with --serve: generated tokens/s the deployment must reach; replicas are added to "
+           "reach it; 0: none",
+           at_least(0)),
+  };
+}
+
 Settings<plan::PlanQuery> query_flags() {
   using Q = plan::PlanQuery;
   return join<Q>({
@@ -65,7 +91,9 @@ Settings<plan::PlanQuery> query_flags() {
           flag("--chips", "N[,N...]", &Q::chips,
                "number of chips; several counts print the best layout of each (days and cost "
                "frontier)"),
-          flag("--seq-len", "N", &Q::seq_len, "sequence length (default model.max_seq)",
+          flag("--seq-len", "N", &Q::seq_len,
+               "sequence length; with --serve, the context each sequence may reach (default "
+               "model.max_seq)",
                at_least(1)),
           flag("--global-batch", "N", &Q::global_batch,
                "sequences per optimizer step (default: about 4M tokens, rounded up to a multiple "
@@ -82,8 +110,12 @@ Settings<plan::PlanQuery> query_flags() {
           flag("--catalog", "FILE", &Q::catalogs,
                "extra accelerators or prices (TOML), merged over the built-in"),
           flag("--json", "", &Q::json, "print JSON instead of a table"),
+          flag("--serve", "", &Q::serve,
+               "plan serving: layouts, memory, sequences that fit at the context (--seq-len), "
+               "tokens/s and cost per million tokens"),
       },
       nest(&Q::workload, workload_flags()),
+      nest(&Q::serving, serving_flags()),
   });
 }
 
@@ -107,8 +139,8 @@ Settings<PlanFlags> plan_flags() {
 int plan_command(int argc, char** argv) {
   PlanFlags flags;
   Command command("plan",
-                  "Plan a training run: memory, step time, MFU, days and cost of parallel "
-                  "layouts on an accelerator.");
+                  "Plan a training run (memory, step time, MFU, days and cost of parallel "
+                  "layouts on an accelerator) or, with --serve, a deployment that serves it.");
   if (!command.flags(plan_flags(), flags).parse(argc, argv)) return 0;
   Config config(train::run_config_schema());
   if (interop::is_hf_model_folder(flags.model)) {

@@ -58,12 +58,13 @@ void print_banner(const ServeFlags& flags, const serve::ServedModel& served,
   const model::ModelConfig& mc = served.config();
   const serve::ApiLimits& limits = flags.routes.limits;
   std::printf(
-      "serving '%s' from %s: %s, %lld parameters, %s weights (%.1f MiB read per token), context "
-      "%lld tokens, on %s, %d threads\n",
+      "serving '%s' from %s: %s, %lld parameters, %s weights (%.1f MiB held, %.1f MiB read per "
+      "token), context %lld tokens, on %s, %d threads\n",
       limits.model_name.c_str(), served.step_dir.string().c_str(),
       std::string(enum_name(mc.arch)).c_str(),
       static_cast<long long>(served.model->num_parameters()),
       serve::serving_format_name(flags.format).c_str(),
+      double(served.model->resident_parameter_bytes()) / (1 << 20),
       double(served.model->matmul_weight_bytes_per_token()) / (1 << 20),
       static_cast<long long>(mc.max_seq),
       served.context().on_cuda()

@@ -14,6 +14,7 @@
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/device_support.h"
+#include "tessera/model/serving_memory.h"
 #include "tessera/model/transformer_access.h"
 
 namespace tessera::model {
@@ -175,22 +176,7 @@ Transformer::~Transformer() = default;
 int64_t Transformer::num_parameters() const { return count_parameters(config_).total; }
 
 int64_t Transformer::matmul_weight_bytes_per_token() const {
-  if (int8_ != nullptr) return int8_->bytes();
-  const BlockSpec& spec = layout_.spec.block;
-  const int64_t dense = format_.low ? 2 : 4;
-  int64_t per_layer = 0;
-  for (const Part& p : spec.parts) {
-    if (p.kind != PartKind::kLinear) continue;
-    if (p.role == Role::kExpert || p.id == PartId::kRouter || p.id == PartId::kSharedIn ||
-        p.id == PartId::kSharedOut) {
-      // The mixture of experts multiplies in f32: the router, and the experts one token takes.
-      const double matrices = p.role == Role::kExpert ? double(p.stack) * p.token_share : 1.0;
-      per_layer += int64_t(4.0 * matrices * double(p.in * p.out));
-    } else {
-      per_layer += dense * p.in * p.out;
-    }
-  }
-  return config_.n_layer * per_layer + dense * config_.vocab_size * config_.d_model;
+  return int64_t(matmul_weight_reads(layout_, options_.precision, options_.weights).per_token());
 }
 
 int64_t Transformer::resident_parameter_bytes() const {

@@ -21,8 +21,6 @@ namespace {
 
 using model::Recompute;
 
-// A run cannot fill all of HBM: the allocator, communication buffers and workspace take some.
-constexpr double kUsableHbm = 0.92;
 // An accelerator runs attention as one stream of work, so the scratch the engine keeps for each
 // of its CPU threads counts once.
 constexpr int kAttentionThreads = 1;

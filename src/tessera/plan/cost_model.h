@@ -19,6 +19,9 @@
 
 namespace tessera::plan {
 
+// A run cannot fill all of HBM: the allocator, communication buffers and workspace take some.
+inline constexpr double kUsableHbm = 0.92;
+
 struct Workload {
   int64_t global_batch = 0;  // sequences per optimizer step
   int64_t seq_len = 0;

@@ -13,6 +13,7 @@
 #include "tessera/plan/hardware.h"
 #include "tessera/plan/layout.h"
 #include "tessera/plan/report.h"
+#include "tessera/plan/serving_report.h"
 
 namespace tessera::plan {
 namespace {
@@ -247,11 +248,35 @@ std::vector<int64_t> chip_counts(const std::string& text) {
   return counts;
 }
 
+// Serving plans: one chip count at most, the context from --seq-len.
+std::string serve_report(const model::ModelConfig& model, const HardwareCatalog& catalog,
+                         const std::vector<std::string>& names, const PlanQuery& query) {
+  check(!query.layout && !query.deadline_days && !query.global_batch,
+        "tessera plan --serve: --layout, --deadline and --global-batch plan training");
+  const std::vector<int64_t> counts =
+      query.chips.empty() ? std::vector<int64_t>{} : chip_counts(query.chips);
+  check(counts.size() <= 1, "tessera plan --serve: give at most one --chips count, got '{}'",
+        query.chips);
+  ServingWorkload w = query.serving;
+  w.context = query.seq_len.value_or(model.max_seq);
+  if (w.prompt_tokens == 0) w.prompt_tokens = w.context / 2;
+  w.precision = query.workload.precision;
+  check(w.weights != model::WeightFormat::kInt8 || w.precision == model::Precision::kF32,
+        "tessera plan --serve: --quantize int8 needs --precision f32, as serve's does");
+  const int64_t chips = counts.empty() ? 0 : counts.front();
+  return serving_report(model, catalog, names, chips, w, query.top, query.json);
+}
+
 }  // namespace
 
 std::string plan_report(const model::ModelConfig& model, const PlanQuery& query) {
   HardwareCatalog catalog = HardwareCatalog::builtin();
   for (const std::string& file : query.catalogs) catalog.merge(HardwareCatalog::load(file));
+  check(query.hardware.has_value() != query.compare.has_value(),
+        "tessera plan: give one of --hardware NAME and --compare A,B");
+  const std::vector<std::string> names =
+      query.compare ? split_commas(*query.compare) : std::vector{*query.hardware};
+  if (query.serve) return serve_report(model, catalog, names, query);
   const std::vector<int64_t> counts = chip_counts(query.chips);
   Inputs in{model, counts.front(), query.workload};
   in.workload.seq_len = query.seq_len.value_or(model.max_seq);
@@ -259,10 +284,6 @@ std::string plan_report(const model::ModelConfig& model, const PlanQuery& query)
         "tessera plan: --seq-len must be in [1, model.max_seq = {}], got {}", model.max_seq,
         in.workload.seq_len);
   in.workload.global_batch = query.global_batch.value_or(default_global_batch(in));
-  check(query.hardware.has_value() != query.compare.has_value(),
-        "tessera plan: give one of --hardware NAME and --compare A,B");
-  const std::vector<std::string> names =
-      query.compare ? split_commas(*query.compare) : std::vector{*query.hardware};
   if (query.layout) {
     check(!query.compare && counts.size() == 1,
           "tessera plan: --layout evaluates one layout: give one --hardware and one --chips count");

@@ -1,6 +1,7 @@
 // What `tessera plan` is asked and the report that answers it: the best layouts of a model on
 // one accelerator, the days and cost frontier over chip counts and accelerators, one layout
-// evaluated, or this machine measured and Tessera's own step predicted.
+// evaluated, the layouts that serve it (serving.h), or this machine measured and Tessera's own
+// step predicted.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "tessera/plan/calibration.h"
 #include "tessera/plan/cost_model.h"
 #include "tessera/plan/search.h"
+#include "tessera/plan/serving.h"
 
 namespace tessera::plan {
 
@@ -34,6 +36,9 @@ struct PlanQuery {
   std::vector<std::string> catalogs;  // TOML files merged over the built-in catalog
   // Its seq_len and global_batch are set from the fields above.
   Workload workload{.tokens = 1e12, .reliability = {}};
+  // Plan serving instead of training: its context is seq_len, its precision the workload's.
+  bool serve = false;
+  ServingWorkload serving;
 };
 
 // The report on `model`; throws Error naming the flag at fault, or why no layout fits.

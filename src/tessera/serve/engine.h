@@ -29,10 +29,10 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 0;
   static constexpr int64_t kDefaultKvCacheBytes = int64_t(1) << 30;
   int64_t block_tokens = PagedKvCache::kDefaultBlockTokens;
-  int64_t max_running = 64;  // sequences in the batch at once
+  int64_t max_running = model::kDefaultMaxRunning;  // sequences in the batch at once
   // Tokens one model step runs: every running decode first, then prompt chunks in what is left,
   // so a long prompt is spread over steps instead of stalling the decodes.
-  int64_t max_step_tokens = 256;
+  int64_t max_step_tokens = model::kDefaultMaxStepTokens;
   int64_t max_queue = 256;  // waiting requests beyond which submit refuses
   // Full KV blocks are shared between sequences whose prompts start alike, and kept after their
   // sequences end until the room is needed (PagedKvCache).

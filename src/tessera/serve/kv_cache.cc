@@ -5,11 +5,12 @@
 #include <utility>
 
 #include "tessera/core/error.h"
+#include "tessera/model/serving_memory.h"
 
 namespace tessera::serve {
 
 int64_t PagedKvCache::bytes_per_token(const model::ModelConfig& config) {
-  return 2 * config.n_layer * config.kv_heads() * config.head_dim() * int64_t(sizeof(float));
+  return model::kv_rows(model::model_layout(config)).bytes_per_token();
 }
 
 namespace {
@@ -28,14 +29,13 @@ int64_t checked_blocks(int64_t capacity_tokens, int64_t block_tokens) {
 
 PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelConfig& config,
                            int64_t capacity_tokens, int64_t block_tokens, bool prefix_caching)
-    : layers_(config.n_layer),
-      row_width_(config.kv_heads() * config.head_dim()),
+    : rows_(model::kv_rows(model::model_layout(config))),
       block_tokens_(block_tokens),
       num_blocks_(checked_blocks(capacity_tokens, block_tokens)),
       pool_(num_blocks_, block_tokens, prefix_caching) {
-  const int64_t per_tensor = num_blocks_ * block_tokens_ * row_width_;
-  storage_ = kernels::DeviceArray<float>(ctx, 2 * layers_ * per_tensor);
-  for (int64_t l = 0; l < layers_; ++l) {
+  const int64_t per_tensor = num_blocks_ * block_tokens_ * rows_.row_width;
+  storage_ = kernels::DeviceArray<float>(ctx, 2 * rows_.layers * per_tensor);
+  for (int64_t l = 0; l < rows_.layers; ++l) {
     k_layers_.push_back(storage_.data() + 2 * l * per_tensor);
     v_layers_.push_back(storage_.data() + (2 * l + 1) * per_tensor);
   }
@@ -123,16 +123,16 @@ int64_t PagedKvCache::row_offset(int64_t seq, int64_t position) const {
         "KV cache: position {} is outside sequence {}'s {} reserved tokens", position, seq,
         int64_t(s.blocks.size()) * block_tokens_);
   return (int64_t(s.blocks[position / block_tokens_]) * block_tokens_ + position % block_tokens_) *
-         row_width_;
+         rows_.row_width;
 }
 
 float* PagedKvCache::k_row(int64_t layer, int64_t seq, int64_t position) {
-  check(layer >= 0 && layer < layers_, "KV cache: layer {} of {}", layer, layers_);
+  check(layer >= 0 && layer < rows_.layers, "KV cache: layer {} of {}", layer, rows_.layers);
   return k_layers_[layer] + row_offset(seq, position);
 }
 
 float* PagedKvCache::v_row(int64_t layer, int64_t seq, int64_t position) {
-  check(layer >= 0 && layer < layers_, "KV cache: layer {} of {}", layer, layers_);
+  check(layer >= 0 && layer < rows_.layers, "KV cache: layer {} of {}", layer, rows_.layers);
   return v_layers_[layer] + row_offset(seq, position);
 }
 

@@ -7,6 +7,7 @@
 
 #include "tessera/kernels/device.h"
 #include "tessera/model/model_config.h"
+#include "tessera/model/serving_memory.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/block_pool.h"
 
@@ -25,7 +26,7 @@ namespace tessera::serve {
 // into blocks of its own, so sharing needs no copies.
 class PagedKvCache {
  public:
-  static constexpr int64_t kDefaultBlockTokens = 16;
+  static constexpr int64_t kDefaultBlockTokens = model::kDefaultKvBlockTokens;
 
   // Room for capacity_tokens tokens in all, rounded up to whole blocks, in ctx's device memory
   // (the model's).
@@ -82,7 +83,8 @@ class PagedKvCache {
   Sequence& sequence(int64_t seq);
   int64_t row_offset(int64_t seq, int64_t position) const;
 
-  int64_t layers_, row_width_, block_tokens_, num_blocks_;
+  model::KvRows rows_;
+  int64_t block_tokens_, num_blocks_;
   kernels::DeviceArray<float> storage_;
   std::vector<float*> k_layers_, v_layers_;
   BlockPool pool_;

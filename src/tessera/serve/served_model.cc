@@ -11,6 +11,7 @@
 #include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/model/device_support.h"
+#include "tessera/model/serving_memory.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 
 namespace tessera::serve {
@@ -29,8 +30,7 @@ void check_serving_format(const ServingFormat& format) {
         kernels::cuda_unavailable_reason());
   model::check_device_runs(format.device.kind, {.int8_weights = int8},
                            fmt::format("--device {} with --quantize {}",
-                                       enum_name(format.device.kind),
-                                       int8 ? "int8" : "none"));
+                                       enum_name(format.device.kind), int8 ? "int8" : "none"));
 }
 
 const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,
@@ -57,9 +57,8 @@ std::unique_ptr<model::Transformer> inference_model(const model::ModelConfig& mc
   options.context = &ctx;
   options.precision = format.precision;
   options.weights = format.weights;
-  const int64_t max_batch = std::max<int64_t>(1, (max_step_tokens + mc.max_seq - 1) / mc.max_seq);
-  return std::make_unique<model::Transformer>(mc, max_batch, mc.max_seq, /*training=*/false,
-                                              options);
+  return std::make_unique<model::Transformer>(mc, model::inference_max_batch(mc, max_step_tokens),
+                                              mc.max_seq, /*training=*/false, options);
 }
 
 // A Hugging Face model folder read in place: its weights, and its tokenizer when it has one

@@ -1,0 +1,75 @@
+#include "tessera/model/serving_memory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "tessera/model/block.h"
+
+namespace tessera::model {
+
+KvRows kv_rows(const ModelLayout& layout) {
+  const BlockWidths w(layout.spec.block, layout.sharding);
+  return {int64_t(layout.blocks.size()), w.kv_heads * w.head_dim};
+}
+
+int64_t inference_max_batch(const ModelConfig& config, int64_t max_step_tokens) {
+  return std::max<int64_t>(1, (max_step_tokens + config.max_seq - 1) / config.max_seq);
+}
+
+namespace {
+
+// Bytes of the int8 matrices and their row scales.
+int64_t int8_bytes(const ModelLayout& layout) {
+  const std::vector<int64_t> offsets = linear_weight_offsets(layout);
+  const std::unordered_set<int64_t> matrices(offsets.begin(), offsets.end());
+  int64_t bytes = 0;
+  for (const ParamInfo& p : layout.params.entries()) {
+    if (matrices.contains(p.offset)) bytes += p.shape[0] * (p.shape[1] + int64_t(sizeof(float)));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t resident_weight_bytes(const ModelLayout& layout, Precision precision,
+                              WeightFormat weights) {
+  const int64_t total = layout.params.total();
+  return int64_t(sizeof(float)) * total + (precision != Precision::kF32 ? 2 * total : 0) +
+         (weights == WeightFormat::kInt8 ? int8_bytes(layout) : 0);
+}
+
+double MatmulWeightReads::per_step(double tokens) const {
+  if (experts == 0) return dense;
+  return dense + experts * (1 - std::pow(1 - expert_token_share, tokens));
+}
+
+MatmulWeightReads matmul_weight_reads(const ModelLayout& layout, Precision precision,
+                                      WeightFormat weights) {
+  const BlockSpec& spec = layout.spec.block;
+  const double dense_bytes = precision != Precision::kF32 ? 2 : 4;
+  const double blocks = double(layout.blocks.size());
+  MatmulWeightReads reads;
+  double dense_per_block = 0;
+  for (const Part& p : spec.parts) {
+    if (p.kind != PartKind::kLinear) continue;
+    const double matrix = double(p.in) * double(p.out);
+    if (p.role == Role::kExpert) {
+      reads.experts += blocks * 4 * double(p.stack) * matrix;
+      reads.expert_token_share = p.token_share;
+    } else if (p.id == PartId::kRouter || p.id == PartId::kSharedIn || p.id == PartId::kSharedOut) {
+      reads.dense += blocks * 4 * matrix;
+    } else {
+      dense_per_block += matrix;
+    }
+  }
+  if (weights == WeightFormat::kInt8) {
+    reads.dense += double(int8_bytes(layout));
+  } else {
+    const double head = layout.has_head ? double(layout.vocab.local) * double(spec.d_model) : 0;
+    reads.dense += dense_bytes * (blocks * dense_per_block + head);
+  }
+  return reads;
+}
+
+}  // namespace tessera::model
