@@ -14,6 +14,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/ops.h"
+#include "tests/expect_error.h"
 #include "tests/kernels/gradient_check.h"
 
 namespace tessera::model {
@@ -161,7 +162,7 @@ TEST_P(MoeGradient, MatchesSpecificationAndFiniteDifferences) {
   Params<double> p(config, 10);
   auto x = random_vector<double>(N * C, 20), r = random_vector<double>(N * C, 21);
   std::vector<double> y(N * C), dx(N * C);
-  MoeLayer<double> layer(config, N + 3);
+  MoeLayer<double> layer(kernels::kCpuContext, config, N + 3);
 
   const double aux = layer.forward(x.data(), y.data(), N, p.weights());
   const NaiveResult want = naive_moe(config, x, N, p);
@@ -230,7 +231,7 @@ TYPED_TEST(MoeSingleExpert, EqualsPlainSwiGluMlp) {
   Params<T> p(config, 30);
   auto x = random_vector<T>(N * C, 31), dy = random_vector<T>(N * C, 32);
 
-  MoeLayer<T> layer(config, N);
+  MoeLayer<T> layer(kernels::kCpuContext, config, N);
   Params<T> g = p;
   for (auto* v : {&g.router, &g.gate_up, &g.down}) std::fill(v->begin(), v->end(), T(0));
   std::vector<T> y(N * C), dx(N * C);
@@ -279,7 +280,7 @@ TEST(MoeRouting, CountsCapacityAndTies) {
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t c = 0; c < C; ++c) p.router[e * C + c] = e == c ? 1.0f : 0.0f;
   }
-  MoeLayer<float> layer(config, N);
+  MoeLayer<float> layer(kernels::kCpuContext, config, N);
   const float aux = layer.forward(x.data(), y.data(), N, p.weights());
   EXPECT_EQ(
       std::vector<int64_t>(layer.tokens_per_expert().begin(), layer.tokens_per_expert().end()),
@@ -297,7 +298,7 @@ TEST(MoeRouting, CountsCapacityAndTies) {
   EXPECT_NEAR(aux, 0.5 * E * want_aux, 1e-6);
 
   config.moe.capacity_factor = 0;
-  MoeLayer<float> dropless(config, N);
+  MoeLayer<float> dropless(kernels::kCpuContext, config, N);
   dropless.forward(x.data(), y.data(), N, p.weights());
   EXPECT_EQ(std::vector<int64_t>(dropless.tokens_per_expert().begin(),
                                  dropless.tokens_per_expert().end()),
@@ -310,7 +311,7 @@ TEST(MoeLayer, RepeatsBitForBit) {
   const ModelConfig config = moe_config(C, F, 8, 2, 1, 1.25, 0.01);
   Params<float> p(config, 50);
   auto x = random_vector<float>(N * C, 51), dy = random_vector<float>(N * C, 52);
-  MoeLayer<float> layer(config, N);
+  MoeLayer<float> layer(kernels::kCpuContext, config, N);
   auto run = [&] {
     Params<float> g = p;
     for (auto* v : {&g.router, &g.gate_up, &g.down, &g.shared_gate_up, &g.shared_down}) {
@@ -325,15 +326,34 @@ TEST(MoeLayer, RepeatsBitForBit) {
   EXPECT_EQ(run(), run());
 }
 
+// Every kernel of the layer runs in the context it was built with. Double-precision kernels exist
+// on the CPU alone, so a layer given a CUDA context refuses its first kernel, naming the device,
+// in any build and on any machine; given the CPU's, the same layer computes.
+TEST(MoeLayer, RunsItsKernelsInTheContextItIsGiven) {
+  const int64_t N = 8, C = 6, F = 5;
+  const ModelConfig config = moe_config(C, F, 4, 2, 1, 0.0, 0.01);
+  Params<double> p(config, 70);
+  const auto x = random_vector<double>(N * C, 71);
+  std::vector<double> y(N * C, 0.0);
+  kernels::Context cuda;
+  cuda.device.kind = kernels::DeviceKind::kCuda;
+  MoeLayer<double> on_cuda(cuda, config, N);
+  testing::expect_error([&] { on_cuda.forward(x.data(), y.data(), N, p.weights()); },
+                        {"cannot run on a CUDA device"});
+  MoeLayer<double> on_cpu(kernels::kCpuContext, config, N);
+  on_cpu.forward(x.data(), y.data(), N, p.weights());
+  EXPECT_NE(y, std::vector<double>(N * C, 0.0));
+}
+
 TEST(MoeLayer, RejectsBadSizes) {
   const ModelConfig config = moe_config(4, 2, 2, 1, 0, 0.0, 0.01);
   Params<float> p(config, 60);
-  MoeLayer<float> layer(config, 3);
+  MoeLayer<float> layer(kernels::kCpuContext, config, 3);
   std::vector<float> x(4 * 4), y(4 * 4);
   EXPECT_THROW(layer.forward(x.data(), y.data(), 4, p.weights()), Error);
   ModelConfig dense = config;
   dense.moe.n_experts = 0;
-  EXPECT_THROW(MoeLayer<float>(dense, 3), Error);
+  EXPECT_THROW(MoeLayer<float>(kernels::kCpuContext, dense, 3), Error);
 }
 
 // Dropless, a rank's experts may receive every assignment of the expert-parallel group; a

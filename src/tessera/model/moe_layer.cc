@@ -59,9 +59,10 @@ int group_rank(const Collectives* c) { return c != nullptr ? c->rank() : 0; }
 }  // namespace
 
 template <typename T>
-MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel,
-                      std::shared_ptr<MoeScratch<T>> scratch)
-    : C_(config.d_model),
+MoeLayer<T>::MoeLayer(const kernels::Context& ctx, const ModelConfig& config, int64_t max_tokens,
+                      const MoeParallel& parallel, std::shared_ptr<MoeScratch<T>> scratch)
+    : ctx_(ctx),
+      C_(config.d_model),
       F_(config.ffn()),
       E_(config.moe.n_experts),
       k_(config.moe.top_k),
@@ -121,7 +122,7 @@ MoeLayer<T>::MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoePa
 template <typename T>
 void MoeLayer<T>::route(const T* x, int64_t N, const MoeWeights<T>& w) {
   const int64_t C = C_, E = E_, k = k_;
-  linear_forward<T>(kernels::kCpuContext, x, w.router, nullptr, probs_.data(), N, C, E);
+  linear_forward<T>(ctx_, x, w.router, nullptr, probs_.data(), N, C, E);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     T* p = probs_.data() + t * E;
@@ -320,27 +321,25 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_forward<T>(kernels::kCpuContext, in + r0 * C, w.gate_up + j * 2 * F * C, nullptr,
+    linear_forward<T>(ctx_, in + r0 * C, w.gate_up + j * 2 * F * C, nullptr,
                       hidden_.data() + r0 * 2 * F, n, C, 2 * F);
   }
-  swiglu_forward<T>(kernels::kCpuContext, hidden_.data(), scratch_->act.data(), R, F);
+  swiglu_forward<T>(ctx_, hidden_.data(), scratch_->act.data(), R, F);
   T* out = scratch_->rows_b.data();
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_forward<T>(kernels::kCpuContext, scratch_->act.data() + r0 * F, w.down + j * C * F,
-                      nullptr, out + r0 * C, n, F, C);
+    linear_forward<T>(ctx_, scratch_->act.data() + r0 * F, w.down + j * C * F, nullptr,
+                      out + r0 * C, n, F, C);
   }
   T* returned = scratch_->rows_a.data();  // the sent rows of x are spent
   dispatch_back(out, returned, C);
 
   // The shared experts write y, then each token adds its experts in choice order.
   if (SF_ > 0) {
-    linear_forward<T>(kernels::kCpuContext, x, w.shared_gate_up, nullptr, shared_hidden_.data(), N,
-                      C, 2 * SF_);
-    swiglu_forward<T>(kernels::kCpuContext, shared_hidden_.data(), scratch_->act.data(), N, SF_);
-    linear_forward<T>(kernels::kCpuContext, scratch_->act.data(), w.shared_down, nullptr, y, N, SF_,
-                      C);
+    linear_forward<T>(ctx_, x, w.shared_gate_up, nullptr, shared_hidden_.data(), N, C, 2 * SF_);
+    swiglu_forward<T>(ctx_, shared_hidden_.data(), scratch_->act.data(), N, SF_);
+    linear_forward<T>(ctx_, scratch_->act.data(), w.shared_down, nullptr, y, N, SF_, C);
   } else {
     std::fill(y, y + N * C, T(0));
   }
@@ -400,12 +399,12 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
   // With u = dy * down (the SwiGLU output's gradient before gating), the gate's gradient is
   // dy . (down a) = u . a, and scaling a and u by the gate afterwards yields the gradients of
   // down and of the SwiGLU output without a copy of the expert outputs.
-  swiglu_forward<T>(kernels::kCpuContext, hidden_.data(), scratch_->act.data(), R, F);
+  swiglu_forward<T>(ctx_, hidden_.data(), scratch_->act.data(), R, F);
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    gemm<T>(kernels::kCpuContext, false, false, n, F, C, T(1), got + r0 * W, W, w.down + j * C * F,
-            F, T(0), scratch_->dact.data() + r0 * F, F);
+    gemm<T>(ctx_, false, false, n, F, C, T(1), got + r0 * W, W, w.down + j * C * F, F, T(0),
+            scratch_->dact.data() + r0 * F, F);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) {
@@ -423,16 +422,15 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    gemm<T>(kernels::kCpuContext, true, false, C, F, n, T(1), got + r0 * W, W,
-            scratch_->act.data() + r0 * F, F, T(1), g.down + j * C * F, F);
+    gemm<T>(ctx_, true, false, C, F, n, T(1), got + r0 * W, W, scratch_->act.data() + r0 * F, F,
+            T(1), g.down + j * C * F, F);
   }
-  swiglu_backward<T>(kernels::kCpuContext, scratch_->dact.data(), hidden_.data(),
-                     scratch_->dhidden.data(), R, F);
+  swiglu_backward<T>(ctx_, scratch_->dact.data(), hidden_.data(), scratch_->dhidden.data(), R, F);
   T* d_in = scratch_->rows_a.data();  // the sent rows are spent: [R, C] of input gradients
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
-    linear_backward<T>(kernels::kCpuContext, scratch_->dhidden.data() + r0 * 2 * F, in + r0 * C,
+    linear_backward<T>(ctx_, scratch_->dhidden.data() + r0 * 2 * F, in + r0 * C,
                        w.gate_up + j * 2 * F * C, d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr,
                        n, C, 2 * F);
   }
@@ -491,9 +489,9 @@ void MoeLayer<T>::router_backward(const T* x, T* dx, int64_t N, const MoeWeights
     for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - dot);
   }
   T* scratch = scratch_->rows_a.data();
-  linear_backward<T>(kernels::kCpuContext, scratch_->dlogits.data(), x, w.router, scratch, g.router,
-                     nullptr, N, C, E);
-  kernels::add<T>(kernels::kCpuContext, dx, scratch, dx, N * C);
+  linear_backward<T>(ctx_, scratch_->dlogits.data(), x, w.router, scratch, g.router, nullptr, N, C,
+                     E);
+  kernels::add<T>(ctx_, dx, scratch, dx, N * C);
 }
 
 // The merged shared experts, which every token passes through; their input gradient adds to dx.
@@ -502,14 +500,14 @@ void MoeLayer<T>::shared_backward(const T* dy, const T* x, T* dx, int64_t N, con
                                   const MoeGrads<T>& g) {
   const int64_t C = C_;
   T* scratch = scratch_->rows_a.data();
-  swiglu_forward<T>(kernels::kCpuContext, shared_hidden_.data(), scratch_->act.data(), N, SF_);
-  linear_backward<T>(kernels::kCpuContext, dy, scratch_->act.data(), w.shared_down,
-                     scratch_->dact.data(), g.shared_down, nullptr, N, SF_, C);
-  swiglu_backward<T>(kernels::kCpuContext, scratch_->dact.data(), shared_hidden_.data(),
-                     scratch_->dhidden.data(), N, SF_);
-  linear_backward<T>(kernels::kCpuContext, scratch_->dhidden.data(), x, w.shared_gate_up, scratch,
-                     g.shared_gate_up, nullptr, N, C, 2 * SF_);
-  kernels::add<T>(kernels::kCpuContext, dx, scratch, dx, N * C);
+  swiglu_forward<T>(ctx_, shared_hidden_.data(), scratch_->act.data(), N, SF_);
+  linear_backward<T>(ctx_, dy, scratch_->act.data(), w.shared_down, scratch_->dact.data(),
+                     g.shared_down, nullptr, N, SF_, C);
+  swiglu_backward<T>(ctx_, scratch_->dact.data(), shared_hidden_.data(), scratch_->dhidden.data(),
+                     N, SF_);
+  linear_backward<T>(ctx_, scratch_->dhidden.data(), x, w.shared_gate_up, scratch, g.shared_gate_up,
+                     nullptr, N, C, 2 * SF_);
+  kernels::add<T>(ctx_, dx, scratch, dx, N * C);
 }
 
 template class MoeLayer<float>;

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/kernels/context.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/model_config.h"
 
@@ -84,8 +85,9 @@ struct MoeScratch {
 template <typename T>
 class MoeLayer {
  public:
-  MoeLayer(const ModelConfig& config, int64_t max_tokens, const MoeParallel& parallel = {},
-           std::shared_ptr<MoeScratch<T>> scratch = nullptr);
+  // Its kernels run in ctx, which must outlive the layer.
+  MoeLayer(const kernels::Context& ctx, const ModelConfig& config, int64_t max_tokens,
+           const MoeParallel& parallel = {}, std::shared_ptr<MoeScratch<T>> scratch = nullptr);
   const std::shared_ptr<MoeScratch<T>>& scratch() const { return scratch_; }
 
   // x[N, C] -> y[N, C] (written); returns the auxiliary loss, coefficient included, of the whole
@@ -124,6 +126,7 @@ class MoeLayer {
                        const MoeGrads<T>& g);
   bool distributed() const { return ep_ranks_ > 1; }
 
+  const kernels::Context& ctx_;
   int64_t C_, F_, E_, k_, SF_;
   double capacity_factor_, aux_coef_;
   int64_t max_tokens_;

@@ -146,7 +146,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     const MoeParallel moe_parallel{parallel_.ep, parallel_.batch, parallel_.batch->size()};
     std::shared_ptr<MoeScratch<float>> scratch;
     for (int64_t l = 0; l < (per_layer ? blocks * options_.in_flight : 1); ++l) {
-      moe_.push_back(std::make_unique<MoeLayer<float>>(config_, N, moe_parallel, scratch));
+      moe_.push_back(std::make_unique<MoeLayer<float>>(ctx_, config_, N, moe_parallel, scratch));
       scratch = moe_.back()->scratch();
     }
     expert_tokens_.assign(blocks, std::vector<int64_t>(config_.moe.n_experts, 0));
