@@ -45,10 +45,11 @@ std::string layout_table(const std::vector<Estimate>& estimates) {
   return out;
 }
 
+nlohmann::json optional_json(const std::optional<double>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
 nlohmann::json estimate_json(const Estimate& e) {
-  auto optional = [](const std::optional<double>& v) {
-    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-  };
   const Layout& l = e.layout;
   return {{"layout",
            {{"dp", l.dp},
@@ -101,10 +102,10 @@ nlohmann::json estimate_json(const Estimate& e) {
             {"checkpoint_interval_seconds", e.goodput.interval_s},
             {"mean_time_between_failures_seconds", e.goodput.mean_time_between_failures_s}}},
           {"cost_usd",
-           {{"on_demand", optional(e.cost_on_demand)},
-            {"spot", optional(e.cost_spot)},
-            {"committed_1y", optional(e.cost_1y)},
-            {"committed_3y", optional(e.cost_3y)}}}};
+           {{"on_demand", optional_json(e.cost_on_demand)},
+            {"spot", optional_json(e.cost_spot)},
+            {"committed_1y", optional_json(e.cost_1y)},
+            {"committed_3y", optional_json(e.cost_3y)}}}};
 }
 
 }  // namespace tessera::plan

@@ -20,6 +20,8 @@ std::string layout_table(const std::vector<Estimate>& estimates);
 nlohmann::json estimate_json(const Estimate& estimate);
 // A warning when the estimate's MFU is above the best any published run reached on its chip.
 std::optional<std::string> mfu_warning(const Estimate& estimate, const Accelerator& accelerator);
+// A figure that may be absent (a price not published): the number, or null.
+nlohmann::json optional_json(const std::optional<double>& value);
 // "12.3 GiB", "4.56 M", "$1.23M": short human forms.
 std::string human_bytes(double bytes);
 std::string human_count(double n);

@@ -26,6 +26,24 @@ model::Sharding stage_sharding(const model::ModelConfig& config, int64_t tp, int
           .block_end = (stage + 1) * config.n_layer / pp};
 }
 
+// The memory of the chip holding `layout`, as serving_memory says.
+ServingMemory memory_of(const model::ModelConfig& config, const model::ModelLayout& layout,
+                        const ServingWorkload& w, int attention_threads, double usable_bytes) {
+  model::ActivationOptions o;
+  o.max_batch = model::inference_max_batch(config, w.max_step_tokens);
+  o.max_seq = config.max_seq;
+  o.training = false;
+  o.precision = w.precision;
+  o.weights = w.weights;
+  o.threads = attention_threads;
+  ServingMemory m;
+  m.weights = double(model::resident_weight_bytes(layout, w.precision, w.weights));
+  m.activations = double(model::activation_bytes(config, layout, o).total);
+  m.kv_per_token = double(model::kv_rows(layout).bytes_per_token());
+  m.usable = usable_bytes;
+  return m;
+}
+
 // What one pipeline stage holds and does per token.
 struct Stage {
   int64_t count = 1;  // stages alike
@@ -41,7 +59,7 @@ Stage plan_stage(const model::ModelConfig& config, int64_t tp, int64_t pp, int64
       model::model_layout(config, stage_sharding(config, tp, pp, stage));
   const model::BlockWidths widths(layout.spec.block, layout.sharding);
   Stage s;
-  s.memory = serving_memory(config, tp, pp, stage, w, 1, usable);
+  s.memory = memory_of(config, layout, w, 1, usable);
   s.reads = model::matmul_weight_reads(layout, w.precision, w.weights);
   // In f32 every matrix is read at four bytes an element.
   s.weights_per_token =
@@ -161,21 +179,8 @@ std::optional<double> per_million(const std::optional<double>& usd_per_chip_hour
 ServingMemory serving_memory(const model::ModelConfig& config, int64_t tp, int64_t pp,
                              int64_t stage, const ServingWorkload& w, int attention_threads,
                              double usable_bytes) {
-  const model::ModelLayout layout =
-      model::model_layout(config, stage_sharding(config, tp, pp, stage));
-  model::ActivationOptions o;
-  o.max_batch = model::inference_max_batch(config, w.max_step_tokens);
-  o.max_seq = config.max_seq;
-  o.training = false;
-  o.precision = w.precision;
-  o.weights = w.weights;
-  o.threads = attention_threads;
-  ServingMemory m;
-  m.weights = double(model::resident_weight_bytes(layout, w.precision, w.weights));
-  m.activations = double(model::activation_bytes(config, layout, o).total);
-  m.kv_per_token = double(model::kv_rows(layout).bytes_per_token());
-  m.usable = usable_bytes;
-  return m;
+  return memory_of(config, model::model_layout(config, stage_sharding(config, tp, pp, stage)), w,
+                   attention_threads, usable_bytes);
 }
 
 std::string ServingEstimate::layout() const {

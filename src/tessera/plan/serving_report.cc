@@ -56,9 +56,6 @@ std::string table_row(const ServingEstimate& e) {
 }
 
 nlohmann::json estimate_json(const ServingEstimate& e, const std::string& hardware) {
-  auto price = [](const std::optional<double>& usd) -> nlohmann::json {
-    return usd ? nlohmann::json(*usd) : nlohmann::json(nullptr);
-  };
   return {{"hardware", hardware},
           {"tp", e.tp},
           {"pp", e.pp},
@@ -78,10 +75,10 @@ nlohmann::json estimate_json(const ServingEstimate& e, const std::string& hardwa
           {"decode_tensor_parallel_s", e.tensor_parallel_s},
           {"tokens_per_s", e.tokens_per_s},
           {"usd_per_million_tokens",
-           {{"on_demand", price(e.usd_per_million_on_demand)},
-            {"spot", price(e.usd_per_million_spot)},
-            {"1y", price(e.usd_per_million_1y)},
-            {"3y", price(e.usd_per_million_3y)}}}};
+           {{"on_demand", optional_json(e.usd_per_million_on_demand)},
+            {"spot", optional_json(e.usd_per_million_spot)},
+            {"1y", optional_json(e.usd_per_million_1y)},
+            {"3y", optional_json(e.usd_per_million_3y)}}}};
 }
 
 std::string no_layout(const Accelerator& a, int64_t chips, const ServingSearch& found) {
