@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/core/threading.h"
+#include "tessera/model/serving_memory.h"
 #include "tessera/model/transformer.h"
 #include "tessera/plan/cost_model.h"
 #include "tessera/plan/serving.h"
@@ -87,6 +88,21 @@ TEST(ServingPlan, Llama3_70bFitsH100AndTpuV5eWithinTheirMemoryAndBandwidth) {
   ASSERT_TRUE(tp8.invalid.empty()) << tp8.invalid;
   EXPECT_NEAR(tp8.memory.weights, 6 * 70.55e9 / 8, 0.02 * 6 * 70.55e9 / 8);
   EXPECT_DOUBLE_EQ(tp8.memory.kv_per_token, 80 * 128 * 2 * 4);
+}
+
+// A chip multiplies by its own slices: at tp = 8 each step reads an eighth of the matrices.
+TEST(ServingPlan, EachChipReadsItsOwnSlices) {
+  const model::ModelConfig config = shipped_model("llama-3-70b.toml");
+  const auto reads = [&](const model::Sharding& sharding) {
+    return model::matmul_weight_reads(model::model_layout(config, sharding),
+                                      model::Precision::kBf16, model::WeightFormat::kDense)
+        .per_token();
+  };
+  const double whole = reads({});
+  EXPECT_NEAR(whole, 2 * 70.55e9, 0.02 * 2 * 70.55e9);
+  EXPECT_NEAR(8 * reads({.tp = 8}), whole, 0.02 * whole);
+  EXPECT_NEAR(2 * reads({.tp = 8, .block_begin = 0, .block_end = 40}), reads({.tp = 8}),
+              0.02 * whole / 8);
 }
 
 TEST(ServingPlan, BoundsThatNoLayoutMeetsSayWhy) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "tessera/model/block.h"
@@ -46,28 +47,32 @@ double MatmulWeightReads::per_step(double tokens) const {
 
 MatmulWeightReads matmul_weight_reads(const ModelLayout& layout, Precision precision,
                                       WeightFormat weights) {
-  const BlockSpec& spec = layout.spec.block;
+  // The matrices as this rank holds them: its tensor-parallel slices and its experts.
+  std::unordered_map<int64_t, double> elements;  // by offset
+  for (const ParamInfo& p : layout.params.entries()) elements[p.offset] = double(p.shape.numel());
   const double dense_bytes = precision != Precision::kF32 ? 2 : 4;
-  const double blocks = double(layout.blocks.size());
   MatmulWeightReads reads;
-  double dense_per_block = 0;
-  for (const Part& p : spec.parts) {
-    if (p.kind != PartKind::kLinear) continue;
-    const double matrix = double(p.in) * double(p.out);
-    if (p.role == Role::kExpert) {
-      reads.experts += blocks * 4 * double(p.stack) * matrix;
-      reads.expert_token_share = p.token_share;
-    } else if (p.id == PartId::kRouter || p.id == PartId::kSharedIn || p.id == PartId::kSharedOut) {
-      reads.dense += blocks * 4 * matrix;
-    } else {
-      dense_per_block += matrix;
+  double dense = 0;  // elements multiplied in the dense format
+  for (const PartTable& block : layout.blocks) {
+    for (const Part& p : layout.spec.block.parts) {
+      if (p.kind != PartKind::kLinear) continue;
+      const double matrix = elements.at(block[p.id].weight);
+      if (p.role == Role::kExpert) {
+        reads.experts += 4 * matrix;
+        reads.expert_token_share = p.token_share;
+      } else if (p.id == PartId::kRouter || p.id == PartId::kSharedIn ||
+                 p.id == PartId::kSharedOut) {
+        reads.dense += 4 * matrix;
+      } else {
+        dense += matrix;
+      }
     }
   }
   if (weights == WeightFormat::kInt8) {
     reads.dense += double(int8_bytes(layout));
   } else {
-    const double head = layout.has_head ? double(layout.vocab.local) * double(spec.d_model) : 0;
-    reads.dense += dense_bytes * (blocks * dense_per_block + head);
+    const double head = layout.has_head ? elements.at(layout.head_weight()) : 0;
+    reads.dense += dense_bytes * (dense + head);
   }
   return reads;
 }
