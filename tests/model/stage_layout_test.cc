@@ -35,7 +35,7 @@ TEST(StageLayout, StagesHoldTheirBlocksUnderModelNamesAndCanonicalPlaces) {
     std::map<std::string, int64_t> canonical;
     for (const ParamInfo& e : whole.params.entries()) canonical[e.name] = e.global_offset;
     std::map<std::string, int> held;
-    for (const auto [begin, end] : {std::pair{0, 1}, std::pair{1, 3}, std::pair{3, 6}}) {
+    for (const auto& [begin, end] : {std::pair{0, 1}, std::pair{1, 3}, std::pair{3, 6}}) {
       const ModelLayout stage = model_layout(c, {.block_begin = begin, .block_end = end});
       EXPECT_EQ(stage.first_block, begin);
       EXPECT_EQ(int64_t(stage.blocks.size()), end - begin);
@@ -51,7 +51,9 @@ TEST(StageLayout, StagesHoldTheirBlocksUnderModelNamesAndCanonicalPlaces) {
       EXPECT_EQ(mine.count("blocks.0.ln1.weight"), begin == 0 ? 1u : 0u);
       EXPECT_EQ(mine.count(fmt::format("blocks.{}.ln1.weight", end - 1)), 1u);
       EXPECT_EQ(mine.count("lnf.weight"), end == 6 ? 1u : 0u);
-      if (begin > 0 && end < 6) EXPECT_EQ(stage.units[0].size(), 0);
+      if (begin > 0 && end < 6) {
+        EXPECT_EQ(stage.units[0].size(), 0);
+      }
     }
     // Every parameter on exactly one stage, but a tied embedding, which the last stage copies.
     EXPECT_EQ(held.size(), canonical.size());

@@ -128,10 +128,6 @@ double Block::forward(const ParamAccess& p, const float* x, int64_t B, int64_t T
 
 void Block::decode(const ParamAccess& p, const float* x, const k::PagedKv& kv,
                    std::span<const k::PagedChunk> chunks, int64_t N) {
-  check(!tp_.active(),
-        "decoding runs on one rank: the model is split over {} tensor-parallel "
-        "ranks",
-        tp_.ranks());
   ln1_.forward(p, x, a_[Act::kAttentionNormOutput], a_[Act::kAttentionNormMean].f32,
                a_[Act::kAttentionNormRstd].f32, N);
   attention_.decode(p, a_[Act::kAttentionNormOutput], x, attention_activations(),

@@ -77,7 +77,8 @@ class Block {
   // x: this rank's rows of the block input; writes activations().res_out. Returns the MoE
   // auxiliary loss (0 for a dense block).
   double forward(const ParamAccess& p, const float* x, int64_t B, int64_t T);
-  // Inference over a paged cache (one rank).
+  // Inference over a paged cache holding this rank's key/value heads; every tensor-parallel rank
+  // runs all N rows (no sequence parallelism).
   void decode(const ParamAccess& p, const float* x, const kernels::PagedKv& kv,
               std::span<const kernels::PagedChunk> chunks, int64_t N);
   // d_res holds dL/d(output rows) on entry and dL/d(input rows) on exit. aux_scale is

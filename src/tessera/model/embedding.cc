@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/core/error.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::model {
@@ -37,10 +38,25 @@ void Embedding::forward(const ParamAccess& p, const int32_t* tokens, float* x, i
     k::position_embedding_forward(ctx_, wpe, x, tp_.first_row(N), tp_.rows(N), T, C_);
 }
 
-void Embedding::forward_chunk(const ParamAccess& p, const int32_t* tokens, int64_t n, int64_t start,
-                              float* x) const {
-  const float* wpe = positions_.weight >= 0 ? p.f32(positions_.weight) + start * C_ : nullptr;
-  k::embedding_forward(ctx_, tokens, p.f32(tokens_.weight), wpe, x, 1, n, C_);
+void Embedding::forward_chunks(const ParamAccess& p, const int32_t* tokens,
+                               std::span<const k::PagedChunk> chunks, float* x, int64_t N) const {
+  const float* wpe = positions_.weight >= 0 ? p.f32(positions_.weight) : nullptr;
+  const float* wte = p.f32(tokens_.weight);
+  if (!tp_.active()) {
+    for (const k::PagedChunk& c : chunks) {
+      k::embedding_forward(ctx_, tokens + c.row, wte, wpe != nullptr ? wpe + c.start * C_ : nullptr,
+                           x + c.row * C_, 1, c.n, C_);
+    }
+    return;
+  }
+  check(!tp_.sequence_parallel(), "decoding runs every row on every tensor-parallel rank, without "
+                                  "sequence parallelism");
+  k::vocab_shard_embedding_forward(ctx_, tokens, wte, vocab_.begin, vocab_.real(), x, N, C_);
+  tp_group_->all_reduce(x, N * C_);
+  if (wpe == nullptr) return;
+  for (const k::PagedChunk& c : chunks) {
+    k::position_embedding_forward(ctx_, wpe + c.start * C_, x + c.row * C_, 0, c.n, c.n, C_);
+  }
 }
 
 void Embedding::backward(const ParamAccess& p, const float* dx, const int32_t* tokens, int64_t B,

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/kernels/context.h"
+#include "tessera/kernels/paged_attention.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/model_layout.h"
@@ -23,9 +25,10 @@ class Embedding {
 
   // tokens [B, T] (checked); x: this rank's rows of their embeddings.
   void forward(const ParamAccess& p, const int32_t* tokens, float* x, int64_t B, int64_t T) const;
-  // n tokens of one sequence at positions [start, start + n), into x [n, C] (one rank).
-  void forward_chunk(const ParamAccess& p, const int32_t* tokens, int64_t n, int64_t start,
-                     float* x) const;
+  // The N tokens of decode chunks, each chunk's n tokens at rows [row, row + n) and positions
+  // [start, start + n), into x [N, C] whole on every tensor-parallel rank.
+  void forward_chunks(const ParamAccess& p, const int32_t* tokens,
+                      std::span<const kernels::PagedChunk> chunks, float* x, int64_t N) const;
   // dx: dL/d(x) on this rank's rows; the tables' gradients accumulate.
   void backward(const ParamAccess& p, const float* dx, const int32_t* tokens, int64_t B,
                 int64_t T) const;

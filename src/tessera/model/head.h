@@ -39,7 +39,8 @@ class Head {
   void norm(const ParamAccess& p, const float* x, int64_t R) const;
   // This rank's slice of the logits of all N tokens.
   void logits(const ParamAccess& p, int64_t N) const;
-  // The logits of `rows` normed rows from `first` (sampling, decode; one rank).
+  // This rank's vocabulary slice of the logits of `rows` normed rows from `first` (sampling,
+  // decode).
   void logits_of_rows(const ParamAccess& p, int64_t first, int64_t rows) const;
   // The mean cross-entropy over N targets (checked); with grad_scale non-zero the logits become
   // grad_scale * its gradient per token.

@@ -136,7 +136,10 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   Allocator real(arena_);
   acts_ = allocate_activations(config_, layout_, activation_options, real);
   activation_bytes_ = activation_bytes(config_, parallel_.sharding, activation_options);
-  if (!training_) paged_chunks_.resize(N);
+  if (!training_) {
+    paged_chunks_.resize(N);
+    decode_tokens_.resize(N);
+  }
   slots_.resize(options_.in_flight);
 
   const int64_t blocks = int64_t(layout_.blocks.size());
@@ -374,10 +377,13 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
 const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
   const ModelConfig& c = config_;
   check(!training_, "decode: the model was built for training; build it with training=false");
-  check(!tp_.active(), "decode runs on one rank, not over {} tensor-parallel ranks", tp_.ranks());
-  check(int64_t(cache.k.size()) == c.n_layer && int64_t(cache.v.size()) == c.n_layer,
+  check(!tp_.sequence_parallel(),
+        "decode runs every row on every tensor-parallel rank: build the inference model without "
+        "sequence parallelism");
+  const KvRows rows = kv_rows(layout_);
+  check(int64_t(cache.k.size()) == rows.layers && int64_t(cache.v.size()) == rows.layers,
         "decode: the cache holds {} key and {} value layers but the model has {}", cache.k.size(),
-        cache.v.size(), c.n_layer);
+        cache.v.size(), rows.layers);
   check(cache.block_tokens >= 1, "decode: the cache's blocks hold {} tokens", cache.block_tokens);
   check(!chunks.empty(), "decode: no sequences to run");
   const int64_t C = c.d_model, num_chunks = int64_t(chunks.size());
@@ -399,6 +405,7 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
           "x max_seq {})",
           max_batch_ * max_seq_, max_batch_, max_seq_);
     check_tokens(d.tokens, d.n);
+    std::copy_n(d.tokens, d.n, decode_tokens_.begin() + N);
     paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
     N += d.n;
   }
@@ -407,14 +414,12 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
         omp_get_max_threads());
   acquire(0);
   const Access& p = *access_;
-  for (int64_t s = 0; s < num_chunks; ++s) {
-    const k::PagedChunk& chunk = paged_chunks_[s];
-    embedding_->forward_chunk(p, tokens_for_kernels(chunks[s].tokens, chunk.n, chunk.row), chunk.n,
-                              chunk.start, acts_.embedded + chunk.row * C);
-  }
   const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
+  embedding_->forward_chunks(p, tokens_for_kernels(decode_tokens_.data(), N, 0), paged,
+                             acts_.embedded, N);
+  const int64_t kv_heads = rows.row_width / c.head_dim();
   for_each_block([&](int64_t l) {
-    const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, c.kv_heads(), c.head_dim()};
+    const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
     blocks_[l]->decode(p, input_of(l), kv, paged, N);
     return 0.0;
   });

@@ -131,11 +131,13 @@ class Transformer {
   const float* logits() const { return acts_.logits; }
   // Logits of the next token after tokens[0..T), for sampling (one rank).
   const float* next_token_logits(const int32_t* tokens, int64_t T);
-  // Incremental inference over a paged key/value cache, for a model built for inference on one
-  // rank: runs each sequence's chunk (a prompt, or a piece of one, then one token at a time),
-  // writes the chunk's keys and values into the cache, and returns the next-token logits after
-  // each chunk's last token, [chunks.size(), vocab]. The chunks hold at most max_batch x max_seq
-  // tokens in all, and no position reaches model.max_seq.
+  // Incremental inference over a paged key/value cache, for a model built for inference: runs
+  // each sequence's chunk (a prompt, or a piece of one, then one token at a time), writes the
+  // chunk's keys and values into the cache, and returns the next-token logits after each chunk's
+  // last token, [chunks.size(), layout's vocab.local]: the whole vocabulary on one rank, this
+  // rank's slice of it over tensor-parallel ranks, which all run the same chunks over a cache of
+  // their own key/value heads (kv_rows of the model's layout). The chunks hold at most
+  // max_batch x max_seq tokens in all, and no position reaches model.max_seq.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
 
   // Wall seconds this model has spent in forwards (up to the loss) and in backwards (from the
@@ -235,6 +237,7 @@ class Transformer {
   double phase_communication_start_ = 0;
   int64_t slot_ = 0;                               // the slot the blocks and input_of point at
   std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
+  std::vector<int32_t> decode_tokens_;             // its chunks' tokens, one after another
   int scratch_threads_ = 0;
 };
 
