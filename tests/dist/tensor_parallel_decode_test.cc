@@ -57,7 +57,8 @@ std::vector<float> gathered(comm::Communicator& tp, const model::VocabShard& voc
   std::vector<float> out(rows * vocab.vocab_size);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t v = 0; v < vocab.vocab_size; ++v) {
-      out[r * vocab.vocab_size + v] = all[(v / vocab.local) * part + r * vocab.local + v % vocab.local];
+      out[r * vocab.vocab_size + v] =
+          all[(v / vocab.local) * part + r * vocab.local + v % vocab.local];
     }
   }
   return out;
@@ -70,7 +71,7 @@ struct Case {
 
 std::vector<Case> cases() {
   auto [gpt2, llama, moe] = model::small_configs(20);
-  gpt2.n_head = 4;  // so that 1, 2 and 4 ranks split it
+  gpt2.n_head = 4;          // so that 1, 2 and 4 ranks split it
   gpt2.vocab_size = 50257;  // padded to a multiple of the ranks
   return {{"gpt2-50257", gpt2}, {"llama-gqa", llama}, {"moe", moe}};
 }
@@ -101,8 +102,8 @@ TEST(TensorParallelDecode, GivesTheOneRankModelsLogits) {
       for (int64_t s = 0; s < kSequences; ++s) {
         const int64_t size = int64_t(tokens[s].size());
         const int64_t end = step == 0 ? (size + 1) / 2 : size;
-        chunks.push_back({tokens[s].data() + cached[s], end - cached[s], cached[s],
-                          split_cache.table(s)});
+        chunks.push_back(
+            {tokens[s].data() + cached[s], end - cached[s], cached[s], split_cache.table(s)});
         cached[s] = end;
       }
       std::vector<model::DecodeChunk> whole_chunks = chunks;

@@ -241,8 +241,9 @@ void malformed_requests(int port) {
   }
 }
 
-TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
-  ServerProcess server(serve_args("--header-timeout 2 --body-timeout 3 --idle-timeout 3"));
+// Every attack at once beside a normal client, against a server of `ranks` tensor-parallel ranks.
+void attack_beside_a_normal_client(const std::string& args, int ranks) {
+  ServerProcess server(args, ranks);
   const int port = server.port();
   std::vector<double> unloaded;
   for (int i = 0; i < 60; ++i) unloaded.push_back(time_to_first_token(port));
@@ -268,9 +269,21 @@ TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
   ASSERT_TRUE(scraped);
   const std::string m = scraped->body;
   EXPECT_EQ(metric_value(m, "tessera_requests_running"), 0) << m;
-  std::printf("p99 time to first token: %.2f ms before, %.2f ms under attack (%zu requests)\n",
-              1000 * p99(unloaded), 1000 * p99(loaded), loaded.size());
-  EXPECT_EQ(server.stop(), 0) << server.output();
+  std::printf(
+      "%d rank(s): p99 time to first token: %.2f ms before, %.2f ms under attack (%zu "
+      "requests)\n",
+      ranks, 1000 * p99(unloaded), 1000 * p99(loaded), loaded.size());
+  server.expect_clean_stop();
+}
+
+TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
+  attack_beside_a_normal_client(serve_args("--header-timeout 2 --body-timeout 3 --idle-timeout 3"),
+                                1);
+}
+
+TEST_F(ServeHostile, HostileClientsNeitherCrashATwoRankServerNorSlowANormalOne) {
+  attack_beside_a_normal_client(serve_args("--header-timeout 2 --body-timeout 3 --idle-timeout 3"),
+                                2);
 }
 
 TEST_F(ServeHostile, ConnectionsBeyondTheCapGet503) {

@@ -1,6 +1,7 @@
 // The official OpenAI client (npm `openai`) against `tessera serve`: completions and chat, whole
 // and streamed, and seeded text that holds under concurrent requests. The checks live in
 // tests/serve/openai_client/client_test.mjs; scripts/setup.sh --test installs node and the client.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -26,14 +27,19 @@ TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
   }
   TempDir dir("serve-openai-client");
   const std::string run = train_servable_checkpoint(dir, /*max_seq=*/128);
-  ServerProcess server("--checkpoint " + run +
-                       " --api-key client-test-key --model-name tiny-lm --threads 1");
-
-  const CliResult client = run_command("node '" + (kClientDir / "client_test.mjs").string() +
-                                       "' http://127.0.0.1:" + std::to_string(server.port()) +
-                                       "/v1 client-test-key tiny-lm");
-  EXPECT_EQ(client.exit_code, 0) << client.output << "\n--- server ---\n" << server.output();
-  EXPECT_EQ(checks_passed(client.output), 6u) << client.output;
+  // One rank, then the model split over two tensor-parallel ranks under mpirun.
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} rank(s)", ranks));
+    ServerProcess server(
+        "--checkpoint " + run + " --api-key client-test-key --model-name tiny-lm --threads 1",
+        ranks);
+    const CliResult client = run_command("node '" + (kClientDir / "client_test.mjs").string() +
+                                         "' http://127.0.0.1:" + std::to_string(server.port()) +
+                                         "/v1 client-test-key tiny-lm");
+    EXPECT_EQ(client.exit_code, 0) << client.output << "\n--- server ---\n" << server.output();
+    EXPECT_EQ(checks_passed(client.output), 6u) << client.output;
+    server.expect_clean_stop();
+  }
 }
 
 }  // namespace

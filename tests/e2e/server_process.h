@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,8 +22,10 @@ namespace tessera::testing {
 
 class ServerProcess {
  public:
-  // args follow `tessera serve --port 0`; waits up to a minute for "listening on".
-  explicit ServerProcess(const std::string& given_args) {
+  // args follow `tessera serve --port 0`; waits up to a minute for "listening on". With several
+  // tensor-parallel ranks, the server runs under mpirun with --tp.
+  explicit ServerProcess(const std::string& given_args, int tensor_parallel_ranks = 1)
+      : ranks_(tensor_parallel_ranks) {
     // A client writing to a connection the server has closed gets EPIPE, not a fatal signal.
     signal(SIGPIPE, SIG_IGN);
     const std::string args = given_args.find("--drain-seconds") == std::string::npos
@@ -36,7 +39,15 @@ class ServerProcess {
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      const std::string command = std::string("exec ") + TESSERA_BINARY + " serve --port 0 " + args;
+      const std::string tp = std::to_string(tensor_parallel_ranks);
+      const std::string launcher =
+          tensor_parallel_ranks == 1
+              ? ""
+              : "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                "mpirun --oversubscribe -np " +
+                    tp + " ";
+      const std::string command = "exec " + launcher + TESSERA_BINARY + " serve --port 0 " +
+                                  (tensor_parallel_ranks == 1 ? "" : "--tp " + tp + " ") + args;
       execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
       _exit(127);
     }
@@ -74,6 +85,20 @@ class ServerProcess {
     return exit_code_;
   }
 
+  // Stops the server with SIGTERM and checks that it drained and ended cleanly. Open MPI's mpirun
+  // exits 1 whenever it is sent SIGTERM, however its ranks end, so a server of several ranks is
+  // judged by its leader's last line and the absence of errors.
+  void expect_clean_stop() {
+    const int exit_code = stop();
+    const std::string out = output();
+    if (ranks_ == 1) {
+      EXPECT_EQ(exit_code, 0) << out;
+    } else {
+      EXPECT_NE(out.find("\nstopped\n"), std::string::npos) << out;
+      EXPECT_EQ(out.find("error"), std::string::npos) << out;
+    }
+  }
+
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
@@ -97,6 +122,7 @@ class ServerProcess {
   }
   bool pid_alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
 
+  int ranks_;
   pid_t pid_ = -1;
   int exit_code_ = -1;
   int fd_ = -1;

@@ -27,7 +27,7 @@ std::vector<int32_t> tokens(int64_t n, int32_t from = 0) {
 }
 
 TEST(PagedKvCache, AllocatesWholeBlocksUpFront) {
-  const PagedKvCache cache(kernels::kCpuContext, small_config(), 33, 8);
+  const PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 33, 8);
   EXPECT_EQ(cache.blocks_total(), 5);
   EXPECT_EQ(cache.blocks_free(), 5);
   EXPECT_EQ(cache.blocks_used(), 0);
@@ -36,7 +36,7 @@ TEST(PagedKvCache, AllocatesWholeBlocksUpFront) {
 }
 
 TEST(PagedKvCache, ReserveTakesBlocksOnlyAsTheSequenceGrows) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 64, 4);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 64, 4);
   const int64_t a = cache.add_sequence();
   ASSERT_TRUE(cache.reserve(a, 5));
   EXPECT_EQ(cache.block_table(a).size(), 2u);
@@ -52,7 +52,7 @@ TEST(PagedKvCache, ReserveTakesBlocksOnlyAsTheSequenceGrows) {
 }
 
 TEST(PagedKvCache, ExhaustionReturnsFalseAndChangesNothing) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 16, 4);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 16, 4);
   const int64_t a = cache.add_sequence(), b = cache.add_sequence();
   ASSERT_TRUE(cache.reserve(a, 10));
   cache.advance(a, tokens(10));
@@ -67,7 +67,7 @@ TEST(PagedKvCache, ExhaustionReturnsFalseAndChangesNothing) {
 }
 
 TEST(PagedKvCache, ReleasedBlocksServeTheNextSequence) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 16, 4);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 16, 4);
   const int64_t a = cache.add_sequence();
   ASSERT_TRUE(cache.reserve(a, 16));
   const std::set<int32_t> blocks_of_a(cache.block_table(a).begin(), cache.block_table(a).end());
@@ -83,7 +83,7 @@ TEST(PagedKvCache, ReleasedBlocksServeTheNextSequence) {
 }
 
 TEST(PagedKvCache, RowsOfDifferentPositionsAndLayersDoNotOverlap) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 32, 4);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 32, 4);
   const int64_t a = cache.add_sequence(), b = cache.add_sequence();
   ASSERT_TRUE(cache.reserve(a, 6));
   ASSERT_TRUE(cache.reserve(b, 6));
@@ -117,7 +117,8 @@ std::pair<int64_t, int64_t> fill(PagedKvCache& cache, const std::vector<int32_t>
 }
 
 TEST(PrefixCache, ASharedPrefixReusesFullBlocksButNeverTheLastToken) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 64, 4, /*prefix_caching=*/true);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 64, 4,
+                     /*prefix_caching=*/true);
   std::vector<int32_t> prompt = tokens(10);
   const auto [a, none] = fill(cache, prompt);
   EXPECT_EQ(none, 0);
@@ -137,7 +138,7 @@ TEST(PrefixCache, ASharedPrefixReusesFullBlocksButNeverTheLastToken) {
 }
 
 TEST(PrefixCache, ADifferentEarlierTokenMeansNoReuseOfLaterBlocks) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 64, 4, true);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 64, 4, true);
   fill(cache, tokens(12));
   std::vector<int32_t> changed = tokens(12);
   changed[1] = 77;  // the second block's tokens still agree, but not what comes before them
@@ -146,7 +147,8 @@ TEST(PrefixCache, ADifferentEarlierTokenMeansNoReuseOfLaterBlocks) {
 }
 
 TEST(PrefixCache, EndedSequencesStayCachedUntilTheirRoomIsNeeded) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 16, 4, true);  // 4 blocks
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 16, 4,
+                     true);                       // 4 blocks
   const auto [a, none] = fill(cache, tokens(9));  // 2 full blocks and a partial one
   cache.release(a);
   EXPECT_EQ(cache.blocks_free(), 4);
@@ -164,7 +166,7 @@ TEST(PrefixCache, EndedSequencesStayCachedUntilTheirRoomIsNeeded) {
 }
 
 TEST(PrefixCache, SharedBlocksReturnOnlyWhenTheLastHolderLetsGo) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 32, 4, true);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 32, 4, true);
   const auto [a, ra] = fill(cache, tokens(9));
   const auto [b, rb] = fill(cache, tokens(9));
   EXPECT_EQ(rb, 8);
@@ -178,7 +180,7 @@ TEST(PrefixCache, SharedBlocksReturnOnlyWhenTheLastHolderLetsGo) {
 }
 
 TEST(PrefixCache, OffByDefault) {
-  PagedKvCache cache(kernels::kCpuContext, small_config(), 64, 4);
+  PagedKvCache cache(kernels::kCpuContext, model::model_layout(small_config()), 64, 4);
   fill(cache, tokens(12));
   const auto [b, reused] = fill(cache, tokens(12));
   EXPECT_EQ(reused, 0);

@@ -60,7 +60,12 @@ int generate_command(int argc, char** argv) {
     fail("tessera generate: --{}: {}", flag, e.what());
   }
   serve::check_serving_format(flags.format);
+  const std::unique_ptr<comm::Mesh> mesh = serving_mesh(flags.format);
   serve::TextGenerator generator(flags.checkpoint, flags.format);
+  if (!generator.leads()) {
+    generator.follow();
+    return 0;
+  }
   std::fputs(flags.prompt.c_str(), stdout);
   generator.generate(flags.prompt, flags.allow_special, flags.max_tokens, flags.sampling,
                      [](std::string_view text) {

@@ -122,8 +122,16 @@ int serve_command(int argc, char** argv) {
   // barriers, so by default one core is left to them.
   set_num_threads(int(flags.threads.value_or(std::max(1, num_threads() - 1))));
 
+  const std::unique_ptr<comm::Mesh> mesh = serving_mesh(flags.format);
   serve::ServedModel served = serve::load_served_model(
       flags.checkpoint, flags.engine.max_step_tokens, flags.format, flags.chat_template);
+  if (served.ranks != nullptr && served.ranks->rank() != 0) {
+    // A stop signal drains the leader, which then ends this rank's steps; a rank that fails ends
+    // the job through the launcher.
+    on_stop_signal([](int, pid_t) { return true; });
+    serve::follow_leader(served, flags.engine);
+    return 0;
+  }
   spdlog::info("chat completions: {}",
                served.chat_template
                    ? "the model's chat template"

@@ -1,5 +1,6 @@
 #include "tessera/cli/serve_flags.h"
 
+#include "tessera/comm/world.h"
 #include "tessera/core/error.h"
 
 namespace tessera::cli {
@@ -64,10 +65,26 @@ Settings<serve::ServingFormat> serving_format_flags() {
   using F = serve::ServingFormat;
   return join<F>({
       {flag("--precision", "f32|bf16", &F::precision, "matmul precision"),
-       flag("--quantize", "", &F::weights, "int8: int8 weight-only matmuls")},
+       flag("--quantize", "", &F::weights, "int8: int8 weight-only matmuls"),
+       flag("--tp", "N", &F::tp,
+            "tensor-parallel ranks that split the model, each holding a shard of every weight "
+            "and of the KV cache: run under mpirun -n N",
+            at_least(1))},
       nest(&F::device, Settings<kernels::Device>{flag("--device", "", &kernels::Device::kind,
                                                       "where the model runs")}),
   });
+}
+
+std::unique_ptr<comm::Mesh> serving_mesh(serve::ServingFormat& format) {
+  comm::Communicator& world = comm::world();
+  check(world.size() == format.tp,
+        "--tp {} splits the model over {} ranks, but this job has {}: run it as mpirun -n {} "
+        "tessera ... --tp {}",
+        format.tp, format.tp, world.size(), format.tp, format.tp);
+  if (format.tp == 1) return nullptr;
+  auto mesh = std::make_unique<comm::Mesh>(world, comm::MeshShape{.tp = format.tp});
+  format.mesh = mesh.get();
+  return mesh;
 }
 
 Settings<ServeFlags> serve_flags() {

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "tessera/comm/mesh.h"
 #include "tessera/core/settings.h"
 #include "tessera/serve/api_routes.h"
 #include "tessera/serve/engine.h"
@@ -33,5 +35,9 @@ struct ServeFlags {
 };
 
 Settings<ServeFlags> serve_flags();
+
+// The mesh of format.tp tensor-parallel ranks over this job's world, which must hold exactly that
+// many, made the format's mesh; null for one rank.
+std::unique_ptr<comm::Mesh> serving_mesh(serve::ServingFormat& format);
 
 }  // namespace tessera::cli

@@ -44,7 +44,7 @@ struct Request {
 // once the flight recorder runs (flight_recorder.h), the rank that holds the operation up.
 // The blocking forms use MPI's blocking calls, which Open MPI runs several times faster than the
 // non-blocking ones, so prefer them wherever there is nothing to overlap.
-// All calls must come from the thread that called init_world.
+// Calls come from one thread at a time (MPI_THREAD_SERIALIZED, world.h).
 class Communicator {
  public:
   // What an operation does; the backends' calls take it.

@@ -76,9 +76,9 @@ std::vector<int> world_ranks(MPI_Comm comm) {
 }  // namespace
 
 // Ends the job when a blocking operation runs past its deadline. The thread running the
-// operation cannot be interrupted inside MPI, and under MPI_THREAD_FUNNELED no other thread may
-// call MPI (MPI_Abort included), so the watchdog ends the process itself and the launcher stops
-// the other ranks.
+// operation cannot be interrupted inside MPI, and under MPI_THREAD_SERIALIZED no other thread may
+// call MPI while it runs (MPI_Abort included), so the watchdog ends the process itself and the
+// launcher stops the other ranks.
 class MpiCommunicator::Watchdog {
  public:
   // The thread starts with the process's first blocking operation. Neither is ever destroyed: the

@@ -103,17 +103,17 @@ Communicator& init_world(int& argc, char**& argv) {
   if (launcher_rank_and_size(g_rank, g_size)) install_stop_handler();
   // MPI's default error handler at this point ends the process with its own message.
   int provided = MPI_THREAD_SINGLE;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   g_mpi = true;
   std::atexit(finalize);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   install_stop_handler();
   g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world");
-  // Kernels run OpenMP threads while the main thread talks to MPI, which MPI_THREAD_SINGLE
-  // does not allow.
-  if (provided < MPI_THREAD_FUNNELED) {
-    abort_job("this MPI library offers only MPI_THREAD_SINGLE; Tessera needs MPI_THREAD_FUNNELED");
+  // Kernels run OpenMP threads while one thread talks to MPI, and a server's engine thread
+  // talks to it after the main thread has loaded the model.
+  if (provided < MPI_THREAD_SERIALIZED) {
+    abort_job("this MPI library does not offer MPI_THREAD_SERIALIZED, which Tessera needs");
   }
   return *g_world;
 }

@@ -13,7 +13,8 @@ namespace tessera::comm {
 
 // Sets up this process's world communicator. Under a launcher (it sets OMPI_COMM_WORLD_SIZE,
 // PMIX_RANK, PMI_RANK with PMI_SIZE, or SLURM_PROCID with SLURM_NTASKS) this initialises MPI with
-// MPI_THREAD_FUNNELED: only the thread that called init_world may communicate. Otherwise the
+// MPI_THREAD_SERIALIZED: one thread at a time may communicate (the server's engine thread once the
+// model is loaded, the main thread otherwise). Otherwise the
 // world is a single rank and MPI is never touched. MPI is finalised at exit. Call once, at the
 // start of main (MPI may remove its own arguments from argv); a failure ends the process. It first
 // gives SIGTERM and SIGINT to a thread of their own (take_stop_signals), before any other starts.

@@ -104,11 +104,10 @@ struct Engine::Sequence {
   std::optional<FinishReason> finished;
 };
 
-namespace {
-
-int64_t pool_tokens(const EngineOptions& options, const model::ModelConfig& config) {
+int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& model) {
+  const model::ModelConfig& config = model.config();
   if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
-  const int64_t per_token = PagedKvCache::bytes_per_token(config);
+  const int64_t per_token = PagedKvCache::bytes_per_token(model.model_layout());
   if (options.kv_cache_bytes > 0) {
     check(options.kv_cache_bytes >= per_token,
           "a KV cache of {} bytes cannot hold one token, which takes {} bytes",
@@ -119,26 +118,24 @@ int64_t pool_tokens(const EngineOptions& options, const model::ModelConfig& conf
                                            EngineOptions::kDefaultKvCacheBytes / per_token));
 }
 
-}  // namespace
-
 Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics)
     : served_(served),
       options_(options),
       metrics_(metrics),
       context_(served.config().max_seq),
-      cache_(served.context(), served.config(), pool_tokens(options, served.config()),
-             options.block_tokens, options.prefix_caching) {
+      cache_(served.context(), served.model->model_layout(), kv_pool_tokens(options, *served.model),
+             options.block_tokens, options.prefix_caching),
+      ranks_(served, options.max_running) {
   check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
         options.max_running);
   check(options.max_step_tokens >= options.max_running,
         "a step's {} tokens cannot hold one decode for each of {} running sequences",
         options.max_step_tokens, options.max_running);
   check(options.max_queue >= 0, "the queue bound must be at least 0, not {}", options.max_queue);
+  check(ranks_.leader(), "the engine runs on the leading rank; the others follow it (DecodeRanks)");
   chunks_.reserve(options.max_running);
-  if (served.context().on_cuda()) {
-    host_logits_.resize(size_t(options.max_running * served.config().vocab_size));
-  }
   planned_.reserve(options.max_running);
+  metrics_.set_tensor_parallel_ranks(ranks_.size());
   publish_gauges();
   // OpenMP's thread count is per thread: the engine's takes the one the model was built with.
   thread_ = std::thread([this, threads = num_threads()] {
@@ -159,6 +156,7 @@ void Engine::stop(const std::string& message) {
   }
   work_.notify_all();
   thread_.join();
+  ranks_.finish();
   fail_all(FinishReason::kShutdown, message);
 }
 
@@ -255,8 +253,9 @@ void Engine::step() {
     }
     metrics_.prefill_tokens(prefill);
     const int64_t vocab = served_.config().vocab_size;
-    const float* logits = on_host(served_.context(), served_.model->decode(cache_.view(), chunks_),
-                                  int64_t(planned_.size()) * vocab, host_logits_);
+    const double communication = ranks_.communication_seconds();
+    const float* logits = ranks_.decode(cache_.view(), chunks_);
+    metrics_.communication(ranks_.communication_seconds() - communication);
     for (size_t c = 0; c < planned_.size(); ++c) {
       Sequence& seq = *planned_[c].seq;
       cache_.advance(seq.cache_id,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/serve/decode_ranks.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/serve/logprobs.h"
 #include "tessera/serve/sampler.h"
@@ -108,6 +109,11 @@ class RequestStream {
   std::function<void()> listener_;
 };
 
+// The KV pool's tokens: options.kv_cache_tokens, else as many as options.kv_cache_bytes holds of
+// the model's key/value rows (this rank's heads), else a context per running sequence within
+// EngineOptions::kDefaultKvCacheBytes.
+int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& model);
+
 // Refused for want of room in the queue; the client should retry later.
 class QueueFull : public Error {
  public:
@@ -166,7 +172,7 @@ class Engine {
   ServeMetrics& metrics_;
   const int64_t context_;
   PagedKvCache cache_;
-  std::vector<float> host_logits_;  // a step's logits, read back from another device
+  DecodeRanks ranks_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<model::DecodeChunk> chunks_;          // of the step in progress
   std::vector<PlannedChunk> planned_;

@@ -9,8 +9,8 @@
 
 namespace tessera::serve {
 
-int64_t PagedKvCache::bytes_per_token(const model::ModelConfig& config) {
-  return model::kv_rows(model::model_layout(config)).bytes_per_token();
+int64_t PagedKvCache::bytes_per_token(const model::ModelLayout& layout) {
+  return model::kv_rows(layout).bytes_per_token();
 }
 
 namespace {
@@ -27,9 +27,9 @@ int64_t checked_blocks(int64_t capacity_tokens, int64_t block_tokens) {
 
 }  // namespace
 
-PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelConfig& config,
+PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelLayout& layout,
                            int64_t capacity_tokens, int64_t block_tokens, bool prefix_caching)
-    : rows_(model::kv_rows(model::model_layout(config))),
+    : rows_(model::kv_rows(layout)),
       block_tokens_(block_tokens),
       num_blocks_(checked_blocks(capacity_tokens, block_tokens)),
       pool_(num_blocks_, block_tokens, prefix_caching) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tessera/kernels/device.h"
-#include "tessera/model/model_config.h"
+#include "tessera/model/model_layout.h"
 #include "tessera/model/serving_memory.h"
 #include "tessera/model/transformer.h"
 #include "tessera/serve/block_pool.h"
@@ -28,14 +28,15 @@ class PagedKvCache {
  public:
   static constexpr int64_t kDefaultBlockTokens = model::kDefaultKvBlockTokens;
 
-  // Room for capacity_tokens tokens in all, rounded up to whole blocks, in ctx's device memory
+  // Room for capacity_tokens tokens in all, rounded up to whole blocks, of the key/value rows of
+  // the served model's layout (its own heads on a tensor-parallel rank), in ctx's device memory
   // (the model's).
-  PagedKvCache(const kernels::Context& ctx, const model::ModelConfig& config,
+  PagedKvCache(const kernels::Context& ctx, const model::ModelLayout& layout,
                int64_t capacity_tokens, int64_t block_tokens = kDefaultBlockTokens,
                bool prefix_caching = false);
 
   // Bytes one cached token takes: its keys and values in every layer.
-  static int64_t bytes_per_token(const model::ModelConfig& config);
+  static int64_t bytes_per_token(const model::ModelLayout& layout);
 
   // A new, empty sequence; ids are never reused.
   int64_t add_sequence();

@@ -35,6 +35,9 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
       kv_usage_(registry_.gauge("tessera_kv_cache_usage_ratio",
                                 "Share of the KV cache's blocks held by running sequences (0-1)",
                                 labels())),
+      tensor_parallel_(registry_.gauge("tessera_tensor_parallel_ranks",
+                                       "Ranks that split the served model (tensor parallel)",
+                                       labels())),
       queue_time_(registry_.histogram("tessera_request_queue_time_seconds",
                                       "From a request's arrival to its first place in the batch",
                                       kLatencyBuckets, labels())),
@@ -64,7 +67,12 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
           registry_.counter("tessera_generation_tokens_total", "Tokens generated", labels())),
       preemptions_(registry_.counter(
           "tessera_preemptions_total",
-          "Sequences sent back to the queue because the KV cache ran out of blocks", labels())) {
+          "Sequences sent back to the queue because the KV cache ran out of blocks", labels())),
+      communication_(registry_.counter(
+          "tessera_model_communication_seconds_total",
+          "Seconds the model's steps spent in collectives between its ranks and in handing them "
+          "each step's plan",
+          labels())) {
   registry_.gauge_callback(
       "tessera_prefix_cache_hit_rate",
       "Share of looked-up prompt tokens found in the prefix cache since start (0-1)",
@@ -116,6 +124,8 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
+void ServeMetrics::set_tensor_parallel_ranks(int64_t ranks) { tensor_parallel_.set(double(ranks)); }
+void ServeMetrics::communication(double seconds) { communication_.inc(seconds); }
 
 std::string ServeMetrics::render() const { return registry_.render(); }
 

@@ -31,6 +31,10 @@ class ServeMetrics {
   void prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens);
   void generated_tokens(int64_t n);
   void preemption();
+  // The ranks that split the model (tensor parallel), and seconds of its steps spent in their
+  // collectives and in handing out the steps' plans.
+  void set_tensor_parallel_ranks(int64_t ranks);
+  void communication(double seconds);
   void request_finished(std::string_view reason);  // stop, length, cancelled, error
 
   std::string render() const;
@@ -40,10 +44,11 @@ class ServeMetrics {
 
   const std::string model_name_;
   obs::Registry registry_;
-  obs::Gauge &connections_, &waiting_, &running_, &kv_used_, &kv_free_, &kv_cached_, &kv_usage_;
+  obs::Gauge &connections_, &waiting_, &running_, &kv_used_, &kv_free_, &kv_cached_, &kv_usage_,
+      &tensor_parallel_;
   obs::Histogram &queue_time_, &ttft_, &itl_, &latency_;
   obs::Counter &prompt_tokens_, &prefill_tokens_, &prefix_queries_, &prefix_hits_,
-      &generated_tokens_, &preemptions_;
+      &generated_tokens_, &preemptions_, &communication_;
 };
 
 }  // namespace tessera::serve

@@ -48,17 +48,27 @@ std::string serving_format_name(const ServingFormat& format) {
 
 namespace {
 
-// The inference model of `mc`, its chunks of one step sharing buffers of max_batch x max_seq.
-std::unique_ptr<model::Transformer> inference_model(const model::ModelConfig& mc,
-                                                    int64_t max_step_tokens,
-                                                    const ServingFormat& format,
-                                                    const kernels::Context& ctx) {
+// The device, the mesh's groups and the inference model of `mc`, its chunks of one step sharing
+// buffers of max_batch x max_seq.
+void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens,
+                           const ServingFormat& format, ServedModel& served) {
+  served.device = std::make_unique<kernels::DeviceContext>(format.device);
   model::ModelOptions options;
-  options.context = &ctx;
+  options.context = &served.context();
   options.precision = format.precision;
   options.weights = format.weights;
-  return std::make_unique<model::Transformer>(mc, model::inference_max_batch(mc, max_step_tokens),
-                                              mc.max_seq, /*training=*/false, options);
+  if (format.mesh != nullptr) {
+    const comm::MeshShape& shape = format.mesh->shape();
+    check(shape.ranks() == shape.tp,
+          "serving splits a model over tensor-parallel ranks only: give mpirun -n {} with --tp {}, "
+          "not the mesh {}",
+          shape.tp, shape.tp, shape.str());
+    served.groups = std::make_unique<parallel::ModelGroups>(*format.mesh, mc, false);
+    served.ranks = &format.mesh->tp();
+    options.parallel = &served.groups->parallel();
+  }
+  served.model = std::make_unique<model::Transformer>(
+      mc, model::inference_max_batch(mc, max_step_tokens), mc.max_seq, /*training=*/false, options);
 }
 
 // A Hugging Face model folder read in place: its weights, and its tokenizer when it has one
@@ -68,15 +78,19 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
   interop::HfImport imported = interop::import_hf(dir);
   ServedModel served;
   served.step_dir = dir;
-  served.device = std::make_unique<kernels::DeviceContext>(format.device);
-  served.model = inference_model(imported.config, max_step_tokens, format, served.context());
+  build_inference_model(imported.config, max_step_tokens, format, served);
   const model::ParameterLayout imported_layout = model::model_layout(imported.config).params;
   const std::span<float> params = served.model->params();
+  // Each parameter's slice this rank holds, padding zero.
   for (const model::ParamInfo& p : served.model->layout().entries()) {
     const model::ParamInfo& from = imported_layout.find(p.name);
-    check(from.shape == p.shape, "{}: {} has the shape {} but the served model needs {}",
-          dir.string(), p.name, from.shape.str(), p.shape.str());
-    std::copy_n(imported.params.data() + from.offset, p.shape.numel(), params.data() + p.offset);
+    check(from.shape == p.global_shape, "{}: {} has the shape {} but the served model needs {}",
+          dir.string(), p.name, from.shape.str(), p.global_shape.str());
+    const float* whole = imported.params.data() + from.offset;
+    for (int64_t i = 0; i < p.shape.numel(); ++i) {
+      const int64_t g = p.placement.global_index(i);
+      params[size_t(p.offset + i)] = g >= 0 ? whole[g] : 0.0f;
+    }
   }
   const bool has_tokenizer = tokenizer::holds_tokenizer(dir);
   if (!has_tokenizer) spdlog::info("{} holds no tokenizer: reading text as bytes", dir.string());
@@ -148,8 +162,7 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     const fs::path& step_dir = served.step_dir;
     const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
     const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
-    served.device = std::make_unique<kernels::DeviceContext>(format.device);
-    served.model = inference_model(mc, max_step_tokens, format, served.context());
+    build_inference_model(mc, max_step_tokens, format, served);
     const std::span<float> params = served.model->params();
     ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
                            int64_t(params.size()), params.data());

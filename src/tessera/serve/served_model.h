@@ -6,19 +6,26 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/mesh.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
+#include "tessera/parallel/model_parallel.h"
 #include "tessera/serve/chat_template.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
 
 // Where and how the served model holds its weights: on the CPU or a CUDA device, in f32, for bf16
-// matmuls, or as int8 for weight-only matmuls (on the CPU).
+// matmuls, or as int8 for weight-only matmuls (on the CPU), and over which ranks.
 struct ServingFormat {
   model::Precision precision = model::Precision::kF32;
   model::WeightFormat weights = model::WeightFormat::kDense;
   kernels::Device device;
+  // Tensor-parallel ranks that split the model, each holding a shard of every weight and of the
+  // KV cache's heads, and the mesh they form (null: this rank holds it whole), which must outlive
+  // the served model.
+  int64_t tp = 1;
+  const comm::Mesh* mesh = nullptr;
 };
 // Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
 // --quantize (none, int8) or --device (cpu, cuda).
@@ -30,8 +37,11 @@ std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" 
 // tokenizer the run trained with.
 struct ServedModel {
   std::filesystem::path step_dir;
-  // Where the model computes (null: the CPU); declared first so that it outlives the model.
+  // Where the model computes (null: the CPU), and over a mesh the groups its layers talk to and
+  // the ranks that serve it together; declared first so that they outlive the model.
   std::unique_ptr<kernels::DeviceContext> device;
+  std::unique_ptr<parallel::ModelGroups> groups;
+  comm::Communicator* ranks = nullptr;
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
@@ -56,8 +66,9 @@ const float* on_host(const kernels::Context& ctx, const float* values, int64_t n
                      std::vector<float>& host);
 
 // checkpoint: a run directory, its checkpoints/ folder, one step directory, or a Hugging Face
-// model folder (GPT-2, Llama, Mixtral; with its tokenizer when it holds one). A non-empty
-// `chat_template_file` replaces the tokenizer's chat template.
+// model folder (GPT-2, Llama, Mixtral; with its tokenizer when it holds one). Over a mesh, each
+// rank reads its own shard of the weights, whatever layout the checkpoint was trained on. A
+// non-empty `chat_template_file` replaces the tokenizer's chat template.
 ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format = {},
                               const std::filesystem::path& chat_template_file = {});

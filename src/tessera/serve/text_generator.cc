@@ -29,9 +29,12 @@ class CachedSequence {
 
 TextGenerator::TextGenerator(const fs::path& checkpoint, const ServingFormat& format)
     : served_(load_served_model(checkpoint, 1, format)),
-      cache_(served_.context(), served_.config(), served_.config().max_seq) {
-  if (served_.context().on_cuda()) host_logits_.resize(size_t(served_.config().vocab_size));
-}
+      cache_(served_.context(), served_.model->model_layout(), served_.config().max_seq),
+      ranks_(served_, 1) {}
+
+TextGenerator::~TextGenerator() { ranks_.finish(); }
+
+void TextGenerator::follow() { ranks_.follow(cache_.view()); }
 
 void TextGenerator::generate(const std::string& prompt, bool allow_special, int64_t max_tokens,
                              const SamplerParams& params,
@@ -60,9 +63,7 @@ void TextGenerator::generate(const std::string& prompt, bool allow_special, int6
     check(cache_.reserve(seq.id(), int64_t(fresh.size())),
           "the KV cache has no room for {} more tokens", fresh.size());
     const model::DecodeChunk chunk = cache_.chunk(seq.id(), fresh);
-    const float* logits =
-        on_host(served_.context(), served_.model->decode(cache_.view(), {&chunk, 1}),
-                served_.config().vocab_size, host_logits_);
+    const float* logits = ranks_.decode(cache_.view(), {&chunk, 1});
     cache_.advance(seq.id(), fresh);
     const int32_t next = sampler.sample(logits, int64_t(tokens.size()), tokens, prompt_size);
     tokens.push_back(next);

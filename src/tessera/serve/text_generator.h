@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tessera/model/transformer.h"
+#include "tessera/serve/decode_ranks.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/serve/sampler.h"
 #include "tessera/serve/served_model.h"
@@ -19,6 +20,7 @@ class TextGenerator {
  public:
   // checkpoint: a run directory, its checkpoints/ folder or one step directory.
   explicit TextGenerator(const std::filesystem::path& checkpoint, const ServingFormat& format = {});
+  ~TextGenerator();
 
   // Streams each generated piece of text to on_text as soon as it is sampled. The prompt runs
   // once and each new token then costs one token's work, through the KV cache. When the context
@@ -28,13 +30,18 @@ class TextGenerator {
   void generate(const std::string& prompt, bool allow_special, int64_t max_tokens,
                 const SamplerParams& params, const std::function<void(std::string_view)>& on_text);
 
+  // Over tensor-parallel ranks (ServingFormat::tp), the first generates and the others follow its
+  // steps until it is destroyed.
+  bool leads() const { return ranks_.leader(); }
+  void follow();
+
   const model::ModelConfig& model_config() const { return served_.config(); }
   const std::filesystem::path& step_dir() const { return served_.step_dir; }
 
  private:
   ServedModel served_;
   PagedKvCache cache_;
-  std::vector<float> host_logits_;  // the next token's logits, read back from another device
+  DecodeRanks ranks_;
 };
 
 }  // namespace tessera::serve

@@ -1,0 +1,147 @@
+#include "tessera/serve/decode_ranks.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "tessera/core/error.h"
+#include "tessera/serve/engine.h"
+#include "tessera/serve/kv_cache.h"
+
+namespace tessera::serve {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kPlanTag = 71;
+constexpr int32_t kFinished = -1;
+// How long an idle follower sleeps between looks for the next plan: it waits without a deadline
+// (an idle server is not a stalled job), and this is what it adds to a step's start.
+constexpr std::chrono::microseconds kFollowerPoll{100};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
+    : served_(served),
+      group_(served.ranks),
+      rank_(group_ != nullptr ? group_->rank() : 0),
+      size_(group_ != nullptr ? group_->size() : 1),
+      max_chunks_(max_chunks),
+      vocab_(served.model->model_layout().vocab) {
+  check(max_chunks >= 1, "a step runs at least one sequence, not {}", max_chunks);
+  chunks_.reserve(size_t(max_chunks));
+  if (size_ > 1) {
+    slices_.resize(size_t(max_chunks * vocab_.local * size_));
+    logits_.resize(size_t(max_chunks * vocab_.vocab_size));
+  } else if (served.context().on_cuda()) {
+    logits_.resize(size_t(max_chunks * vocab_.vocab_size));
+  }
+}
+
+double DecodeRanks::communication_seconds() const {
+  return plan_seconds_ + (served_.groups != nullptr ? served_.groups->communication_seconds() : 0);
+}
+
+const float* DecodeRanks::run(const model::KvCacheView& cache,
+                              std::span<const model::DecodeChunk> chunks) {
+  const int64_t rows = int64_t(chunks.size());
+  check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
+        max_chunks_);
+  const float* slice = served_.model->decode(cache, chunks);
+  if (size_ == 1) return on_host(served_.context(), slice, rows * vocab_.vocab_size, logits_);
+  const Clock::time_point start = Clock::now();
+  const int64_t part = rows * vocab_.local;
+  const std::vector<int64_t> counts(size_t(size_), part);
+  group_->all_gather(slice, slices_.data(), counts, DType::f32);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = logits_.data() + r * vocab_.vocab_size;
+    for (int64_t v = 0; v < vocab_.vocab_size;) {
+      const int64_t rank = v / vocab_.local, end = std::min(vocab_.vocab_size, v + vocab_.local);
+      std::copy(slices_.data() + rank * part + r * vocab_.local,
+                slices_.data() + rank * part + r * vocab_.local + (end - v), out + v);
+      v = end;
+    }
+  }
+  plan_seconds_ += seconds_since(start);
+  return logits_.data();
+}
+
+const float* DecodeRanks::decode(const model::KvCacheView& cache,
+                                 std::span<const model::DecodeChunk> chunks) {
+  check(leader(), "decode is the leader's; rank {} follows", rank_);
+  if (size_ > 1) send_plan(chunks);
+  return run(cache, chunks);
+}
+
+void DecodeRanks::send_plan(std::span<const model::DecodeChunk> chunks) {
+  const Clock::time_point start = Clock::now();
+  plan_.clear();
+  for (const model::DecodeChunk& c : chunks) {
+    plan_.insert(plan_.end(), {int32_t(c.n), int32_t(c.start), int32_t(c.block_table.size())});
+    plan_.insert(plan_.end(), c.tokens, c.tokens + c.n);
+    plan_.insert(plan_.end(), c.block_table.begin(), c.block_table.end());
+  }
+  int32_t header[2] = {int32_t(chunks.size()), int32_t(plan_.size())};
+  for (int r = 1; r < size_; ++r) group_->send(header, 2, DType::i32, r, kPlanTag);
+  group_->broadcast(plan_.data(), int64_t(plan_.size()), DType::i32, 0);
+  plan_seconds_ += seconds_since(start);
+}
+
+void DecodeRanks::finish() {
+  if (size_ == 1 || !leader()) return;
+  int32_t header[2] = {kFinished, 0};
+  for (int r = 1; r < size_; ++r) group_->send(header, 2, DType::i32, r, kPlanTag);
+}
+
+bool DecodeRanks::receive_plan() {
+  int32_t header[2] = {0, 0};
+  comm::Request request = group_->start_recv(header, 2, DType::i32, 0, kPlanTag);
+  while (!group_->test(request)) std::this_thread::sleep_for(kFollowerPoll);
+  if (header[0] == kFinished) return false;
+  const Clock::time_point start = Clock::now();
+  check(header[0] >= 1 && header[1] >= 3 * header[0],
+        "the leader's plan of {} sequences in {} numbers is malformed", header[0], header[1]);
+  plan_.resize(size_t(header[1]));
+  group_->broadcast(plan_.data(), header[1], DType::i32, 0);
+  chunks_.clear();
+  size_t at = 0;
+  for (int32_t s = 0; s < header[0]; ++s) {
+    check(at + 3 <= plan_.size(), "the leader's plan ends inside sequence {}", s);
+    const int64_t n = plan_[at], chunk_start = plan_[at + 1], blocks = plan_[at + 2];
+    at += 3;
+    check(n >= 1 && blocks >= 0 && at + size_t(n + blocks) <= plan_.size(),
+          "the leader's plan ends inside sequence {}", s);
+    chunks_.push_back({plan_.data() + at, n, chunk_start,
+                       std::span<const int32_t>(plan_.data() + at + n, size_t(blocks))});
+    at += size_t(n + blocks);
+  }
+  plan_seconds_ += seconds_since(start);
+  return true;
+}
+
+void DecodeRanks::follow(const model::KvCacheView& cache) {
+  check(!leader(), "follow is for the followers; rank 0 leads");
+  while (receive_plan()) {
+    try {
+      run(cache, chunks_);
+    } catch (const Error& e) {
+      spdlog::error("serve: rank {}: a step failed: {}", rank_, e.what());
+    }
+  }
+}
+
+void follow_leader(ServedModel& served, const EngineOptions& options) {
+  PagedKvCache cache(served.context(), served.model->model_layout(),
+                     kv_pool_tokens(options, *served.model), options.block_tokens);
+  DecodeRanks ranks(served, options.max_running);
+  ranks.follow(cache.view());
+}
+
+}  // namespace tessera::serve

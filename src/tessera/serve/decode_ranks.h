@@ -1,0 +1,64 @@
+// The ranks that serve one model together, each holding its tensor-parallel shard of the weights
+// and the KV cache of its own heads. The leader (rank 0 of the group) runs the scheduler; every
+// step it hands the followers the step's plan (each sequence's new tokens, positions and KV
+// blocks), all ranks run the same decode, and the vocabulary slices of the logits are gathered.
+// On one rank it is the model's decode alone.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/comm/communicator.h"
+#include "tessera/model/transformer.h"
+#include "tessera/serve/served_model.h"
+
+namespace tessera::serve {
+
+struct EngineOptions;
+
+class DecodeRanks {
+ public:
+  // The group is served.ranks (null: this rank alone). max_chunks bounds the sequences of one
+  // step, for the logits' buffers.
+  DecodeRanks(ServedModel& served, int64_t max_chunks);
+
+  bool leader() const { return rank_ == 0; }
+  int size() const { return size_; }
+
+  // On the leader: sends the step's chunks to the followers, runs them, and returns the next-token
+  // logits after each chunk, [chunks, vocab_size] in host memory.
+  const float* decode(const model::KvCacheView& cache, std::span<const model::DecodeChunk> chunks);
+  // On the leader: ends the followers' follow(). Once only, after the last decode.
+  void finish();
+  // On a follower: runs the leader's steps over its own cache until the leader finishes. A step
+  // that fails fails alike on every rank (they check the same chunks), so it is logged and the
+  // next one awaited, as the leader's engine fails its requests and goes on.
+  void follow(const model::KvCacheView& cache);
+
+  // Seconds this rank has spent in the model's collectives and in handing out the plans.
+  double communication_seconds() const;
+
+ private:
+  const float* run(const model::KvCacheView& cache, std::span<const model::DecodeChunk> chunks);
+  void send_plan(std::span<const model::DecodeChunk> chunks);
+  // Receives the next plan into chunks_; false when the leader finished.
+  bool receive_plan();
+
+  ServedModel& served_;
+  comm::Communicator* group_;
+  int rank_ = 0, size_ = 1;
+  int64_t max_chunks_;
+  model::VocabShard vocab_;
+  std::vector<float> slices_, logits_;  // the gathered slices, and the logits in vocabulary order
+  std::vector<int32_t> plan_;           // [chunks, ints], then per chunk n, start, blocks, ...
+  std::vector<model::DecodeChunk> chunks_;
+  double plan_seconds_ = 0;
+};
+
+// A follower's whole part in serving: the KV cache of its own heads, as many blocks as the leader's
+// engine takes with the same options, and the leader's steps run over it until the leader
+// finishes.
+void follow_leader(ServedModel& served, const EngineOptions& options);
+
+}  // namespace tessera::serve
