@@ -144,6 +144,14 @@ case "$name" in
     row "format tok/s median weight MB/tok bound tok/s % of bound params MB"
     for format in f32 bf16 int8; do row "$format # # # # #% #"; done
     ;;
+  serve_tensor_parallel)
+    bench CONFIG="$tiny" CLIENTS=2 DURATION=2 MAX_TOKENS=8
+    row "layout tok/s ttft_p50 ttft_p99 step_ms tok/step comm comm_ms us/token"
+    row "1 rank x 2 threads # # # # # #% # #"
+    row "2 ranks x 1 thread # # # # # #% # #"
+    row "all-reduce of # bytes over 2 ranks on this machine: # ms"
+    row "planner: 2 x # all-reduces per step = # ms; measured # ms per step (measured / planned = #)"
+    ;;
   step_profile)
     bench toy
     for precision in f32 bf16; do

@@ -254,8 +254,10 @@ void Engine::step() {
     metrics_.prefill_tokens(prefill);
     const int64_t vocab = served_.config().vocab_size;
     const double communication = ranks_.communication_seconds();
+    const Clock::time_point start = Clock::now();
     const float* logits = ranks_.decode(cache_.view(), chunks_);
-    metrics_.communication(ranks_.communication_seconds() - communication);
+    metrics_.model_step(std::chrono::duration<double>(Clock::now() - start).count(),
+                        ranks_.communication_seconds() - communication);
     for (size_t c = 0; c < planned_.size(); ++c) {
       Sequence& seq = *planned_[c].seq;
       cache_.advance(seq.cache_id,

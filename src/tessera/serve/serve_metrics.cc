@@ -68,6 +68,10 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
       preemptions_(registry_.counter(
           "tessera_preemptions_total",
           "Sequences sent back to the queue because the KV cache ran out of blocks", labels())),
+      steps_(registry_.counter("tessera_model_steps_total",
+                               "Model steps run, each over every sequence in the batch", labels())),
+      step_seconds_(registry_.counter("tessera_model_step_seconds_total",
+                                      "Seconds the model's steps took", labels())),
       communication_(registry_.counter(
           "tessera_model_communication_seconds_total",
           "Seconds the model's steps spent in collectives between its ranks and in handing them "
@@ -125,7 +129,11 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
 void ServeMetrics::set_tensor_parallel_ranks(int64_t ranks) { tensor_parallel_.set(double(ranks)); }
-void ServeMetrics::communication(double seconds) { communication_.inc(seconds); }
+void ServeMetrics::model_step(double seconds, double communicating) {
+  steps_.inc();
+  step_seconds_.inc(seconds);
+  communication_.inc(communicating);
+}
 
 std::string ServeMetrics::render() const { return registry_.render(); }
 

@@ -31,10 +31,10 @@ class ServeMetrics {
   void prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens);
   void generated_tokens(int64_t n);
   void preemption();
-  // The ranks that split the model (tensor parallel), and seconds of its steps spent in their
-  // collectives and in handing out the steps' plans.
+  // The ranks that split the model (tensor parallel); a model step that took `seconds`, of which
+  // `communicating` in the ranks' collectives and in handing out the step's plan.
   void set_tensor_parallel_ranks(int64_t ranks);
-  void communication(double seconds);
+  void model_step(double seconds, double communicating);
   void request_finished(std::string_view reason);  // stop, length, cancelled, error
 
   std::string render() const;
@@ -48,7 +48,7 @@ class ServeMetrics {
       &tensor_parallel_;
   obs::Histogram &queue_time_, &ttft_, &itl_, &latency_;
   obs::Counter &prompt_tokens_, &prefill_tokens_, &prefix_queries_, &prefix_hits_,
-      &generated_tokens_, &preemptions_, &communication_;
+      &generated_tokens_, &preemptions_, &steps_, &step_seconds_, &communication_;
 };
 
 }  // namespace tessera::serve
