@@ -5,6 +5,8 @@
 // there only the first token's log-probability is compared, within kLowPrecisionTolerance.
 #include <httplib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 
@@ -129,6 +131,41 @@ TEST_F(ServeTensorParallel, TwoRanksInBf16AndInt8StayCloseToOne) {
         "identical\n",
         format.c_str(), worst, same, kPrompts);
   }
+}
+
+// The rank of an mpirun job (a child of the launcher) whose environment names it `rank`; -1 if
+// none.
+pid_t rank_process(pid_t launcher, int rank) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, comm, state;
+    pid_t parent = 0;
+    if (!(stat >> pid >> comm >> state >> parent) || parent != launcher) continue;
+    std::ifstream environ(entry.path() / "environ");
+    const std::string env((std::istreambuf_iterator<char>(environ)), {});
+    if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos) {
+      return pid_t(std::stoi(pid));
+    }
+  }
+  return -1;
+}
+
+TEST_F(ServeTensorParallel, ARankThatDiesEndsTheJobNamingIt) {
+  const std::string run = train("gpt2", kGpt2);
+  ServerProcess server("--checkpoint " + run + " --model-name tiny --threads 1", 2);
+  ASSERT_EQ(complete_all(server.port()).size(), size_t(kPrompts));
+  const pid_t follower = rank_process(server.pid(), 1);
+  ASSERT_GT(follower, 0) << "no rank 1 under mpirun (pid " << server.pid() << ")";
+  ASSERT_EQ(kill(follower, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  server.stop(0);  // waits for the job to end by itself
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(seconds, 15) << server.output();
+  EXPECT_NE(server.output().find("rank 1"), std::string::npos) << server.output();
+  std::printf("  the job ended %.1f s after rank 1 was killed\n", seconds);
 }
 
 }  // namespace

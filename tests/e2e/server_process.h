@@ -70,8 +70,8 @@ class ServerProcess {
 
   ~ServerProcess() { stop(); }
 
-  // Sends the signal once and waits for the process to end; returns its exit code (128 + the
-  // signal when a signal killed it).
+  // Sends the signal once (0: none) and waits for the process to end; returns its exit code
+  // (128 + the signal when a signal killed it).
   int stop(int signal = SIGTERM) {
     if (pid_ > 0) {
       kill(pid_, signal);
@@ -103,6 +103,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string output() const {
     std::lock_guard lock(mutex_);
     return output_;
