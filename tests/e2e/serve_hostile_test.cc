@@ -282,8 +282,8 @@ TEST_F(ServeHostile, HostileClientsNeitherCrashTheServerNorSlowANormalOne) {
 }
 
 TEST_F(ServeHostile, HostileClientsNeitherCrashATwoRankServerNorSlowANormalOne) {
-  attack_beside_a_normal_client(serve_args("--header-timeout 2 --body-timeout 3 --idle-timeout 3"),
-                                2);
+  attack_beside_a_normal_client(
+      serve_args("--tp 2 --header-timeout 2 --body-timeout 3 --idle-timeout 3"), 2);
 }
 
 TEST_F(ServeHostile, ConnectionsBeyondTheCapGet503) {

@@ -23,9 +23,8 @@ namespace tessera::testing {
 class ServerProcess {
  public:
   // args follow `tessera serve --port 0`; waits up to a minute for "listening on". With several
-  // tensor-parallel ranks, the server runs under mpirun with --tp.
-  explicit ServerProcess(const std::string& given_args, int tensor_parallel_ranks = 1)
-      : ranks_(tensor_parallel_ranks) {
+  // ranks, the server runs under mpirun (args then give --tp and --ep).
+  explicit ServerProcess(const std::string& given_args, int ranks = 1) : ranks_(ranks) {
     // A client writing to a connection the server has closed gets EPIPE, not a fatal signal.
     signal(SIGPIPE, SIG_IGN);
     const std::string args = given_args.find("--drain-seconds") == std::string::npos
@@ -39,15 +38,12 @@ class ServerProcess {
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      const std::string tp = std::to_string(tensor_parallel_ranks);
       const std::string launcher =
-          tensor_parallel_ranks == 1
-              ? ""
-              : "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                "mpirun --oversubscribe -np " +
-                    tp + " ";
-      const std::string command = "exec " + launcher + TESSERA_BINARY + " serve --port 0 " +
-                                  (tensor_parallel_ranks == 1 ? "" : "--tp " + tp + " ") + args;
+          ranks == 1 ? ""
+                     : "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                       "--oversubscribe -np " +
+                           std::to_string(ranks) + " ";
+      const std::string command = "exec " + launcher + TESSERA_BINARY + " serve --port 0 " + args;
       execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
       _exit(127);
     }

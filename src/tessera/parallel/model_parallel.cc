@@ -49,7 +49,7 @@ double ModelGroups::communication_seconds() const {
 }
 
 ModelGroups::ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& config,
-                         bool sequence_parallel)
+                         bool sequence_parallel, DpTokens tokens)
     : tp_(mesh.tp()), ep_(mesh.ep()), dp_(mesh.dp()) {
   const comm::MeshShape& s = mesh.shape();
   model::check_sharding(config, s.tp, s.ep);
@@ -57,7 +57,7 @@ ModelGroups::ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& confi
   parallel_.tp = &tp_;
   parallel_.sequence_parallel = sequence_parallel && s.tp > 1;
   parallel_.ep = &ep_;
-  parallel_.batch = &dp_;
+  parallel_.batch = tokens == DpTokens::kSplit ? &dp_ : nullptr;
 }
 
 }  // namespace tessera::parallel

@@ -37,11 +37,17 @@ class CommunicatorCollectives final : public model::Collectives {
   double seconds_ = 0;
 };
 
+// How the mesh's data-parallel ranks share a step's tokens: training splits a batch over them;
+// serving runs the same tokens on every rank (its expert-parallel ranks are carved out of them),
+// so each rank's MoE routing statistics are its own.
+enum class DpTokens { kSplit, kShared };
+
 // The groups of ModelParallel for this rank of the mesh. Throws naming the mesh and model keys
 // when the model cannot be split so (model::check_sharding).
 class ModelGroups {
  public:
-  ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& config, bool sequence_parallel);
+  ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& config, bool sequence_parallel,
+              DpTokens tokens = DpTokens::kSplit);
   ModelGroups(const ModelGroups&) = delete;
   ModelGroups& operator=(const ModelGroups&) = delete;
 

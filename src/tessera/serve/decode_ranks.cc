@@ -33,12 +33,15 @@ DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
       group_(served.ranks),
       rank_(group_ != nullptr ? group_->rank() : 0),
       size_(group_ != nullptr ? group_->size() : 1),
+      vocab_group_(served.vocab_ranks),
+      vocab_ranks_(vocab_group_ != nullptr ? vocab_group_->size() : 1),
       max_chunks_(max_chunks),
       vocab_(served.model->model_layout().vocab) {
   check(max_chunks >= 1, "a step runs at least one sequence, not {}", max_chunks);
   chunks_.reserve(size_t(max_chunks));
-  if (size_ > 1) {
-    slices_.resize(size_t(max_chunks * vocab_.local * size_));
+  if (vocab_ranks_ > 1) {
+    slices_.resize(size_t(max_chunks * vocab_.local * vocab_ranks_));
+    gather_counts_.resize(size_t(vocab_ranks_));
     logits_.resize(size_t(max_chunks * vocab_.vocab_size));
   } else if (served.context().on_cuda()) {
     logits_.resize(size_t(max_chunks * vocab_.vocab_size));
@@ -55,11 +58,13 @@ const float* DecodeRanks::run(const model::KvCacheView& cache,
   check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
         max_chunks_);
   const float* slice = served_.model->decode(cache, chunks);
-  if (size_ == 1) return on_host(served_.context(), slice, rows * vocab_.vocab_size, logits_);
+  if (vocab_ranks_ == 1) {
+    return on_host(served_.context(), slice, rows * vocab_.vocab_size, logits_);
+  }
   const Clock::time_point start = Clock::now();
   const int64_t part = rows * vocab_.local;
-  const std::vector<int64_t> counts(size_t(size_), part);
-  group_->all_gather(slice, slices_.data(), counts, DType::f32);
+  std::fill(gather_counts_.begin(), gather_counts_.end(), part);
+  vocab_group_->all_gather(slice, slices_.data(), gather_counts_, DType::f32);
   for (int64_t r = 0; r < rows; ++r) {
     float* out = logits_.data() + r * vocab_.vocab_size;
     for (int64_t v = 0; v < vocab_.vocab_size;) {

@@ -1,8 +1,9 @@
 // The ranks that serve one model together, each holding its tensor-parallel shard of the weights
-// and the KV cache of its own heads. The leader (rank 0 of the group) runs the scheduler; every
-// step it hands the followers the step's plan (each sequence's new tokens, positions and KV
-// blocks), all ranks run the same decode, and the vocabulary slices of the logits are gathered.
-// On one rank it is the model's decode alone.
+// and the KV cache of its own heads, and its expert-parallel share of a mixture's experts. The
+// leader (rank 0 of the group) runs the scheduler; every step it hands the followers the step's
+// plan (each sequence's new tokens, positions and KV blocks), all ranks run the same decode, and
+// the vocabulary slices of the logits are gathered over each tensor-parallel group. On one rank
+// it is the model's decode alone.
 #pragma once
 
 #include <cstdint>
@@ -19,12 +20,13 @@ struct EngineOptions;
 
 class DecodeRanks {
  public:
-  // The group is served.ranks (null: this rank alone). max_chunks bounds the sequences of one
-  // step, for the logits' buffers.
+  // The group is served.ranks (null: this rank alone), the vocabulary's slices gathered over
+  // served.vocab_ranks. max_chunks bounds the sequences of one step, for the logits' buffers.
   DecodeRanks(ServedModel& served, int64_t max_chunks);
 
   bool leader() const { return rank_ == 0; }
   int size() const { return size_; }
+  int tensor_parallel() const { return vocab_ranks_; }
 
   // On the leader: sends the step's chunks to the followers, runs them, and returns the next-token
   // logits after each chunk, [chunks, vocab_size] in host memory.
@@ -48,10 +50,13 @@ class DecodeRanks {
   ServedModel& served_;
   comm::Communicator* group_;
   int rank_ = 0, size_ = 1;
+  comm::Communicator* vocab_group_;
+  int vocab_ranks_ = 1;
   int64_t max_chunks_;
   model::VocabShard vocab_;
   std::vector<float> slices_, logits_;  // the gathered slices, and the logits in vocabulary order
-  std::vector<int32_t> plan_;           // [chunks, ints], then per chunk n, start, blocks, ...
+  std::vector<int64_t> gather_counts_;
+  std::vector<int32_t> plan_;  // [chunks, ints], then per chunk n, start, blocks, ...
   std::vector<model::DecodeChunk> chunks_;
   double plan_seconds_ = 0;
 };

@@ -135,7 +135,7 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
   check(ranks_.leader(), "the engine runs on the leading rank; the others follow it (DecodeRanks)");
   chunks_.reserve(options.max_running);
   planned_.reserve(options.max_running);
-  metrics_.set_tensor_parallel_ranks(ranks_.size());
+  metrics_.set_layout(ranks_.tensor_parallel(), ranks_.size() / ranks_.tensor_parallel());
   publish_gauges();
   // OpenMP's thread count is per thread: the engine's takes the one the model was built with.
   thread_ = std::thread([this, threads = num_threads()] {

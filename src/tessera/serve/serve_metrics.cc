@@ -36,8 +36,11 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
                                 "Share of the KV cache's blocks held by running sequences (0-1)",
                                 labels())),
       tensor_parallel_(registry_.gauge("tessera_tensor_parallel_ranks",
-                                       "Ranks that split the served model (tensor parallel)",
+                                       "Tensor-parallel ranks that split the served model",
                                        labels())),
+      expert_parallel_(
+          registry_.gauge("tessera_expert_parallel_ranks",
+                          "Expert-parallel ranks that split the served model's experts", labels())),
       queue_time_(registry_.histogram("tessera_request_queue_time_seconds",
                                       "From a request's arrival to its first place in the batch",
                                       kLatencyBuckets, labels())),
@@ -128,7 +131,10 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
-void ServeMetrics::set_tensor_parallel_ranks(int64_t ranks) { tensor_parallel_.set(double(ranks)); }
+void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t expert_parallel) {
+  tensor_parallel_.set(double(tensor_parallel));
+  expert_parallel_.set(double(expert_parallel));
+}
 void ServeMetrics::model_step(double seconds, double communicating) {
   steps_.inc();
   step_seconds_.inc(seconds);

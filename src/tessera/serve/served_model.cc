@@ -59,12 +59,18 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
   options.weights = format.weights;
   if (format.mesh != nullptr) {
     const comm::MeshShape& shape = format.mesh->shape();
-    check(shape.ranks() == shape.tp,
-          "serving splits a model over tensor-parallel ranks only: give mpirun -n {} with --tp {}, "
-          "not the mesh {}",
-          shape.tp, shape.tp, shape.str());
-    served.groups = std::make_unique<parallel::ModelGroups>(*format.mesh, mc, false);
-    served.ranks = &format.mesh->tp();
+    check(shape.pp == 1 && shape.dp == shape.ep,
+          "serving splits a model over tensor- and expert-parallel ranks (--tp, --ep), not the "
+          "mesh {}",
+          shape.str());
+    check(shape.ep == 1 || mc.is_moe(),
+          "--ep {} splits a mixture's experts, but the model has dense MLPs (model.moe.n_experts "
+          "is 0)",
+          shape.ep);
+    served.groups = std::make_unique<parallel::ModelGroups>(*format.mesh, mc, false,
+                                                            parallel::DpTokens::kShared);
+    served.ranks = &format.mesh->world();
+    served.vocab_ranks = &format.mesh->tp();
     options.parallel = &served.groups->parallel();
   }
   served.model = std::make_unique<model::Transformer>(

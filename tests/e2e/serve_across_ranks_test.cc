@@ -1,8 +1,10 @@
-// `mpirun -n 2 tessera serve --tp 2` against one rank, over real HTTP: for GPT-2 with GPT-2's
-// vocabulary, Llama with grouped-query attention and a mixture of experts, 16 prompts sent at once
-// get the same greedy completions, and the log-probabilities of every generated token agree to
-// 1e-5 (f32). In bf16 and with int8 weights the ranks round and quantise their own slices, so
-// there only the first token's log-probability is compared, within kLowPrecisionTolerance.
+// `mpirun tessera serve --tp/--ep` against one rank, over real HTTP: for GPT-2 with GPT-2's
+// vocabulary and Llama with grouped-query attention at tp = 2, and a mixture of experts at tp = 2,
+// ep = 2 and tp = 2 x ep = 2, 16 prompts sent at once get the same greedy completions, and the
+// log-probabilities of every generated token agree to 1e-5 (f32). In bf16 and with int8 weights the
+// ranks round and quantise their own slices, so there only the first token's log-probability is
+// compared, within kLowPrecisionTolerance.
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <filesystem>
@@ -65,7 +67,7 @@ std::vector<Completion> complete_all(int port) {
   return out;
 }
 
-class ServeTensorParallel : public ::testing::Test {
+class ServeAcrossRanks : public ::testing::Test {
  protected:
   std::string train(const std::string& name, const std::string& model) {
     write_file(dir / "corpus.txt", small_corpus());
@@ -88,36 +90,47 @@ class ServeTensorParallel : public ::testing::Test {
   TempDir dir{"serve-tp"};
 };
 
-TEST_F(ServeTensorParallel, TwoRanksCompleteAsOneDoes) {
-  for (const auto& [name, model] : {std::pair{"gpt2-50257", kGpt2},
-                                    std::pair{"llama-gqa", kLlamaGqa}, std::pair{"moe", kMoe}}) {
-    SCOPED_TRACE(name);
+struct Layout {
+  int tp, ep;
+};
+
+TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
+  const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
+      {"gpt2-50257", kGpt2, {{2, 1}}},
+      {"llama-gqa", kLlamaGqa, {{2, 1}}},
+      {"moe", kMoe, {{2, 1}, {1, 2}, {2, 2}}}};
+  for (const auto& [name, model, layouts] : cases) {
     const std::string run = train(name, model);
     const std::vector<Completion> one = served(run, "", 1);
-    std::string metrics;
-    const std::vector<Completion> two = served(run, "", 2, &metrics);
-    EXPECT_EQ(metric_value(metrics, "tessera_tensor_parallel_ranks"), 2) << metrics;
-    EXPECT_GT(metric_value(metrics, "tessera_model_communication_seconds_total"), 0) << metrics;
-    double worst = 0;
-    for (int i = 0; i < kPrompts; ++i) {
-      EXPECT_EQ(two[i].text, one[i].text) << "prompt " << i;
-      ASSERT_EQ(two[i].logprobs.size(), one[i].logprobs.size()) << two[i].text;
-      for (size_t t = 0; t < one[i].logprobs.size(); ++t) {
-        worst = std::max(worst, std::abs(two[i].logprobs[t] - one[i].logprobs[t]));
+    for (const Layout& layout : layouts) {
+      const std::string mesh = fmt::format("--tp {} --ep {}", layout.tp, layout.ep);
+      SCOPED_TRACE(name + " " + mesh);
+      std::string metrics;
+      const std::vector<Completion> two = served(run, mesh, layout.tp * layout.ep, &metrics);
+      EXPECT_EQ(metric_value(metrics, "tessera_tensor_parallel_ranks"), layout.tp) << metrics;
+      EXPECT_EQ(metric_value(metrics, "tessera_expert_parallel_ranks"), layout.ep) << metrics;
+      EXPECT_GT(metric_value(metrics, "tessera_model_communication_seconds_total"), 0) << metrics;
+      double worst = 0;
+      for (int i = 0; i < kPrompts; ++i) {
+        EXPECT_EQ(two[i].text, one[i].text) << "prompt " << i;
+        ASSERT_EQ(two[i].logprobs.size(), one[i].logprobs.size()) << two[i].text;
+        for (size_t t = 0; t < one[i].logprobs.size(); ++t) {
+          worst = std::max(worst, std::abs(two[i].logprobs[t] - one[i].logprobs[t]));
+        }
       }
+      EXPECT_LE(worst, kF32Tolerance);
+      std::printf("  %s with %s: worst log-probability difference %.2e over %d prompts\n",
+                  name.c_str(), mesh.c_str(), worst, kPrompts);
     }
-    EXPECT_LE(worst, kF32Tolerance);
-    std::printf("  %s: worst log-probability difference %.2e over %d prompts\n", name, worst,
-                kPrompts);
   }
 }
 
-TEST_F(ServeTensorParallel, TwoRanksInBf16AndInt8StayCloseToOne) {
+TEST_F(ServeAcrossRanks, TwoRanksInBf16AndInt8StayCloseToOne) {
   const std::string run = train("gpt2", kGpt2);
   for (const std::string format : {"--precision bf16", "--quantize int8"}) {
     SCOPED_TRACE(format);
     const std::vector<Completion> one = served(run, format, 1);
-    const std::vector<Completion> two = served(run, format, 2);
+    const std::vector<Completion> two = served(run, format + " --tp 2", 2);
     double worst = 0;
     int same = 0;
     for (int i = 0; i < kPrompts; ++i) {
@@ -152,9 +165,9 @@ pid_t rank_process(pid_t launcher, int rank) {
   return -1;
 }
 
-TEST_F(ServeTensorParallel, ARankThatDiesEndsTheJobNamingIt) {
+TEST_F(ServeAcrossRanks, ARankThatDiesEndsTheJobNamingIt) {
   const std::string run = train("gpt2", kGpt2);
-  ServerProcess server("--checkpoint " + run + " --model-name tiny --threads 1", 2);
+  ServerProcess server("--checkpoint " + run + " --model-name tiny --threads 1 --tp 2", 2);
   ASSERT_EQ(complete_all(server.port()).size(), size_t(kPrompts));
   const pid_t follower = rank_process(server.pid(), 1);
   ASSERT_GT(follower, 0) << "no rank 1 under mpirun (pid " << server.pid() << ")";

@@ -1,7 +1,9 @@
-// Decoding split over tensor-parallel ranks gives the one-rank model's next-token logits: every
-// rank of the job is one tensor-parallel group that runs the same chunks (prompts in pieces, then
-// one token at a time for two sequences at once) over a KV cache of its own heads, and the
-// vocabulary slices its head returns, gathered, are the whole model's logits.
+// Decoding split over tensor- and expert-parallel ranks gives the one-rank model's next-token
+// logits: every rank of the job runs the same chunks (prompts in pieces, then one token at a time
+// for two sequences at once) over a KV cache of its own heads, a mixture's experts split over the
+// expert-parallel ranks (carved out of data-parallel ranks that share the tokens, as serving
+// runs them), and the vocabulary slices the head returns, gathered over the tensor-parallel
+// group, are the whole model's logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,24 +69,33 @@ std::vector<float> gathered(comm::Communicator& tp, const model::VocabShard& voc
 struct Case {
   const char* name;
   model::ModelConfig config;
+  comm::MeshShape mesh;
 };
 
-std::vector<Case> cases() {
+// Every model over all the job's ranks as tp, and the mixture also as ep and, on 4 ranks, as
+// tp = 2 x ep = 2.
+std::vector<Case> cases(int ranks) {
   auto [gpt2, llama, moe] = model::small_configs(20);
   gpt2.n_head = 4;          // so that 1, 2 and 4 ranks split it
   gpt2.vocab_size = 50257;  // padded to a multiple of the ranks
-  return {{"gpt2-50257", gpt2}, {"llama-gqa", llama}, {"moe", moe}};
+  moe.moe.n_experts = 4;
+  const comm::MeshShape tp{.tp = ranks}, ep{.dp = ranks, .ep = ranks};
+  std::vector<Case> out = {
+      {"gpt2-50257", gpt2, tp}, {"llama-gqa", llama, tp}, {"moe", moe, tp}, {"moe", moe, ep}};
+  if (ranks == 4) out.push_back({"moe", moe, {.dp = 2, .tp = 2, .ep = 2}});
+  return out;
 }
 
-TEST(TensorParallelDecode, GivesTheOneRankModelsLogits) {
+TEST(ShardedDecode, GivesTheOneRankModelsLogits) {
   comm::Communicator& world = comm::world();
   const int threads = num_threads();
   set_num_threads(1);  // the ranks of a test job share the machine's cores
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(fmt::format("{} over {} tensor-parallel ranks", c.name, world.size()));
+  for (const Case& c : cases(world.size())) {
+    SCOPED_TRACE(fmt::format("{} over {}", c.name, c.mesh.str()));
     const model::ModelConfig& mc = c.config;
-    const comm::Mesh mesh(world, {.tp = world.size()});
-    const parallel::ModelGroups groups(mesh, mc, /*sequence_parallel=*/false);
+    const comm::Mesh mesh(world, c.mesh);
+    const parallel::ModelGroups groups(mesh, mc, /*sequence_parallel=*/false,
+                                       parallel::DpTokens::kShared);
     model::ModelOptions options;
     options.parallel = &groups.parallel();
     model::Transformer split(mc, 1, mc.max_seq, /*training=*/false, options);
@@ -121,7 +132,10 @@ TEST(TensorParallelDecode, GivesTheOneRankModelsLogits) {
       }
     }
     EXPECT_LE(worst, 1e-5);
-    if (world.rank() == 0) std::printf("  %s: worst logit difference %.2e\n", c.name, worst);
+    if (world.rank() == 0) {
+      std::printf("  %s over %s: worst logit difference %.2e\n", c.name, c.mesh.str().c_str(),
+                  worst);
+    }
   }
   set_num_threads(threads);
 }
