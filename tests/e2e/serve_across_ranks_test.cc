@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/server_process.h"
@@ -26,7 +27,7 @@ constexpr double kLowPrecisionTolerance = 0.05;
 
 const std::string kModelShape =
     " --set model.n_layer=2 --set model.n_head=4 --set model.d_model=32 --set model.max_seq=64"
-    " --set train.batch_size=4 --set train.seq_len=64 --set train.steps=30"
+    " --set train.batch_size=4 --set train.seq_len=64 --set train.steps=15"
     " --set train.eval_every=0 --set train.log_every=10 --set train.threads=1";
 const std::string kGpt2 = kModelShape + " --set model.vocab_size=50257";
 const std::string kLlamaGqa = kModelShape +
@@ -69,12 +70,22 @@ std::vector<Completion> complete_all(int port) {
 
 class ServeAcrossRanks : public ::testing::Test {
  protected:
-  std::string train(const std::string& name, const std::string& model) {
-    write_file(dir / "corpus.txt", small_corpus());
-    const CliResult r =
-        run_cli("train --data " + (dir / "corpus.txt") + " --out " + (dir / name) + model);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return dir / name;
+  static void SetUpTestSuite() { dir_ = new TempDir("serve-across-ranks"); }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+    runs_.clear();
+  }
+  // The run directory of `model`, trained once for the suite.
+  static std::string train(const std::string& name, const std::string& model) {
+    if (runs_.count(name) == 0) {
+      write_file(*dir_ / "corpus.txt", small_corpus());
+      const CliResult r =
+          run_cli("train --data " + (*dir_ / "corpus.txt") + " --out " + (*dir_ / name) + model);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      runs_[name] = *dir_ / name;
+    }
+    return runs_[name];
   }
   static std::vector<Completion> served(const std::string& run, const std::string& format,
                                         int ranks, std::string* metrics = nullptr) {
@@ -87,7 +98,8 @@ class ServeAcrossRanks : public ::testing::Test {
     server.expect_clean_stop();
     return out;
   }
-  TempDir dir{"serve-tp"};
+  static inline TempDir* dir_ = nullptr;
+  static inline std::map<std::string, std::string> runs_;
 };
 
 struct Layout {
@@ -126,7 +138,7 @@ TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
 }
 
 TEST_F(ServeAcrossRanks, TwoRanksInBf16AndInt8StayCloseToOne) {
-  const std::string run = train("gpt2", kGpt2);
+  const std::string run = train("gpt2-50257", kGpt2);
   for (const std::string format : {"--precision bf16", "--quantize int8"}) {
     SCOPED_TRACE(format);
     const std::vector<Completion> one = served(run, format, 1);
@@ -166,7 +178,7 @@ pid_t rank_process(pid_t launcher, int rank) {
 }
 
 TEST_F(ServeAcrossRanks, ARankThatDiesEndsTheJobNamingIt) {
-  const std::string run = train("gpt2", kGpt2);
+  const std::string run = train("gpt2-50257", kGpt2);
   ServerProcess server("--checkpoint " + run + " --model-name tiny --threads 1 --tp 2", 2);
   ASSERT_EQ(complete_all(server.port()).size(), size_t(kPrompts));
   const pid_t follower = rank_process(server.pid(), 1);

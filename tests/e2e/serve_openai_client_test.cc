@@ -30,10 +30,10 @@ TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
   // One rank, then the model split over two tensor-parallel ranks under mpirun.
   for (const int ranks : {1, 2}) {
     SCOPED_TRACE(fmt::format("{} rank(s)", ranks));
-    ServerProcess server(
-        "--checkpoint " + run + " --api-key client-test-key --model-name tiny-lm --threads 1 --tp " +
-            std::to_string(ranks),
-        ranks);
+    ServerProcess server("--checkpoint " + run +
+                             " --api-key client-test-key --model-name tiny-lm --threads 1 --tp " +
+                             std::to_string(ranks),
+                         ranks);
     const CliResult client = run_command("node '" + (kClientDir / "client_test.mjs").string() +
                                          "' http://127.0.0.1:" + std::to_string(server.port()) +
                                          "/v1 client-test-key tiny-lm");

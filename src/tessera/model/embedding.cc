@@ -49,8 +49,9 @@ void Embedding::forward_chunks(const ParamAccess& p, const int32_t* tokens,
     }
     return;
   }
-  check(!tp_.sequence_parallel(), "decoding runs every row on every tensor-parallel rank, without "
-                                  "sequence parallelism");
+  check(!tp_.sequence_parallel(),
+        "decoding runs every row on every tensor-parallel rank, without "
+        "sequence parallelism");
   k::vocab_shard_embedding_forward(ctx_, tokens, wte, vocab_.begin, vocab_.real(), x, N, C_);
   tp_group_->all_reduce(x, N * C_);
   if (wpe == nullptr) return;
