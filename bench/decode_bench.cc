@@ -173,7 +173,8 @@ std::vector<Runner> make_runners(const BenchOptions& o, const ckpt::CheckpointPa
     } else {
       std::copy(weights.params.begin(), weights.params.end(), r.model->params().begin());
     }
-    r.cache = std::make_unique<serve::PagedKvCache>(kernels::kCpuContext, mc, context);
+    r.cache = std::make_unique<serve::PagedKvCache>(kernels::kCpuContext, r.model->model_layout(),
+                                                    context);
     r.run(prompt, o.steps);  // warm-up: quantises or casts the weights, touches every page
     runners.push_back(std::move(r));
   }

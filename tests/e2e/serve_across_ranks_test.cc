@@ -1,9 +1,9 @@
-// `mpirun tessera serve --tp/--ep` against one rank, over real HTTP: for GPT-2 with GPT-2's
-// vocabulary and Llama with grouped-query attention at tp = 2, and a mixture of experts at tp = 2,
-// ep = 2 and tp = 2 x ep = 2, 16 prompts sent at once get the same greedy completions, and the
-// log-probabilities of every generated token agree to 1e-5 (f32). In bf16 and with int8 weights the
-// ranks round and quantise their own slices, so there only the first token's log-probability is
-// compared, within kLowPrecisionTolerance.
+// `mpirun tessera serve --tp/--pp/--ep` against one rank, over real HTTP: for GPT-2 with GPT-2's
+// vocabulary, Llama with grouped-query attention and a mixture of experts at tp = 2, pp = 2 and
+// tp = 2 x pp = 2, and the mixture at ep = 2, 16 prompts sent at once get the same greedy
+// completions, and the log-probabilities of every generated token agree to 1e-5 (f32). In bf16 and
+// with int8 weights the ranks round and quantise their own slices, so there only the first token's
+// log-probability is compared, within kLowPrecisionTolerance.
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -68,6 +68,25 @@ std::vector<Completion> complete_all(int port) {
   return out;
 }
 
+// Checks that every completion's text is the expected one and its tokens' log-probabilities are
+// within kF32Tolerance of it; returns the largest difference.
+double expect_same_completions(const std::vector<Completion>& got,
+                               const std::vector<Completion>& expected) {
+  double worst = 0;
+  for (int i = 0; i < kPrompts; ++i) {
+    EXPECT_EQ(got[i].text, expected[i].text) << "prompt " << i;
+    if (got[i].logprobs.size() != expected[i].logprobs.size()) {
+      ADD_FAILURE() << "prompt " << i << ": " << got[i].text;
+      continue;
+    }
+    for (size_t t = 0; t < got[i].logprobs.size(); ++t) {
+      worst = std::max(worst, std::abs(got[i].logprobs[t] - expected[i].logprobs[t]));
+    }
+  }
+  EXPECT_LE(worst, kF32Tolerance);
+  return worst;
+}
+
 class ServeAcrossRanks : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { dir_ = new TempDir("serve-across-ranks"); }
@@ -103,34 +122,29 @@ class ServeAcrossRanks : public ::testing::Test {
 };
 
 struct Layout {
-  int tp, ep;
+  int tp, pp, ep;
 };
 
 TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
   const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
-      {"gpt2-50257", kGpt2, {{2, 1}}},
-      {"llama-gqa", kLlamaGqa, {{2, 1}}},
-      {"moe", kMoe, {{2, 1}, {1, 2}, {2, 2}}}};
+      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
+      {"llama-gqa", kLlamaGqa, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
+      {"moe", kMoe, {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}}};
   for (const auto& [name, model, layouts] : cases) {
     const std::string run = train(name, model);
     const std::vector<Completion> one = served(run, "", 1);
     for (const Layout& layout : layouts) {
-      const std::string mesh = fmt::format("--tp {} --ep {}", layout.tp, layout.ep);
+      const std::string mesh =
+          fmt::format("--tp {} --pp {} --ep {}", layout.tp, layout.pp, layout.ep);
       SCOPED_TRACE(name + " " + mesh);
       std::string metrics;
-      const std::vector<Completion> two = served(run, mesh, layout.tp * layout.ep, &metrics);
+      const std::vector<Completion> two =
+          served(run, mesh, layout.tp * layout.pp * layout.ep, &metrics);
       EXPECT_EQ(metric_value(metrics, "tessera_tensor_parallel_ranks"), layout.tp) << metrics;
+      EXPECT_EQ(metric_value(metrics, "tessera_pipeline_stages"), layout.pp) << metrics;
       EXPECT_EQ(metric_value(metrics, "tessera_expert_parallel_ranks"), layout.ep) << metrics;
       EXPECT_GT(metric_value(metrics, "tessera_model_communication_seconds_total"), 0) << metrics;
-      double worst = 0;
-      for (int i = 0; i < kPrompts; ++i) {
-        EXPECT_EQ(two[i].text, one[i].text) << "prompt " << i;
-        ASSERT_EQ(two[i].logprobs.size(), one[i].logprobs.size()) << two[i].text;
-        for (size_t t = 0; t < one[i].logprobs.size(); ++t) {
-          worst = std::max(worst, std::abs(two[i].logprobs[t] - one[i].logprobs[t]));
-        }
-      }
-      EXPECT_LE(worst, kF32Tolerance);
+      const double worst = expect_same_completions(two, one);
       std::printf("  %s with %s: worst log-probability difference %.2e over %d prompts\n",
                   name.c_str(), mesh.c_str(), worst, kPrompts);
     }
@@ -156,6 +170,17 @@ TEST_F(ServeAcrossRanks, TwoRanksInBf16AndInt8StayCloseToOne) {
         "identical\n",
         format.c_str(), worst, same, kPrompts);
   }
+}
+
+// A Hugging Face folder exported from a checkpoint loads onto two tensor-parallel ranks, each
+// taking its slices of the folder's whole tensors, and completes as the checkpoint does on one.
+TEST_F(ServeAcrossRanks, AHuggingFaceFolderServesSplitAsItsCheckpointDoes) {
+  const std::string run = train("llama-gqa", kLlamaGqa);
+  const std::string hf = *dir_ / "llama-gqa-hf";
+  const CliResult exported = run_cli("convert export --checkpoint " + run + " --out " + hf);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const std::vector<Completion> one = served(run, "", 1);
+  expect_same_completions(served(hf, "--tp 2", 2), one);
 }
 
 // The rank of an mpirun job (a child of the launcher) whose environment names it `rank`; -1 if

@@ -245,7 +245,9 @@ TEST(PipelineStage, AStageRunsOnlyItsOwnSteps) {
   EXPECT_THROW(m.stage_input(2), Error);
   EXPECT_THROW(m.stage_backward_input(0, nullptr), Error);  // not built to split its backward
   EXPECT_THROW(m.stage_backward_weight(0), Error);
-  EXPECT_THROW(Transformer(c, kB, kT, false, {.parallel = &middle}), Error);
+  // A stage built for inference serves its blocks (decode), but not the whole model's logits.
+  Transformer serving(c, kB, kT, false, {.parallel = &middle});
+  EXPECT_THROW(serving.next_token_logits(t.data(), kT), Error);
 }
 
 }  // namespace

@@ -68,10 +68,14 @@ Settings<serve::ServingFormat> serving_format_flags() {
        flag("--quantize", "", &F::weights, "int8: int8 weight-only matmuls"),
        flag("--tp", "N", &F::tp,
             "tensor-parallel ranks that split the model, each holding a shard of every weight "
-            "and of the KV cache: run under mpirun -n N (x --ep)",
+            "and of the KV cache: run under mpirun -n N (x --pp x --ep)",
+            at_least(1)),
+       flag("--pp", "N", &F::pp,
+            "pipeline stages that split the model's blocks: run under mpirun -n N (x --tp x --ep)",
             at_least(1)),
        flag("--ep", "N", &F::ep,
-            "expert-parallel ranks that split a mixture's experts: run under mpirun -n N (x --tp)",
+            "expert-parallel ranks that split a mixture's experts: run under mpirun -n N (x --tp "
+            "x --pp)",
             at_least(1))},
       nest(&F::device, Settings<kernels::Device>{flag("--device", "", &kernels::Device::kind,
                                                       "where the model runs")}),
@@ -80,15 +84,15 @@ Settings<serve::ServingFormat> serving_format_flags() {
 
 std::unique_ptr<comm::Mesh> serving_mesh(serve::ServingFormat& format) {
   comm::Communicator& world = comm::world();
-  const int64_t ranks = format.tp * format.ep;
+  const int64_t ranks = format.tp * format.pp * format.ep;
   check(world.size() == ranks,
-        "--tp {} x --ep {} splits the model over {} ranks, but this job has {}: run it as "
-        "mpirun -n {} tessera ...",
-        format.tp, format.ep, ranks, world.size(), ranks);
+        "--tp {} x --pp {} x --ep {} splits the model over {} ranks, but this job has {}: run it "
+        "as mpirun -n {} tessera ...",
+        format.tp, format.pp, format.ep, ranks, world.size(), ranks);
   if (ranks == 1) return nullptr;
   // The expert-parallel ranks are carved out of data-parallel ones, as in training.
   auto mesh = std::make_unique<comm::Mesh>(
-      world, comm::MeshShape{.dp = format.ep, .tp = format.tp, .ep = format.ep});
+      world, comm::MeshShape{.dp = format.ep, .tp = format.tp, .pp = format.pp, .ep = format.ep});
   format.mesh = mesh.get();
   return mesh;
 }

@@ -36,8 +36,8 @@ struct ServeFlags {
 
 Settings<ServeFlags> serve_flags();
 
-// The mesh of format.tp x format.ep ranks over this job's world, which must hold exactly that
-// many, made the format's mesh; null for one rank.
+// The mesh of format.tp x format.pp x format.ep ranks over this job's world, which must hold
+// exactly that many, made the format's mesh; null for one rank.
 std::unique_ptr<comm::Mesh> serving_mesh(serve::ServingFormat& format);
 
 }  // namespace tessera::cli

@@ -78,10 +78,6 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       unit_grads_(layout_.units.size(), nullptr),
       access_(std::make_unique<Access>(*this)) {
   check_runnable(config_);
-  const bool whole = layout_.has_embedding && layout_.has_head;
-  check(training_ || whole,
-        "a pipeline stage (blocks [{}, {})) is for training; inference runs the whole model",
-        layout_.first_block, layout_.first_block + int64_t(layout_.blocks.size()));
   check_options(config_, options_, training_);
   check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
         config_.max_seq);
@@ -365,7 +361,8 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
-  check(!tp_.active(), "next_token_logits runs on one rank");
+  check(!tp_.active() && embedding_ != nullptr && head_ != nullptr,
+        "next_token_logits runs the whole model on one rank");
   select_slot(0);
   run_blocks(tokens, 1, T);
   head_->logits_of_rows(*access_, T - 1, 1);
@@ -415,14 +412,20 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
   acquire(0);
   const Access& p = *access_;
   const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
-  embedding_->forward_chunks(p, tokens_for_kernels(decode_tokens_.data(), N, 0), paged,
-                             acts_.embedded, N);
+  if (embedding_ != nullptr) {
+    embedding_->forward_chunks(p, tokens_for_kernels(decode_tokens_.data(), N, 0), paged,
+                               acts_.embedded, N);
+  }
   const int64_t kv_heads = rows.row_width / c.head_dim();
   for_each_block([&](int64_t l) {
     const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
     blocks_[l]->decode(p, input_of(l), kv, paged, N);
     return 0.0;
   });
+  if (head_ == nullptr) {
+    release(0);
+    return stage_output();
+  }
   // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = paged_chunks_[s];

@@ -136,7 +136,9 @@ class Transformer {
   // chunk's keys and values into the cache, and returns the next-token logits after each chunk's
   // last token, [chunks.size(), layout's vocab.local]: the whole vocabulary on one rank, this
   // rank's slice of it over tensor-parallel ranks, which all run the same chunks over a cache of
-  // their own key/value heads (kv_rows of the model's layout). The chunks hold at most
+  // their own key/value heads (kv_rows of the model's layout). A pipeline stage without the
+  // embedding reads its input rows, [N, C] for the chunks' N tokens, from stage_input(0); one
+  // without the head returns its output rows, [N, C], for the next stage. The chunks hold at most
   // max_batch x max_seq tokens in all, and no position reaches model.max_seq.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
 

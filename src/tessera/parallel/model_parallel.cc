@@ -44,6 +44,11 @@ void CommunicatorCollectives::all_to_all(const float* send, std::span<const int6
   timed([&] { c_.all_to_all_v(send, send_counts, recv, recv_counts, DType::f32); });
 }
 
+void ModelGroups::set_stage_blocks(int64_t begin, int64_t end) {
+  parallel_.sharding.block_begin = begin;
+  parallel_.sharding.block_end = end;
+}
+
 double ModelGroups::communication_seconds() const {
   return tp_.seconds() + ep_.seconds() + dp_.seconds();
 }

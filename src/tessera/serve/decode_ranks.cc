@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "tessera/core/error.h"
@@ -17,6 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kPlanTag = 71;
+constexpr int kRowsTag = 72;
+constexpr int kLogitsTag = 73;
 constexpr int32_t kFinished = -1;
 // How long an idle follower sleeps between looks for the next plan: it waits without a deadline
 // (an idle server is not a stalled job), and this is what it adds to a step's start.
@@ -35,6 +38,9 @@ DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
       size_(group_ != nullptr ? group_->size() : 1),
       vocab_group_(served.vocab_ranks),
       vocab_ranks_(vocab_group_ != nullptr ? vocab_group_->size() : 1),
+      stage_group_(served.stage_ranks),
+      stage_(stage_group_ != nullptr ? stage_group_->rank() : 0),
+      stages_(stage_group_ != nullptr ? stage_group_->size() : 1),
       max_chunks_(max_chunks),
       vocab_(served.model->model_layout().vocab) {
   check(max_chunks >= 1, "a step runs at least one sequence, not {}", max_chunks);
@@ -42,14 +48,25 @@ DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
   if (vocab_ranks_ > 1) {
     slices_.resize(size_t(max_chunks * vocab_.local * vocab_ranks_));
     gather_counts_.resize(size_t(vocab_ranks_));
-    logits_.resize(size_t(max_chunks * vocab_.vocab_size));
-  } else if (served.context().on_cuda()) {
+  }
+  if (vocab_ranks_ > 1 || stages_ > 1 || served.context().on_cuda()) {
     logits_.resize(size_t(max_chunks * vocab_.vocab_size));
   }
 }
 
 double DecodeRanks::communication_seconds() const {
-  return plan_seconds_ + (served_.groups != nullptr ? served_.groups->communication_seconds() : 0);
+  return exchange_seconds_ +
+         (served_.groups != nullptr ? served_.groups->communication_seconds() : 0);
+}
+
+int64_t DecodeRanks::leaders_pool_tokens(int64_t own) {
+  if (size_ == 1) return own;
+  check(own <= std::numeric_limits<int32_t>::max(),
+        "a KV pool of {} tokens is more than serving over ranks counts; give --kv-cache-tokens",
+        own);
+  int32_t tokens = int32_t(own);
+  group_->broadcast(&tokens, 1, DType::i32, 0);
+  return tokens;
 }
 
 const float* DecodeRanks::run(const model::KvCacheView& cache,
@@ -57,11 +74,37 @@ const float* DecodeRanks::run(const model::KvCacheView& cache,
   const int64_t rows = int64_t(chunks.size());
   check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
         max_chunks_);
-  const float* slice = served_.model->decode(cache, chunks);
+  int64_t tokens = 0;
+  for (const model::DecodeChunk& c : chunks) tokens += c.n;
+  const int64_t floats = tokens * served_.config().d_model;
+  if (stage_ > 0) {
+    const Clock::time_point start = Clock::now();
+    stage_group_->recv(served_.model->stage_input(0), floats, DType::f32, stage_ - 1, kRowsTag);
+    exchange_seconds_ += seconds_since(start);
+  }
+  const float* out = served_.model->decode(cache, chunks);
+  const Clock::time_point start = Clock::now();
+  if (stage_ + 1 < stages_) {
+    stage_group_->send(out, floats, DType::f32, stage_ + 1, kRowsTag);
+    out = nullptr;
+  } else {
+    out = whole_vocabulary(out, rows);
+  }
+  if (stages_ > 1 && stage_ == stages_ - 1) {
+    stage_group_->send(out, rows * vocab_.vocab_size, DType::f32, 0, kLogitsTag);
+  } else if (stages_ > 1 && stage_ == 0) {
+    stage_group_->recv(logits_.data(), rows * vocab_.vocab_size, DType::f32, stages_ - 1,
+                       kLogitsTag);
+    out = logits_.data();
+  }
+  exchange_seconds_ += seconds_since(start);
+  return out;
+}
+
+const float* DecodeRanks::whole_vocabulary(const float* slice, int64_t rows) {
   if (vocab_ranks_ == 1) {
     return on_host(served_.context(), slice, rows * vocab_.vocab_size, logits_);
   }
-  const Clock::time_point start = Clock::now();
   const int64_t part = rows * vocab_.local;
   std::fill(gather_counts_.begin(), gather_counts_.end(), part);
   vocab_group_->all_gather(slice, slices_.data(), gather_counts_, DType::f32);
@@ -74,7 +117,6 @@ const float* DecodeRanks::run(const model::KvCacheView& cache,
       v = end;
     }
   }
-  plan_seconds_ += seconds_since(start);
   return logits_.data();
 }
 
@@ -96,7 +138,7 @@ void DecodeRanks::send_plan(std::span<const model::DecodeChunk> chunks) {
   int32_t header[2] = {int32_t(chunks.size()), int32_t(plan_.size())};
   for (int r = 1; r < size_; ++r) group_->send(header, 2, DType::i32, r, kPlanTag);
   group_->broadcast(plan_.data(), int64_t(plan_.size()), DType::i32, 0);
-  plan_seconds_ += seconds_since(start);
+  exchange_seconds_ += seconds_since(start);
 }
 
 void DecodeRanks::finish() {
@@ -127,7 +169,7 @@ bool DecodeRanks::receive_plan() {
                        std::span<const int32_t>(plan_.data() + at + n, size_t(blocks))});
     at += size_t(n + blocks);
   }
-  plan_seconds_ += seconds_since(start);
+  exchange_seconds_ += seconds_since(start);
   return true;
 }
 
@@ -143,9 +185,10 @@ void DecodeRanks::follow(const model::KvCacheView& cache) {
 }
 
 void follow_leader(ServedModel& served, const EngineOptions& options) {
-  PagedKvCache cache(served.context(), served.model->model_layout(),
-                     kv_pool_tokens(options, *served.model), options.block_tokens);
   DecodeRanks ranks(served, options.max_running);
+  PagedKvCache cache(served.context(), served.model->model_layout(),
+                     ranks.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
+                     options.block_tokens);
   ranks.follow(cache.view());
 }
 

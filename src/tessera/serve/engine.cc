@@ -123,9 +123,10 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
       options_(options),
       metrics_(metrics),
       context_(served.config().max_seq),
-      cache_(served.context(), served.model->model_layout(), kv_pool_tokens(options, *served.model),
-             options.block_tokens, options.prefix_caching),
-      ranks_(served, options.max_running) {
+      ranks_(served, options.max_running),
+      cache_(served.context(), served.model->model_layout(),
+             ranks_.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
+             options.block_tokens, options.prefix_caching) {
   check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
         options.max_running);
   check(options.max_step_tokens >= options.max_running,
@@ -135,7 +136,8 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
   check(ranks_.leader(), "the engine runs on the leading rank; the others follow it (DecodeRanks)");
   chunks_.reserve(options.max_running);
   planned_.reserve(options.max_running);
-  metrics_.set_layout(ranks_.tensor_parallel(), ranks_.size() / ranks_.tensor_parallel());
+  metrics_.set_layout(ranks_.tensor_parallel(), ranks_.pipeline_stages(),
+                      ranks_.size() / (ranks_.tensor_parallel() * ranks_.pipeline_stages()));
   publish_gauges();
   // OpenMP's thread count is per thread: the engine's takes the one the model was built with.
   thread_ = std::thread([this, threads = num_threads()] {

@@ -171,8 +171,8 @@ class Engine {
   const EngineOptions options_;
   ServeMetrics& metrics_;
   const int64_t context_;
+  DecodeRanks ranks_;  // before the cache, whose size the ranks agree on
   PagedKvCache cache_;
-  DecodeRanks ranks_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<model::DecodeChunk> chunks_;          // of the step in progress
   std::vector<PlannedChunk> planned_;

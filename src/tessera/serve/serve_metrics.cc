@@ -38,6 +38,9 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
       tensor_parallel_(registry_.gauge("tessera_tensor_parallel_ranks",
                                        "Tensor-parallel ranks that split the served model",
                                        labels())),
+      pipeline_stages_(registry_.gauge("tessera_pipeline_stages",
+                                       "Pipeline stages that split the served model's blocks",
+                                       labels())),
       expert_parallel_(
           registry_.gauge("tessera_expert_parallel_ranks",
                           "Expert-parallel ranks that split the served model's experts", labels())),
@@ -77,8 +80,8 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
                                       "Seconds the model's steps took", labels())),
       communication_(registry_.counter(
           "tessera_model_communication_seconds_total",
-          "Seconds the model's steps spent in collectives between its ranks and in handing them "
-          "each step's plan",
+          "Seconds the model's steps spent in collectives and exchanges between its ranks (plans, "
+          "a stage's rows, the logits)",
           labels())) {
   registry_.gauge_callback(
       "tessera_prefix_cache_hit_rate",
@@ -131,8 +134,10 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
-void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t expert_parallel) {
+void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t pipeline_stages,
+                              int64_t expert_parallel) {
   tensor_parallel_.set(double(tensor_parallel));
+  pipeline_stages_.set(double(pipeline_stages));
   expert_parallel_.set(double(expert_parallel));
 }
 void ServeMetrics::model_step(double seconds, double communicating) {

@@ -31,9 +31,9 @@ class ServeMetrics {
   void prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens);
   void generated_tokens(int64_t n);
   void preemption();
-  // The ranks that split the model (tensor and expert parallel); a model step that took
-  // `seconds`, of which `communicating` in the ranks' collectives and in handing out its plan.
-  void set_layout(int64_t tensor_parallel, int64_t expert_parallel);
+  // The ranks that split the model (tensor parallel, pipeline stages, expert parallel); a model
+  // step that took `seconds`, of which `communicating` in the exchanges between its ranks.
+  void set_layout(int64_t tensor_parallel, int64_t pipeline_stages, int64_t expert_parallel);
   void model_step(double seconds, double communicating);
   void request_finished(std::string_view reason);  // stop, length, cancelled, error
 
@@ -45,7 +45,7 @@ class ServeMetrics {
   const std::string model_name_;
   obs::Registry registry_;
   obs::Gauge &connections_, &waiting_, &running_, &kv_used_, &kv_free_, &kv_cached_, &kv_usage_,
-      &tensor_parallel_, &expert_parallel_;
+      &tensor_parallel_, &pipeline_stages_, &expert_parallel_;
   obs::Histogram &queue_time_, &ttft_, &itl_, &latency_;
   obs::Counter &prompt_tokens_, &prefill_tokens_, &prefix_queries_, &prefix_hits_,
       &generated_tokens_, &preemptions_, &steps_, &step_seconds_, &communication_;

@@ -59,18 +59,28 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
   options.weights = format.weights;
   if (format.mesh != nullptr) {
     const comm::MeshShape& shape = format.mesh->shape();
-    check(shape.pp == 1 && shape.dp == shape.ep,
-          "serving splits a model over tensor- and expert-parallel ranks (--tp, --ep), not the "
-          "mesh {}",
+    check(shape.dp == shape.ep,
+          "serving splits a model over tensor-parallel, pipeline and expert-parallel ranks (--tp, "
+          "--pp, --ep), not the mesh {}",
           shape.str());
     check(shape.ep == 1 || mc.is_moe(),
           "--ep {} splits a mixture's experts, but the model has dense MLPs (model.moe.n_experts "
           "is 0)",
           shape.ep);
+    check(shape.pp <= mc.n_layer, "--pp {} splits the model into more stages than its {} blocks",
+          shape.pp, mc.n_layer);
+    model::check_device_runs(
+        format.device.kind, {.tp = shape.tp, .pp = shape.pp, .ep = shape.ep, .moe = mc.is_moe()},
+        fmt::format("--device {} over {}", enum_name(format.device.kind), shape.str()));
     served.groups = std::make_unique<parallel::ModelGroups>(*format.mesh, mc, false,
                                                             parallel::DpTokens::kShared);
+    // The planner's split (plan --serve): stage s holds blocks [s L / pp, (s + 1) L / pp).
+    const int64_t stage = format.mesh->coords().pp;
+    served.groups->set_stage_blocks(stage * mc.n_layer / shape.pp,
+                                    (stage + 1) * mc.n_layer / shape.pp);
     served.ranks = &format.mesh->world();
     served.vocab_ranks = &format.mesh->tp();
+    served.stage_ranks = &format.mesh->pp();
     options.parallel = &served.groups->parallel();
   }
   served.model = std::make_unique<model::Transformer>(

@@ -22,10 +22,11 @@ struct ServingFormat {
   model::WeightFormat weights = model::WeightFormat::kDense;
   kernels::Device device;
   // Tensor-parallel ranks that split the model, each holding a shard of every weight and of the
-  // KV cache's heads; expert-parallel ranks that split a mixture's experts (each running every
-  // token, so that each owner sees them all); and the mesh of tp x ep ranks they form (null: this
-  // rank holds it whole), which must outlive the served model.
-  int64_t tp = 1, ep = 1;
+  // KV cache's heads; pipeline stages that split its blocks; expert-parallel ranks that split a
+  // mixture's experts (each running every token, so that each owner sees them all); and the mesh
+  // of tp x pp x ep ranks they form (null: this rank holds it whole), which must outlive the
+  // served model.
+  int64_t tp = 1, pp = 1, ep = 1;
   const comm::Mesh* mesh = nullptr;
 };
 // Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
@@ -39,12 +40,14 @@ std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" 
 struct ServedModel {
   std::filesystem::path step_dir;
   // Where the model computes (null: the CPU), and over a mesh the groups its layers talk to, the
-  // ranks that serve it together (rank 0 leading) and those among them that hold the slices of
-  // its vocabulary; declared first so that they outlive the model.
+  // ranks that serve it together (rank 0 leading), those among them that hold the slices of its
+  // vocabulary, and its pipeline (stage s is rank s); declared first so that they outlive the
+  // model.
   std::unique_ptr<kernels::DeviceContext> device;
   std::unique_ptr<parallel::ModelGroups> groups;
   comm::Communicator* ranks = nullptr;
   comm::Communicator* vocab_ranks = nullptr;
+  comm::Communicator* stage_ranks = nullptr;
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
