@@ -160,6 +160,21 @@ TEST(Decode, RejectsChunksWithoutRoomOrPastTheContext) {
       {"reserve them in the cache"});
   const DecodeChunk too_long = cache.next(0, tokens, c.config.max_seq + 1);
   testing::expect_error([&] { model.decode(cache.view(), {&too_long, 1}); }, {"model.max_seq"});
+  // check_decode throws the same without running anything, and counts the tokens it would run.
+  testing::expect_error(
+      [&] {
+        model.check_decode(cache.view(), {&too_long, 1});
+      },
+      {"model.max_seq"});
+  const std::vector<int32_t> out_of_vocabulary = {int32_t(c.config.vocab_size)};
+  const DecodeChunk bad_token{out_of_vocabulary.data(), 1, 0, one_block};
+  testing::expect_error(
+      [&] {
+        model.check_decode(cache.view(), {&bad_token, 1});
+      },
+      {"outside the vocabulary"});
+  const DecodeChunk two{tokens.data(), 2, 0, one_block};
+  EXPECT_EQ(model.check_decode(cache.view(), {&two, 1}), 2);
   Transformer training(c.config, 1, c.config.max_seq, /*training=*/true);
   const DecodeChunk fine{tokens.data(), 1, 0, one_block};
   testing::expect_error([&] { training.decode(cache.view(), {&fine, 1}); }, {"training=false"});

@@ -371,7 +371,8 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   return acts_.logits;
 }
 
-const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
+int64_t Transformer::check_decode(const KvCacheView& cache,
+                                  std::span<const DecodeChunk> chunks) const {
   const ModelConfig& c = config_;
   check(!training_, "decode: the model was built for training; build it with training=false");
   check(!tp_.sequence_parallel(),
@@ -383,9 +384,8 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
         cache.v.size(), rows.layers);
   check(cache.block_tokens >= 1, "decode: the cache's blocks hold {} tokens", cache.block_tokens);
   check(!chunks.empty(), "decode: no sequences to run");
-  const int64_t C = c.d_model, num_chunks = int64_t(chunks.size());
   int64_t N = 0;
-  for (int64_t s = 0; s < num_chunks; ++s) {
+  for (size_t s = 0; s < chunks.size(); ++s) {
     const DecodeChunk& d = chunks[s];
     check(d.n >= 1 && d.start >= 0, "decode: sequence {} has {} new tokens at position {}", s, d.n,
           d.start);
@@ -402,13 +402,26 @@ const float* Transformer::decode(const KvCacheView& cache, std::span<const Decod
           "x max_seq {})",
           max_batch_ * max_seq_, max_batch_, max_seq_);
     check_tokens(d.tokens, d.n);
-    std::copy_n(d.tokens, d.n, decode_tokens_.begin() + N);
-    paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
     N += d.n;
   }
   check(omp_get_max_threads() <= scratch_threads_,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
+  return N;
+}
+
+const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
+  check_decode(cache, chunks);
+  const ModelConfig& c = config_;
+  const int64_t C = c.d_model, num_chunks = int64_t(chunks.size());
+  int64_t N = 0;
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    const DecodeChunk& d = chunks[s];
+    std::copy_n(d.tokens, d.n, decode_tokens_.begin() + N);
+    paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
+    N += d.n;
+  }
+  const KvRows rows = kv_rows(layout_);
   acquire(0);
   const Access& p = *access_;
   const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));

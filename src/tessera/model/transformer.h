@@ -141,6 +141,9 @@ class Transformer {
   // without the head returns its output rows, [N, C], for the next stage. The chunks hold at most
   // max_batch x max_seq tokens in all, and no position reaches model.max_seq.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
+  // Throws what decode would throw for these chunks before it runs anything (so that ranks that
+  // exchange rows around a decode all fail before the first exchange); returns their tokens.
+  int64_t check_decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) const;
 
   // Wall seconds this model has spent in forwards (up to the loss) and in backwards (from the
   // loss's gradient on), and of them inside its collectives, since it was built: a step's

@@ -74,9 +74,7 @@ const float* DecodeRanks::run(const model::KvCacheView& cache,
   const int64_t rows = int64_t(chunks.size());
   check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
         max_chunks_);
-  int64_t tokens = 0;
-  for (const model::DecodeChunk& c : chunks) tokens += c.n;
-  const int64_t floats = tokens * served_.config().d_model;
+  const int64_t floats = served_.model->check_decode(cache, chunks) * served_.config().d_model;
   if (stage_ > 0) {
     const Clock::time_point start = Clock::now();
     stage_group_->recv(served_.model->stage_input(0), floats, DType::f32, stage_ - 1, kRowsTag);
