@@ -17,15 +17,9 @@ tessera="$build/tessera"
 [[ -x "$tessera" ]] || { echo "no tessera binary at $tessera: run scripts/build.sh or set BUILD" >&2; exit 2; }
 command -v node >/dev/null || { echo "node is missing: run scripts/setup.sh --test" >&2; exit 2; }
 
+# shellcheck source=bench/serve_process.bash
+source "$root/bench/serve_process.bash"
 work=$(mktemp -d)
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
 trap 'stop_server; rm -rf "$work"' EXIT
 
 checkpoint="${1:-}"
@@ -47,23 +41,15 @@ fi
 
 # SERVE_ARGS is split into flags on purpose.
 # shellcheck disable=SC2086
-"$tessera" serve --checkpoint "$checkpoint" --port 0 ${SERVE_ARGS:-} >"$work/serve.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 600); do
-  grep -q "^listening on" "$work/serve.log" && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-  sleep 0.1
-done
-url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$work/serve.log")
-[[ -n "$url" ]] || { echo "tessera serve did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+start_server "$work/serve.log" "$tessera" serve --checkpoint "$checkpoint" --port 0 ${SERVE_ARGS:-}
 sed -n '1,2p' "$work/serve.log"
 
 status=0
-node "$root/bench/serve_load.mjs" --url "$url" --clients "${CLIENTS:-64}" \
+node "$root/bench/serve_load.mjs" --url "$server_url" --clients "${CLIENTS:-64}" \
   --duration "${DURATION:-30}" --max-tokens "${MAX_TOKENS:-64}" || status=$?
 
 echo "server /metrics:"
-curl -sf "$url/metrics" | awk '
+curl -sf "$server_url/metrics" | awk '
   /^#/ || /_bucket/ { next }
   /_seconds_sum[{ ]/ { sub(/\{.*/, "", $1); sub(/_sum$/, "", $1); sum[$1] = $2; next }
   /_seconds_count[{ ]/ { sub(/\{.*/, "", $1); sub(/_count$/, "", $1); count[$1] = $2; next }

@@ -24,15 +24,9 @@ clients=${CLIENTS:-8}
 read -r n_layer d_model < <(python3 "$root/bench/config_values.py" "$config" model.n_layer \
   model.d_model)
 
+# shellcheck source=bench/serve_process.bash
+source "$root/bench/serve_process.bash"
 work=$(mktemp -d)
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
 trap 'stop_server; rm -rf "$work"' EXIT
 
 lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
@@ -50,18 +44,10 @@ echo
 serve_and_load() {
   local label=$1
   shift
-  "$@" --checkpoint "$work/run" --port 0 >"$work/serve.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 600); do
-    grep -q "^listening on" "$work/serve.log" && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  local url
-  url=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$work/serve.log")
-  node "$root/bench/serve_load.mjs" --url "$url" --clients "$clients" \
+  start_server "$work/serve.log" "$@" --checkpoint "$work/run" --port 0
+  node "$root/bench/serve_load.mjs" --url "$server_url" --clients "$clients" \
     --duration "${DURATION:-15}" --max-tokens "${MAX_TOKENS:-32}" >"$work/load.txt"
-  curl -sf "$url/metrics" >"$work/metrics.txt"
+  curl -sf "$server_url/metrics" >"$work/metrics.txt"
   stop_server
   python3 - "$label" "$work/load.txt" "$work/metrics.txt" <<'EOF'
 import re, sys
