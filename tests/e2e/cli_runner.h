@@ -32,6 +32,14 @@ inline const std::string kSmallModel =
     " --set train.batch_size=4 --set train.seq_len=32 --set train.warmup_steps=2"
     " --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=1";
 
+// Appended to a model's flags with 4 heads: Llama with grouped-query attention (4 query heads
+// over 2 key/value heads, untied), and a dropless top-2 mixture of four experts.
+inline const std::string kLlamaGqaFlags =
+    " --set model.arch=llama --set model.n_kv_head=2 --set model.tie_embeddings=false";
+inline const std::string kMoeFlags =
+    " --set model.arch=llama --set model.moe_experts=4 --set model.moe_top_k=2"
+    " --set model.tie_embeddings=false";
+
 inline CliResult run_command(const std::string& command_line) {
   std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");

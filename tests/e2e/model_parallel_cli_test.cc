@@ -22,13 +22,9 @@ namespace fs = std::filesystem;
 const std::string kGpt2 = kSmallModel + " --set model.n_head=4";
 // Llama with grouped-query attention: 4 query heads over 2 key/value heads, so tp = 4 replicates
 // each kv head on two ranks.
-const std::string kLlamaGqa = kSmallModel +
-                              " --set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2"
-                              " --set model.tie_embeddings=false";
+const std::string kLlamaGqa = kGpt2 + kLlamaGqaFlags;
 // A dropless mixture of four experts, top-2.
-const std::string kMoe = kSmallModel +
-                         " --set model.arch=llama --set model.n_head=4 --set model.moe_experts=4"
-                         " --set model.moe_top_k=2 --set model.tie_embeddings=false";
+const std::string kMoe = kGpt2 + kMoeFlags;
 
 class ModelParallelCli : public ::testing::Test {
  protected:

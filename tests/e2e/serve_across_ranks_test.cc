@@ -30,12 +30,8 @@ const std::string kModelShape =
     " --set train.batch_size=4 --set train.seq_len=64 --set train.steps=15"
     " --set train.eval_every=0 --set train.log_every=10 --set train.threads=1";
 const std::string kGpt2 = kModelShape + " --set model.vocab_size=50257";
-const std::string kLlamaGqa = kModelShape +
-                              " --set model.arch=llama --set model.n_kv_head=2"
-                              " --set model.tie_embeddings=false";
-const std::string kMoe = kModelShape +
-                         " --set model.arch=llama --set model.moe_experts=4"
-                         " --set model.moe_top_k=2 --set model.tie_embeddings=false";
+const std::string kLlamaGqa = kModelShape + kLlamaGqaFlags;
+const std::string kMoe = kModelShape + kMoeFlags;
 
 struct Completion {
   std::string text;
