@@ -31,6 +31,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/kernels/op_profile.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/decoder.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/train/run_config.h"
 
@@ -58,6 +59,7 @@ Format format_named(const std::string& name) {
 struct Runner {
   Format format;
   std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<runtime::Decoder> decoder;
   std::unique_ptr<serve::PagedKvCache> cache;
   std::vector<double> tokens_per_s;
 
@@ -70,8 +72,8 @@ struct Runner {
     auto step = [&](int64_t n) {
       const std::span<const int32_t> fresh(tokens.end() - n, tokens.end());
       cache->reserve(seq, n);
-      const model::DecodeChunk chunk = cache->chunk(seq, fresh);
-      const float* logits = model->decode(cache->view(), {&chunk, 1});
+      const runtime::DecodeChunk chunk = cache->chunk(seq, fresh);
+      const float* logits = decoder->decode(cache->view(), {&chunk, 1});
       cache->advance(seq, fresh);
       tokens.push_back(int32_t(std::max_element(logits, logits + V) - logits));
     };
@@ -89,8 +91,8 @@ struct Runner {
     const int64_t seq = cache->add_sequence();
     const auto t0 = Clock::now();
     cache->reserve(seq, int64_t(prompt.size()));
-    const model::DecodeChunk chunk = cache->chunk(seq, prompt);
-    model->decode(cache->view(), {&chunk, 1});
+    const runtime::DecodeChunk chunk = cache->chunk(seq, prompt);
+    decoder->decode(cache->view(), {&chunk, 1});
     const double elapsed = seconds_since(t0);
     cache->release(seq);
     return double(prompt.size()) / elapsed;
@@ -173,6 +175,7 @@ std::vector<Runner> make_runners(const BenchOptions& o, const ckpt::CheckpointPa
     } else {
       std::copy(weights.params.begin(), weights.params.end(), r.model->params().begin());
     }
+    r.decoder = std::make_unique<runtime::Decoder>(*r.model);
     r.cache = std::make_unique<serve::PagedKvCache>(kernels::kCpuContext, r.model->model_layout(),
                                                     context);
     r.run(prompt, o.steps);  // warm-up: quantises or casts the weights, touches every page

@@ -13,6 +13,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/model/transformer.h"
 #include "tessera/obs/live_page.h"
+#include "tessera/runtime/train_step.h"
 #include "tessera/train/train_metrics.h"
 
 using namespace tessera;
@@ -43,9 +44,10 @@ int main() {
   const CounterRng rng(5, 0);
   std::vector<int32_t> tokens(2 * B * T);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(rng.below(i, 256));
-  m.forward_backward(tokens.data(), tokens.data() + B * T, B, T, 1.0f);
-  const double step = median_seconds(
-      5, [&] { m.forward_backward(tokens.data(), tokens.data() + B * T, B, T, 1.0f); });
+  runtime::TrainStep(m).forward_backward(tokens.data(), tokens.data() + B * T, B, T, 1.0f);
+  const double step = median_seconds(5, [&] {
+    runtime::TrainStep(m).forward_backward(tokens.data(), tokens.data() + B * T, B, T, 1.0f);
+  });
 
   train::RunDescription run{.name = "bench",
                             .model = "gpt2",

@@ -1,6 +1,6 @@
 // Pipeline schedules measured against their simulation: under mpirun, every rank runs its
 // stage of a GPT for each schedule (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1
-// with its backwards split into input and weight gradients) through parallel::PipelineRuntime, and
+// with its backwards split into input and weight gradients) through runtime::PipelineRuntime, and
 // reports the share of each step it spent outside its forwards and backwards (messages and
 // waiting) next to the idle share the simulator predicts from the same run's measured forward,
 // input-gradient and weight-gradient times on each stage. ZB-H1's table is laid out for the
@@ -16,9 +16,9 @@
 #include "tessera/comm/world.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
-#include "tessera/parallel/pipeline_runtime.h"
 #include "tessera/parallel/pipeline_simulator.h"
 #include "tessera/parallel/pipeline_stages.h"
+#include "tessera/runtime/pipeline_runtime.h"
 
 using namespace tessera;
 
@@ -31,13 +31,13 @@ struct Seconds {
 // Runs `steps` steps of the table (after one to warm up) and sums this rank's times.
 Seconds time_schedule(const parallel::PipelineTable& table, comm::Communicator& pp,
                       const model::ModelConfig& c, const std::vector<int64_t>& boundaries,
-                      const std::vector<parallel::MicroBatch>& batches, int64_t B, int64_t T,
+                      const std::vector<runtime::MicroBatch>& batches, int64_t B, int64_t T,
                       int64_t steps) {
   const float scale = 1.0f / float(batches.size());
-  parallel::StageModels built =
-      parallel::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
+  runtime::StageModels built =
+      runtime::build_stage_models(c, table, pp.rank(), boundaries, B, T, {});
   for (model::Transformer* s : built.stages) s->init_weights(1);
-  parallel::PipelineRuntime runtime(table, pp, built.stages, built.slots);
+  runtime::PipelineRuntime runtime(table, pp, built.stages, built.slots);
   runtime.run(batches, B, T, scale);  // warm-up
   Seconds t;
   for (int64_t i = 0; i < steps; ++i) {
@@ -88,9 +88,8 @@ void print_rows(comm::PipelineScheduleKind kind, comm::Communicator& pp, const S
   for (int r = 0; r < p; ++r) {
     const double* row = rows.data() + kColumns * r;
     std::printf("%-12s %4d %9.1f %9.1f %9.1f %9.1f %13.1f%% %13.1f%%\n",
-                std::string(enum_name(kind)).c_str(), r, 1e3 * row[0],
-                1e3 * row[1], 1e3 * row[2], 1e3 * row[3], 100 * (1 - (row[1] + row[2]) / row[0]),
-                100 * sim.idle_fraction[r]);
+                std::string(enum_name(kind)).c_str(), r, 1e3 * row[0], 1e3 * row[1], 1e3 * row[2],
+                1e3 * row[3], 100 * (1 - (row[1] + row[2]) / row[0]), 100 * sim.idle_fraction[r]);
   }
 }
 
@@ -121,7 +120,7 @@ int main(int argc, char** argv) {
 
   const CounterRng rng(3, 0);
   std::vector<std::vector<int32_t>> tokens(m);
-  std::vector<parallel::MicroBatch> batches;
+  std::vector<runtime::MicroBatch> batches;
   for (int i = 0; i < m; ++i) {
     for (int64_t k = 0; k < 2 * B * T; ++k) {
       tokens[i].push_back(int32_t(rng.below(uint64_t(i * 2 * B * T + k), uint64_t(c.vocab_size))));

@@ -36,6 +36,7 @@
 #include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
+#include "tessera/runtime/train_step.h"
 #include "tessera/train/train_state.h"
 
 using namespace tessera;
@@ -142,7 +143,8 @@ Timings run_steps(const BenchOptions& o, model::Transformer& model, train::Train
     const double comm0 = groups.communication_seconds();
     state.zero_grad();
     state.begin_micro_step(o.comm == "overlap");
-    const float loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f / float(dp_ranks));
+    const float loss = runtime::TrainStep(model).forward_backward(x.data(), y.data(), B, T,
+                                                                  1.0f / float(dp_ranks));
     state.reduce_gradients();
     kernels::synchronize(ctx);
     const auto t1 = std::chrono::steady_clock::now();

@@ -16,6 +16,8 @@
 #include "tessera/core/rng.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/decoder.h"
+#include "tessera/runtime/train_step.h"
 #include "tessera/train/train_state.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/model/small_configs.h"
@@ -52,7 +54,8 @@ std::vector<float> training_losses(const Context& ctx, const ModelConfig& config
   for (int64_t s = 0; s < kSteps; ++s) {
     state.zero_grad();
     state.begin_micro_step(true);
-    losses.push_back(model.forward_backward(x.data(), y.data(), kBatch, kSeq, 1.0f));
+    losses.push_back(
+        runtime::TrainStep(model).forward_backward(x.data(), y.data(), kBatch, kSeq, 1.0f));
     state.reduce_gradients();
     state.update(3e-3, 1.0f);
   }
@@ -146,7 +149,7 @@ class PagedPool {
     }
     for (int64_t b = blocks - 1; b >= 0; --b) table_.push_back(int32_t(b));  // out of order
   }
-  model::KvCacheView view() const { return {k_, v_, block_tokens_}; }
+  runtime::KvCacheView view() const { return {k_, v_, block_tokens_}; }
   std::span<const int32_t> table() const { return table_; }
 
  private:
@@ -162,11 +165,12 @@ std::vector<int32_t> paged_greedy(const Context& ctx, model::Transformer& m,
   PagedPool pool(ctx, m.config(), 4);
   const int64_t V = m.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
+  runtime::Decoder decoder(m);
   int64_t cached = 0;
   for (int i = 0; i < 12; ++i) {
-    const model::DecodeChunk chunk{tokens.data() + cached, int64_t(tokens.size()) - cached, cached,
-                                   pool.table()};
-    const float* next = m.decode(pool.view(), {&chunk, 1});
+    const runtime::DecodeChunk chunk{tokens.data() + cached, int64_t(tokens.size()) - cached,
+                                     cached, pool.table()};
+    const float* next = decoder.decode(pool.view(), {&chunk, 1});
     cached = int64_t(tokens.size());
     copy_to_host(ctx, logits.data(), next, sizeof(float) * size_t(V));
     tokens.push_back(argmax(logits));

@@ -2,7 +2,7 @@
 // runs (GPipe, 1F1B, interleaved 1F1B with two stages per rank, ZB-H1 with its backwards split
 // into input and weight gradients) gives the losses and, summed over the stages that hold them,
 // the gradients of the whole model trained on one rank.
-#include "tessera/parallel/pipeline_runtime.h"
+#include "tessera/runtime/pipeline_runtime.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/parallel/pipeline_simulator.h"
 #include "tessera/parallel/pipeline_stages.h"
+#include "tessera/runtime/train_step.h"
 #include "tests/dist/dist_testing.h"
 
 namespace tessera::dist {
@@ -45,7 +46,7 @@ model::ModelConfig eight_blocks(model::Architecture arch) {
 
 struct Batches {
   std::vector<std::vector<int32_t>> inputs, targets;
-  std::vector<parallel::MicroBatch> micro_batches;
+  std::vector<runtime::MicroBatch> micro_batches;
 };
 
 Batches batches(const model::ModelConfig& c, int m) {
@@ -90,8 +91,9 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
     whole.init_weights(5);
     whole.zero_grad();
     double whole_loss = 0;
-    for (const parallel::MicroBatch& mb : data.micro_batches) {
-      whole_loss += whole.forward_backward(mb.inputs, mb.targets, kB, kT, scale);
+    for (const runtime::MicroBatch& mb : data.micro_batches) {
+      whole_loss +=
+          runtime::TrainStep(whole).forward_backward(mb.inputs, mb.targets, kB, kT, scale);
     }
     std::map<std::string, const model::ParamInfo*> by_name;
     for (const model::ParamInfo& e : whole.layout().entries()) by_name[e.name] = &e;
@@ -104,7 +106,7 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
     for (const auto& [kind, v] : schedules) {
       SCOPED_TRACE(fmt::format("{} on {} ranks, {}", enum_name(kind), p, enum_name(arch)));
       const parallel::PipelineTable table = parallel::make_pipeline_table(kind, p, v, m);
-      parallel::StageModels built = parallel::build_stage_models(
+      runtime::StageModels built = runtime::build_stage_models(
           c, table, pp.rank(),
           parallel::stage_boundaries(parallel::stage_blocks(c, table.stages(), {})), kB, kT, {});
       for (model::Transformer* s : built.stages) {
@@ -112,7 +114,7 @@ TEST_F(PipelineRuntime, EverySchedulesStepIsTheWholeModelsStep) {
         s->zero_grad();
       }
       const std::vector<model::Transformer*>& stages = built.stages;
-      parallel::PipelineRuntime runtime(table, pp, stages, built.slots);
+      runtime::PipelineRuntime runtime(table, pp, stages, built.slots);
       double loss = runtime.run(data.micro_batches, kB, kT, scale);
       pp.all_reduce(&loss, 1);
       EXPECT_NEAR(loss, whole_loss, 1e-5 * std::abs(whole_loss));
@@ -146,13 +148,13 @@ TEST_F(PipelineRuntime, ASplitScheduleNeedsModelsBuiltToSplitTheirBackward) {
   const int m = 2 * pp.size();
   const std::vector<int64_t> boundaries =
       parallel::stage_boundaries(parallel::stage_blocks(c, pp.size(), {}));
-  parallel::StageModels whole_backward = parallel::build_stage_models(
+  runtime::StageModels whole_backward = runtime::build_stage_models(
       c, parallel::make_pipeline_table(comm::PipelineScheduleKind::k1F1B, pp.size(), 1, m),
       pp.rank(), boundaries, kB, kT, {});
   const parallel::PipelineTable zb =
       parallel::make_pipeline_table(comm::PipelineScheduleKind::kZeroBubbleH1, pp.size(), 1, m);
   testing::expect_error(
-      [&] { parallel::PipelineRuntime(zb, pp, whole_backward.stages, whole_backward.slots); },
+      [&] { runtime::PipelineRuntime(zb, pp, whole_backward.stages, whole_backward.slots); },
       {"zb-h1", "split_backward"});
 }
 

@@ -16,6 +16,7 @@
 #include "tessera/model/serving_memory.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
+#include "tessera/runtime/decoder.h"
 #include "tests/model/small_configs.h"
 
 namespace tessera::testing {
@@ -40,7 +41,7 @@ class Cache {
       for (int64_t j = 0; j < per_seq; ++j) tables_[s].push_back(int32_t(j * kSequences + s));
     }
   }
-  model::KvCacheView view() const { return {k_, v_, kBlockTokens}; }
+  runtime::KvCacheView view() const { return {k_, v_, kBlockTokens}; }
   const std::vector<int32_t>& table(int64_t s) const { return tables_[s]; }
 
  private:
@@ -103,13 +104,14 @@ TEST(ShardedDecode, GivesTheOneRankModelsLogits) {
     split.init_weights(11);
     whole.init_weights(11);
     const Cache split_cache(split), whole_cache(whole);
+    runtime::Decoder split_decoder(split), whole_decoder(whole);
 
     std::vector<int32_t> tokens[kSequences] = {{3, 17, 5, 9, 1, 22, 4}, {8, 2, 26}};
     int64_t cached[kSequences] = {0, 0};
     double worst = 0;
     // Prompts in two pieces, then five tokens each, every step both sequences together.
     for (int step = 0; step < 7; ++step) {
-      std::vector<model::DecodeChunk> chunks;
+      std::vector<runtime::DecodeChunk> chunks;
       for (int64_t s = 0; s < kSequences; ++s) {
         const int64_t size = int64_t(tokens[s].size());
         const int64_t end = step == 0 ? (size + 1) / 2 : size;
@@ -117,12 +119,12 @@ TEST(ShardedDecode, GivesTheOneRankModelsLogits) {
             {tokens[s].data() + cached[s], end - cached[s], cached[s], split_cache.table(s)});
         cached[s] = end;
       }
-      std::vector<model::DecodeChunk> whole_chunks = chunks;
+      std::vector<runtime::DecodeChunk> whole_chunks = chunks;
       for (int64_t s = 0; s < kSequences; ++s) whole_chunks[s].block_table = whole_cache.table(s);
-      const float* expected = whole.decode(whole_cache.view(), whole_chunks);
+      const float* expected = whole_decoder.decode(whole_cache.view(), whole_chunks);
       const std::vector<float> logits =
-          gathered(mesh.tp(), split.model_layout().vocab, split.decode(split_cache.view(), chunks),
-                   kSequences);
+          gathered(mesh.tp(), split.model_layout().vocab,
+                   split_decoder.decode(split_cache.view(), chunks), kSequences);
       for (int64_t s = 0; s < kSequences; ++s) {
         const float* e = expected + s * mc.vocab_size;
         for (int64_t v = 0; v < mc.vocab_size; ++v) {

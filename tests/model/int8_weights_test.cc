@@ -10,6 +10,7 @@
 
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/decoder.h"
 #include "tests/expect_error.h"
 #include "tests/model/small_configs.h"
 
@@ -46,8 +47,8 @@ class OneSequenceCache {
   // Runs tokens [start, end) through the model and returns its next-token logits.
   const float* decode(Transformer& model, const std::vector<int32_t>& tokens, int64_t start,
                       int64_t end) const {
-    const DecodeChunk chunk{tokens.data() + start, end - start, start, table_};
-    return model.decode({k_, v_, kBlockTokens}, {&chunk, 1});
+    const runtime::DecodeChunk chunk{tokens.data() + start, end - start, start, table_};
+    return runtime::Decoder(model).decode({k_, v_, kBlockTokens}, {&chunk, 1});
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 #include "tests/model/reference_fixture.h"
 
 namespace tessera::model {
@@ -24,7 +25,8 @@ TEST_P(LlamaReference, MatchesPyTorchLossAndGradients) {
   load_parameters(*f, model);
 
   model.zero_grad();
-  const float loss = model.forward_backward(f->inputs(), f->targets(), f->B, f->T, 1.0f);
+  const float loss =
+      runtime::TrainStep(model).forward_backward(f->inputs(), f->targets(), f->B, f->T, 1.0f);
   std::printf("loss %.7f (PyTorch %.7f), aux %.7g (PyTorch %.7g)\n", loss, f->loss,
               model.aux_loss(), f->aux_loss);
   EXPECT_LT(std::abs(loss - f->loss) / std::abs(f->loss), 1e-4);

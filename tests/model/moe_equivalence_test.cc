@@ -8,6 +8,7 @@
 #include "tessera/core/rng.h"
 #include "tessera/model/parameters.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 
 namespace tessera::model {
 namespace {
@@ -53,8 +54,8 @@ TEST(MoeEquivalence, OneExpertTopOneIsTheDenseMlp) {
   }
   a.zero_grad();
   b.zero_grad();
-  const float loss_a = a.forward_backward(x.data(), y.data(), B, T, 1.0f);
-  const float loss_b = b.forward_backward(x.data(), y.data(), B, T, 1.0f);
+  const float loss_a = runtime::TrainStep(a).forward_backward(x.data(), y.data(), B, T, 1.0f);
+  const float loss_b = runtime::TrainStep(b).forward_backward(x.data(), y.data(), B, T, 1.0f);
   EXPECT_NEAR(loss_b, loss_a, 1e-6 * std::abs(loss_a));
   EXPECT_EQ(b.aux_loss(), 0.0);
   for (const ParamInfo& p : a.layout().entries()) {

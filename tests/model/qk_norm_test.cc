@@ -11,6 +11,7 @@
 
 #include "tessera/model/parameters.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 
 namespace tessera::model {
 namespace {
@@ -62,7 +63,7 @@ TEST(QkNorm, GradientsMatchFiniteDifferences) {
   for (int32_t& t : inputs) t = token(rng);
   for (int32_t& t : targets) t = token(rng);
   model.zero_grad();
-  model.forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
+  runtime::TrainStep(model).forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
   const std::vector<float> grads(model.grads().begin(), model.grads().end());
 
   float* params = model.params().data();

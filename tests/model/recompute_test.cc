@@ -9,6 +9,7 @@
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 
 namespace tessera::model {
 namespace {
@@ -52,7 +53,7 @@ std::vector<float> gradients(const ModelConfig& c, Recompute r, Precision p,
   Transformer model(c, B, T, /*training=*/true, {.precision = p, .recompute = r});
   model.init_weights(7);
   model.zero_grad();
-  *loss = model.forward_backward(x.data(), y.data(), B, T, 1.0f);
+  *loss = runtime::TrainStep(model).forward_backward(x.data(), y.data(), B, T, 1.0f);
   return {model.grads().begin(), model.grads().end()};
 }
 

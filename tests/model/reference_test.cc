@@ -22,6 +22,7 @@
 
 #include "tessera/model/parameters.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 #include "tests/model/reference_fixture.h"
 
 namespace tessera::model {
@@ -41,7 +42,7 @@ TEST(Gpt2Reference, MatchesPyTorchLossAndGradients) {
   const int32_t* targets = f->targets();
 
   model.zero_grad();
-  const float loss = model.forward_backward(inputs, targets, f->B, f->T, 1.0f);
+  const float loss = runtime::TrainStep(model).forward_backward(inputs, targets, f->B, f->T, 1.0f);
   std::printf("loss %.7f, PyTorch %.7f\n", loss, f->loss);
   EXPECT_LT(std::abs(loss - f->loss) / std::abs(f->loss), 1e-4);
   expect_grads_match(*f, model, 1e-4);
@@ -61,7 +62,8 @@ TEST(Gpt2Reference, TwoHalfScaledMicroStepsAccumulateToReference) {
 
   model.zero_grad();
   for (int step = 0; step < 2; ++step) {
-    const float loss = model.forward_backward(inputs, targets, f->B, f->T, 0.5f);
+    const float loss =
+        runtime::TrainStep(model).forward_backward(inputs, targets, f->B, f->T, 0.5f);
     EXPECT_LT(std::abs(loss - f->loss) / std::abs(f->loss), 1e-4);
   }
   expect_grads_match(*f, model, 1e-4);
@@ -113,7 +115,7 @@ TEST(Gpt2FiniteDifference, SpotCheckMatchesBackward) {
   for (auto& t : targets) t = token(rng);
 
   model.zero_grad();
-  model.forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
+  runtime::TrainStep(model).forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
   const std::vector<float> grads(model.grads().begin(), model.grads().end());
 
   // Two elements from each of these, then the rest from anywhere. Within a tensor, the element

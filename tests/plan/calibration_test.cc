@@ -17,6 +17,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/train_state.h"
 #include "tests/shipped_config.h"
@@ -65,7 +66,7 @@ class TimedSteps {
     const double cpu0 = cpu_seconds(), wall0 = wall_seconds();
     state_.zero_grad();
     state_.begin_micro_step(true);
-    model_.forward_backward(x_.data(), y_.data(), batch_, seq_, 1.0f);
+    runtime::TrainStep(model_).forward_backward(x_.data(), y_.data(), batch_, seq_, 1.0f);
     state_.reduce_gradients();
     state_.update(3e-4, 1.0f);
     return std::min(cpu_seconds() - cpu0, wall_seconds() - wall0);

@@ -99,7 +99,7 @@ TEST(PagedKvCache, RowsOfDifferentPositionsAndLayersDoNotOverlap) {
   }
   EXPECT_EQ(rows.size(), 2u * 2 * 2 * 6);
   EXPECT_EQ(cache.k_row(0, a, 1) - cache.k_row(0, a, 0), width);
-  const model::KvCacheView view = cache.view();
+  const runtime::KvCacheView view = cache.view();
   EXPECT_EQ(view.k.size(), 2u);
   EXPECT_EQ(view.block_tokens, 4);
   testing::expect_error([&] { cache.k_row(0, a, 8); }, {"position 8"});

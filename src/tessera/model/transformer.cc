@@ -132,11 +132,6 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   Allocator real(arena_);
   acts_ = allocate_activations(config_, layout_, activation_options, real);
   activation_bytes_ = activation_bytes(config_, parallel_.sharding, activation_options);
-  if (!training_) {
-    paged_chunks_.resize(N);
-    decode_tokens_.resize(N);
-  }
-  slots_.resize(options_.in_flight);
 
   const int64_t blocks = int64_t(layout_.blocks.size());
   if (config_.is_moe()) {
@@ -300,29 +295,15 @@ double Transformer::communication_seconds() const {
   return seconds;
 }
 
-void Transformer::enter(Phase next) {
-  const auto now = std::chrono::steady_clock::now();
-  const double communication = communication_seconds();
-  if (phase_ != Phase::kIdle) {
-    const double seconds = std::chrono::duration<double>(now - phase_start_).count();
-    const double in_collectives = communication - phase_communication_start_;
-    if (phase_ == Phase::kForward) {
-      phases_.forward += seconds;
-      phases_.forward_communication += in_collectives;
-    } else {
-      phases_.backward += seconds;
-      phases_.backward_communication += in_collectives;
-    }
-  }
-  phase_ = next;
-  phase_start_ = now;
-  phase_communication_start_ = communication;
+void Transformer::begin_pass(int64_t slot) {
+  select_slot(slot);
+  acquire(0);
 }
 
-void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+void Transformer::end_pass() { release(0); }
+
+void Transformer::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
-  enter(Phase::kForward);
-  acquire(0);
   if (embedding_ != nullptr) {
     check_tokens(inputs, B * T);
     const trace::Span span("embedding forward", "compute");
@@ -336,6 +317,12 @@ void Transformer::run_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   if (head_ != nullptr) head_->norm(*access_, stage_output(), tp_.rows(B * T));
 }
 
+float* Transformer::stage_output(int64_t slot) {
+  check(slot >= 0 && slot < options_.in_flight,
+        "micro-batch slot {} of a model built for {} in flight", slot, options_.in_flight);
+  return acts_.slot_blocks[slot].back().res_out;
+}
+
 const float* Transformer::stage_output() const { return acts_.slot_blocks[slot_].back().res_out; }
 
 float* Transformer::stage_input(int64_t slot) {
@@ -345,110 +332,65 @@ float* Transformer::stage_input(int64_t slot) {
 }
 
 float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
-  select_slot(0);
-  run_blocks(inputs, B, T);
+  begin_pass(0);
+  forward_blocks(inputs, B, T);
   float loss = 0.0f;
   if (head_ != nullptr) {
     head_->logits(*access_, B * T);
     if (targets != nullptr) {
       check_tokens(targets, B * T);
-      loss = head_->loss(tokens_for_kernels(targets, B * T, max_batch_ * max_seq_), B * T, 0.0f);
+      loss = head_->loss(tokens_for_kernels(targets, B * T, max_tokens()), B * T, 0.0f);
     }
   }
-  release(0);
-  enter(Phase::kIdle);
+  end_pass();
   return loss;
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   check(!tp_.active() && embedding_ != nullptr && head_ != nullptr,
         "next_token_logits runs the whole model on one rank");
-  select_slot(0);
-  run_blocks(tokens, 1, T);
+  begin_pass(0);
+  forward_blocks(tokens, 1, T);
   head_->logits_of_rows(*access_, T - 1, 1);
-  release(0);
-  enter(Phase::kIdle);
+  end_pass();
   return acts_.logits;
 }
 
-int64_t Transformer::check_decode(const KvCacheView& cache,
-                                  std::span<const DecodeChunk> chunks) const {
-  const ModelConfig& c = config_;
-  check(!training_, "decode: the model was built for training; build it with training=false");
-  check(!tp_.sequence_parallel(),
-        "decode runs every row on every tensor-parallel rank: build the inference model without "
-        "sequence parallelism");
-  const KvRows rows = kv_rows(layout_);
-  check(int64_t(cache.k.size()) == rows.layers && int64_t(cache.v.size()) == rows.layers,
-        "decode: the cache holds {} key and {} value layers but the model has {}", cache.k.size(),
-        cache.v.size(), rows.layers);
-  check(cache.block_tokens >= 1, "decode: the cache's blocks hold {} tokens", cache.block_tokens);
-  check(!chunks.empty(), "decode: no sequences to run");
-  int64_t N = 0;
-  for (size_t s = 0; s < chunks.size(); ++s) {
-    const DecodeChunk& d = chunks[s];
-    check(d.n >= 1 && d.start >= 0, "decode: sequence {} has {} new tokens at position {}", s, d.n,
-          d.start);
-    check(d.start + d.n <= c.max_seq,
-          "decode: sequence {} would reach {} tokens, past the model's context of {} "
-          "(model.max_seq)",
-          s, d.start + d.n, c.max_seq);
-    check(int64_t(d.block_table.size()) * cache.block_tokens >= d.start + d.n,
-          "decode: sequence {} has {} blocks of {} tokens but needs room for {}; reserve them in "
-          "the cache first",
-          s, d.block_table.size(), cache.block_tokens, d.start + d.n);
-    check(N + d.n <= max_batch_ * max_seq_,
-          "decode: the chunks hold more than the {} tokens the model's buffers take (max_batch {} "
-          "x max_seq {})",
-          max_batch_ * max_seq_, max_batch_, max_seq_);
-    check_tokens(d.tokens, d.n);
-    N += d.n;
-  }
+const float* Transformer::forward_paged(const int32_t* tokens,
+                                        std::span<const k::PagedChunk> chunks,
+                                        std::span<const k::PagedKv> kv, int64_t N) {
+  check(!training_ && N >= 1 && N <= max_tokens() && int64_t(kv.size()) == kv_rows(layout_).layers,
+        "forward_paged: {} tokens over {} cache layers on a model built for {} tokens and {} "
+        "layers{}",
+        N, kv.size(), max_tokens(), kv_rows(layout_).layers, training_ ? ", for training" : "");
   check(omp_get_max_threads() <= scratch_threads_,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
-  return N;
-}
-
-const float* Transformer::decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) {
-  check_decode(cache, chunks);
-  const ModelConfig& c = config_;
-  const int64_t C = c.d_model, num_chunks = int64_t(chunks.size());
-  int64_t N = 0;
-  for (int64_t s = 0; s < num_chunks; ++s) {
-    const DecodeChunk& d = chunks[s];
-    std::copy_n(d.tokens, d.n, decode_tokens_.begin() + N);
-    paged_chunks_[s] = {d.block_table.data(), d.start, d.n, N};
-    N += d.n;
-  }
-  const KvRows rows = kv_rows(layout_);
-  acquire(0);
+  const int64_t C = config_.d_model, num_chunks = int64_t(chunks.size());
+  begin_pass(0);
   const Access& p = *access_;
-  const std::span<const k::PagedChunk> paged(paged_chunks_.data(), size_t(num_chunks));
   if (embedding_ != nullptr) {
-    embedding_->forward_chunks(p, tokens_for_kernels(decode_tokens_.data(), N, 0), paged,
-                               acts_.embedded, N);
+    check_tokens(tokens, N);
+    embedding_->forward_chunks(p, tokens_for_kernels(tokens, N, 0), chunks, acts_.embedded, N);
   }
-  const int64_t kv_heads = rows.row_width / c.head_dim();
   for_each_block([&](int64_t l) {
-    const k::PagedKv kv{cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
-    blocks_[l]->decode(p, input_of(l), kv, paged, N);
+    blocks_[l]->decode(p, input_of(l), kv[l], chunks, N);
     return 0.0;
   });
   if (head_ == nullptr) {
-    release(0);
+    end_pass();
     return stage_output();
   }
   // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
   for (int64_t s = 0; s < num_chunks; ++s) {
-    const k::PagedChunk& chunk = paged_chunks_[s];
+    const k::PagedChunk& chunk = chunks[s];
     k::copy_on_device(ctx_, acts_.embedded + s * C,
                       acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
                       sizeof(float) * C);
   }
   head_->norm(p, acts_.embedded, num_chunks);
   head_->logits_of_rows(p, 0, num_chunks);
-  release(0);
+  end_pass();
   return acts_.logits;
 }
 
@@ -457,105 +399,23 @@ void Transformer::zero_grad() {
   k::fill_zeros(ctx_, g.data(), sizeof(float) * g.size());
 }
 
-float Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
-                                    int64_t T, float loss_scale) {
-  check(training_, "forward_backward on a model built for inference");
-  check(embedding_ != nullptr && head_ != nullptr,
-        "forward_backward runs the whole model; a pipeline stage runs stage_forward");
-  select_slot(0);
-  run_blocks(inputs, B, T);
-  const float loss = head_loss_and_backward(targets, B * T, loss_scale);
-  backward_blocks(inputs, B, T, false);
-  release(0);
-  enter(Phase::kIdle);
-  return loss;
-}
-
-float Transformer::stage_forward(int64_t slot, const int32_t* inputs, const int32_t* targets,
-                                 int64_t B, int64_t T, float loss_scale) {
-  check(training_, "stage_forward on a model built for inference");
-  select_slot(slot);
-  slots_[slot] = {B, T, loss_scale};
-  run_blocks(inputs, B, T);
-  float loss = 0;
-  if (head_ != nullptr) {
-    loss = head_loss_and_backward(targets, B * T, loss_scale);
-    // The last block's output is spent: it keeps the head's input gradient until the backward.
-    k::copy_on_device(ctx_, acts_.slot_blocks[slot].back().res_out, acts_.d_res,
-                      sizeof(float) * stage_floats(B, T));
-  }
-  release(0);
-  enter(Phase::kIdle);
-  return loss;
-}
-
-void Transformer::stage_backward(int64_t slot, const int32_t* inputs) {
-  backward_slot(slot, inputs, false);
-  slots_[slot] = {};
-}
-
-void Transformer::stage_backward_input(int64_t slot, const int32_t* inputs) {
-  check(options_.split_backward,
-        "stage_backward_input: the model was not built to split its backward "
-        "(ModelOptions::split_backward)");
-  backward_slot(slot, inputs, true);
-}
-
-void Transformer::stage_backward_weight(int64_t slot) {
-  check(options_.split_backward,
-        "stage_backward_weight: the model was not built to split its backward "
-        "(ModelOptions::split_backward)");
-  select_slot(slot);
-  const SlotState& state = slots_[slot];
-  check(state.B > 0, "stage_backward_weight of slot {}, which holds no forward", slot);
-  const Access& p = *access_;
-  enter(Phase::kBackward);
-  acquire(0);
-  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
-    with_block_gradients(l, [&] {
-      const trace::Span span("block {} weight gradient", "compute", layout_.first_block + l);
-      blocks_[l]->weight_backward(p, state.B * state.T);
-    });
-  }
-  release(0);
-  enter(Phase::kIdle);
-  slots_[slot] = {};
-}
-
-void Transformer::backward_slot(int64_t slot, const int32_t* inputs, bool hold_weights) {
-  check(training_, "stage_backward on a model built for inference");
-  select_slot(slot);
-  const SlotState& state = slots_[slot];
-  check(state.B > 0, "stage_backward of slot {}, which holds no forward", slot);
-  if (head_ != nullptr) {
-    k::copy_on_device(ctx_, acts_.d_res, acts_.slot_blocks[slot].back().res_out,
-                      sizeof(float) * stage_floats(state.B, state.T));
-  }
-  enter(Phase::kBackward);
-  acquire(0);
-  loss_scale_ = state.loss_scale;
-  backward_blocks(inputs, state.B, state.T, hold_weights);
-  release(0);
-  enter(Phase::kIdle);
-}
-
-// The loss over the head's logits, its gradient fused into them, and the head's backward: its
-// gradients accumulated and d(loss)/d(head input) in d_res.
-float Transformer::head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale) {
-  const trace::Span span("head, loss and head backward", "compute");
+float Transformer::head_loss(const int32_t* targets, int64_t N, float loss_scale) {
+  check(training_ && head_ != nullptr, "head_loss: the model {}",
+        training_ ? "has no head (a pipeline stage before the last)" : "was built for inference");
+  const trace::Span span("head and loss", "compute");
   head_->logits(*access_, N);
   check_tokens(targets, N);
-  const float loss =
-      head_->loss(tokens_for_kernels(targets, N, max_batch_ * max_seq_), N, loss_scale / float(N));
-  enter(Phase::kBackward);
-  loss_scale_ = loss_scale;
+  return head_->loss(tokens_for_kernels(targets, N, max_tokens()), N, loss_scale / float(N));
+}
+
+void Transformer::head_backward(int64_t N) {
+  const trace::Span span("head backward", "compute");
   unit_grads_[0] = store_->gradients(0);
   head_->backward(*access_, stage_output(), acts_.d_res, N);
   if (embedding_ == nullptr) {
     store_->gradients_done(0);
     unit_grads_[0] = nullptr;
   }
-  return loss;
 }
 
 // Runs body, which accumulates block l's gradients, with the block's units acquired and their
@@ -576,13 +436,16 @@ void Transformer::with_block_gradients(int64_t l, Body&& body) {
   release_block(l);
 }
 
-// From d_res = d(loss)/d(last block output): every block's backward, then the embedding's.
-void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, bool hold_weights) {
+void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, float loss_scale,
+                                  bool hold_weights) {
+  check(training_, "backward of a model built for inference");
+  check(!hold_weights || options_.split_backward,
+        "the model was not built to split its backward (ModelOptions::split_backward)");
   const Access& p = *access_;
   for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
     with_block_gradients(l, [&] {
       const trace::Span span("block {} backward", "compute", layout_.first_block + l);
-      blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale_,
+      blocks_[l]->backward(p, input_of(l), acts_.d_res, B, T, options_.recompute, loss_scale,
                            hold_weights);
     });
   }
@@ -593,6 +456,18 @@ void Transformer::backward_blocks(const int32_t* inputs, int64_t B, int64_t T, b
   embedding_->backward(p, acts_.d_res, tokens_for_kernels(inputs, B * T, 0), B, T);
   store_->gradients_done(0);
   unit_grads_[0] = nullptr;
+}
+
+void Transformer::weight_backward_blocks(int64_t N) {
+  check(options_.split_backward,
+        "the model was not built to split its backward (ModelOptions::split_backward)");
+  const Access& p = *access_;
+  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
+    with_block_gradients(l, [&] {
+      const trace::Span span("block {} weight gradient", "compute", layout_.first_block + l);
+      blocks_[l]->weight_backward(p, N);
+    });
+  }
 }
 
 }  // namespace tessera::model

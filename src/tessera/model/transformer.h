@@ -1,6 +1,5 @@
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,28 +38,12 @@ struct ModelOptions {
   // How the model is split over ranks (tensor, sequence and expert parallelism, and the blocks
   // of a pipeline stage); null: all of it on one rank.
   const ModelParallel* parallel = nullptr;
-  // Micro-batches a pipeline stage holds between their forward and backward (stage_forward's
-  // slots).
+  // Micro-batches a pipeline stage holds between their forward and backward (the slots of
+  // begin_pass).
   int64_t in_flight = 1;
-  // Whether stage_backward_input and stage_backward_weight may run a slot's backward in two
-  // (zero-bubble schedules): each slot then also holds what its weight gradients need.
+  // Whether backward_blocks may leave weight gradients for weight_backward_blocks (zero-bubble
+  // schedules): each slot then also holds what they need.
   bool split_backward = false;
-};
-
-// Keys and values of earlier tokens, one k and one v pointer per layer, each laid out as
-// kernels::PagedKv describes. The serving layer's cache owns the storage and the block tables.
-struct KvCacheView {
-  std::span<float*const> k, v;
-  int64_t block_tokens = 0;
-};
-
-// One sequence's next n tokens for Transformer::decode, at positions [start, start + n): start
-// is how many of its tokens the cache already holds, and block_table lists the blocks that hold
-// positions [0, start + n), the new ones included.
-struct DecodeChunk {
-  const int32_t* tokens = nullptr;
-  int64_t n = 0, start = 0;
-  std::span<const int32_t> block_table;
 };
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts,
@@ -78,6 +61,12 @@ class Transformer {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  const kernels::Context& context() const { return ctx_; }
+  bool training() const { return training_; }
+  // The tensor-, sequence- and expert-parallel split the model was built with.
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // Tokens the activation buffers take in one pass: max_batch x max_seq.
+  int64_t max_tokens() const { return max_batch_ * max_seq_; }
   const ParameterLayout& layout() const { return layout_.params; }
   const ModelLayout& model_layout() const { return layout_; }
   int64_t num_parameters() const;  // of the whole model: the tied embedding once, no padding
@@ -88,70 +77,64 @@ class Transformer {
 
   // See initial_parameters; only for a model that keeps its parameters itself.
   void init_weights(uint64_t seed);
-
-  // Runs the model over inputs[B,T]. With targets, returns the mean cross-entropy; without,
-  // returns 0 and leaves the logits readable. A pipeline stage runs its part in slot 0: the
-  // first reads the tokens, the others stage_input(0); all but the last return 0 and leave their
-  // output in stage_output().
-  float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
-  // One training micro-step: returns the mean cross-entropy and accumulates
-  // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into the gradients. The
-  // loss gradient is fused into the softmax: the [B*T, vocab] logits are overwritten by it.
-  float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
-                         float loss_scale);
   // Zeroes the gradients of a model that keeps them itself.
   void zero_grad();
 
-  // A pipeline stage (or a whole model) runs a micro-batch's forward and its backward apart,
-  // with up to in_flight micro-batches between them, each in a slot of its own activations.
-  // The first stage reads tokens; the others read stage_input(slot), which the caller fills with
-  // the previous stage's output first. The last stage returns the mean cross-entropy (others 0)
-  // and takes its head's gradients, scaled by loss_scale, at once, so that no slot keeps logits.
-  float* stage_input(int64_t slot);
-  float stage_forward(int64_t slot, const int32_t* inputs, const int32_t* targets, int64_t B,
-                      int64_t T, float loss_scale);
-  // [R, C]: the last forward's output, for the next stage; overwritten by the next forward.
-  const float* stage_output() const;
-  // R x C: the floats of stage_input, stage_output and stage_gradient for a B x T micro-batch
-  // (R = this rank's rows of the residual stream).
-  int64_t stage_floats(int64_t B, int64_t T) const { return tp_.rows(B * T) * config_.d_model; }
-  // [R, C]: where the caller writes d(loss)/d(output) before a backward on a stage without the
-  // head, and where the backward of a stage without the embedding leaves d(loss)/d(input).
-  float* stage_gradient() { return acts_.d_res; }
-  // Accumulates the gradients of the micro-batch in `slot` (inputs: its tokens, on the first
-  // stage) and frees the slot.
-  void stage_backward(int64_t slot, const int32_t* inputs);
-  // The same backward in two halves, for a model built with split_backward. The input half leaves
-  // stage_gradient() for the previous stage and accumulates every gradient but the weights of the
-  // attention and dense-MLP linears (norms, biases, the embedding, a mixture of experts); the
-  // weight half, later, accumulates those and frees the slot.
-  void stage_backward_input(int64_t slot, const int32_t* inputs);
-  void stage_backward_weight(int64_t slot);
+  // Runs the model over inputs[B,T] in slot 0. With targets, returns the mean cross-entropy;
+  // without, returns 0 and leaves the logits readable. A pipeline stage runs its part: the first
+  // reads the tokens, the others stage_input(0); all but the last return 0 and leave their output
+  // in stage_output().
+  float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
   // [B*T, this rank's vocabulary slice] (the whole vocabulary on one rank).
   const float* logits() const { return acts_.logits; }
   // Logits of the next token after tokens[0..T), for sampling (one rank).
   const float* next_token_logits(const int32_t* tokens, int64_t T);
-  // Incremental inference over a paged key/value cache, for a model built for inference: runs
-  // each sequence's chunk (a prompt, or a piece of one, then one token at a time), writes the
-  // chunk's keys and values into the cache, and returns the next-token logits after each chunk's
-  // last token, [chunks.size(), layout's vocab.local]: the whole vocabulary on one rank, this
-  // rank's slice of it over tensor-parallel ranks, which all run the same chunks over a cache of
-  // their own key/value heads (kv_rows of the model's layout). A pipeline stage without the
-  // embedding reads its input rows, [N, C] for the chunks' N tokens, from stage_input(0); one
-  // without the head returns its output rows, [N, C], for the next stage. The chunks hold at most
-  // max_batch x max_seq tokens in all, and no position reaches model.max_seq.
-  const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
-  // Throws what decode would throw for these chunks before it runs anything (so that ranks that
-  // exchange rows around a decode all fail before the first exchange); returns their tokens.
-  int64_t check_decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks) const;
+  // The forward of a model built for inference over N tokens in paged chunks (each a piece of
+  // one sequence, at its positions): reads tokens[N] (the first stage) or stage_input(0) ([N, C],
+  // the others), writes each chunk's keys and values into kv[l] for its layers and attends over
+  // the positions the cache holds before them. Returns the next-token logits after each chunk's
+  // last token, [chunks, this rank's vocabulary slice], or on a stage without the head its
+  // output rows, [N, C]. Checked by runtime::Decoder, which runs it.
+  const float* forward_paged(const int32_t* tokens, std::span<const kernels::PagedChunk> chunks,
+                             std::span<const kernels::PagedKv> kv, int64_t N);
 
-  // Wall seconds this model has spent in forwards (up to the loss) and in backwards (from the
-  // loss's gradient on), and of them inside its collectives, since it was built: a step's
-  // breakdown takes their differences.
-  struct PhaseSeconds {
-    double forward = 0, backward = 0, forward_communication = 0, backward_communication = 0;
-  };
-  const PhaseSeconds& phase_seconds() const { return phases_; }
+  // The pieces a runner (runtime/) composes a training pass from, in this order, between
+  // begin_pass and end_pass, which bind a slot of activations and hold the parameters the
+  // embedding and head share. Up to in_flight micro-batches keep their activations in slots
+  // between their forward and backward.
+  void begin_pass(int64_t slot);
+  void end_pass();
+  // The embedding (first stage) or stage_input(slot) (the others), every block, and on the last
+  // stage the head's norm, over B x T tokens.
+  void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // The last stage's logits and mean cross-entropy over N rows, with the gradient of
+  // loss_scale x the loss fused into the logits.
+  float head_loss(const int32_t* targets, int64_t N, float loss_scale);
+  // The head's gradients from the fused logits, and d(loss)/d(head input) in stage_gradient().
+  void head_backward(int64_t N);
+  // From stage_gradient() = d(loss)/d(last block output): every block's backward, then the
+  // embedding's (first stage); stage_gradient() is left holding d(loss)/d(input) on the others.
+  // loss_scale scales the MoE auxiliary loss. With hold_weights (a model built with
+  // split_backward) the weights of the attention and dense-MLP linears wait for
+  // weight_backward_blocks.
+  void backward_blocks(const int32_t* inputs, int64_t B, int64_t T, float loss_scale,
+                       bool hold_weights);
+  void weight_backward_blocks(int64_t N);
+
+  // The rows between pipeline stages, each R x C floats for a B x T micro-batch (R = this
+  // rank's rows of the residual stream): a slot's input (stages without the embedding), the
+  // output of the pass last run in `slot` (the last block's, overwritten by the next forward in
+  // it), and the gradient at the stage's boundary (stage_gradient, shared by the slots).
+  float* stage_input(int64_t slot);
+  float* stage_output(int64_t slot);
+  const float* stage_output() const;  // of the bound slot
+  float* stage_gradient() { return acts_.d_res; }
+  int64_t stage_floats(int64_t B, int64_t T) const { return tp_.rows(B * T) * config_.d_model; }
+
+  // Throws unless every one of tokens[n] is in the vocabulary.
+  void check_tokens(const int32_t* tokens, int64_t n) const;
+  // Wall seconds spent inside this model's collectives since it was built.
+  double communication_seconds() const;
 
   // MoE: the auxiliary load-balancing loss of the last forward (summed over blocks), and the
   // tokens each expert of block l took.
@@ -176,7 +159,6 @@ class Transformer {
  private:
   class Access;
 
-  void check_tokens(const int32_t* tokens, int64_t n) const;
   // Host tokens where the kernels read them: on another device, copied to device_tokens_ + at.
   const int32_t* tokens_for_kernels(const int32_t* tokens, int64_t n, int64_t at);
   ResidentParameters& resident();
@@ -188,17 +170,9 @@ class Transformer {
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
-  enum class Phase { kIdle, kForward, kBackward };
-  // Ends the phase under way, counting its time, and starts `next`.
-  void enter(Phase next);
-  double communication_seconds() const;
   void select_slot(int64_t slot);
-  void run_blocks(const int32_t* inputs, int64_t B, int64_t T);
-  float head_loss_and_backward(const int32_t* targets, int64_t N, float loss_scale);
-  void backward_slot(int64_t slot, const int32_t* inputs, bool hold_weights);
   template <typename Body>
   void with_block_gradients(int64_t l, Body&& body);
-  void backward_blocks(const int32_t* inputs, int64_t B, int64_t T, bool hold_weights);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -229,20 +203,7 @@ class Transformer {
   std::vector<std::vector<int64_t>> expert_tokens_;
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
-  float loss_scale_ = 1;  // of the backward in progress, for the MoE auxiliary loss
-  // What stage_forward left in each slot for its backward.
-  struct SlotState {
-    int64_t B = 0, T = 0;
-    float loss_scale = 1;
-  };
-  std::vector<SlotState> slots_;
-  PhaseSeconds phases_;
-  Phase phase_ = Phase::kIdle;
-  std::chrono::steady_clock::time_point phase_start_;
-  double phase_communication_start_ = 0;
-  int64_t slot_ = 0;                               // the slot the blocks and input_of point at
-  std::vector<kernels::PagedChunk> paged_chunks_;  // of the decode call in progress
-  std::vector<int32_t> decode_tokens_;             // its chunks' tokens, one after another
+  int64_t slot_ = 0;  // the slot the blocks and input_of point at
   int scratch_threads_ = 0;
 };
 

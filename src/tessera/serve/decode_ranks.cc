@@ -33,6 +33,7 @@ double seconds_since(Clock::time_point start) {
 
 DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
     : served_(served),
+      decoder_(*served.model),
       group_(served.ranks),
       rank_(group_ != nullptr ? group_->rank() : 0),
       size_(group_ != nullptr ? group_->size() : 1),
@@ -69,18 +70,18 @@ int64_t DecodeRanks::leaders_pool_tokens(int64_t own) {
   return tokens;
 }
 
-const float* DecodeRanks::run(const model::KvCacheView& cache,
-                              std::span<const model::DecodeChunk> chunks) {
+const float* DecodeRanks::run(const runtime::KvCacheView& cache,
+                              std::span<const runtime::DecodeChunk> chunks) {
   const int64_t rows = int64_t(chunks.size());
   check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
         max_chunks_);
-  const int64_t floats = served_.model->check_decode(cache, chunks) * served_.config().d_model;
+  const int64_t floats = decoder_.check(cache, chunks) * served_.config().d_model;
   if (stage_ > 0) {
     const Clock::time_point start = Clock::now();
-    stage_group_->recv(served_.model->stage_input(0), floats, DType::f32, stage_ - 1, kRowsTag);
+    stage_group_->recv(decoder_.input(), floats, DType::f32, stage_ - 1, kRowsTag);
     exchange_seconds_ += seconds_since(start);
   }
-  const float* out = served_.model->decode(cache, chunks);
+  const float* out = decoder_.decode(cache, chunks);
   const Clock::time_point start = Clock::now();
   if (stage_ + 1 < stages_) {
     stage_group_->send(out, floats, DType::f32, stage_ + 1, kRowsTag);
@@ -118,17 +119,17 @@ const float* DecodeRanks::whole_vocabulary(const float* slice, int64_t rows) {
   return logits_.data();
 }
 
-const float* DecodeRanks::decode(const model::KvCacheView& cache,
-                                 std::span<const model::DecodeChunk> chunks) {
+const float* DecodeRanks::decode(const runtime::KvCacheView& cache,
+                                 std::span<const runtime::DecodeChunk> chunks) {
   check(leader(), "decode is the leader's; rank {} follows", rank_);
   if (size_ > 1) send_plan(chunks);
   return run(cache, chunks);
 }
 
-void DecodeRanks::send_plan(std::span<const model::DecodeChunk> chunks) {
+void DecodeRanks::send_plan(std::span<const runtime::DecodeChunk> chunks) {
   const Clock::time_point start = Clock::now();
   plan_.clear();
-  for (const model::DecodeChunk& c : chunks) {
+  for (const runtime::DecodeChunk& c : chunks) {
     plan_.insert(plan_.end(), {int32_t(c.n), int32_t(c.start), int32_t(c.block_table.size())});
     plan_.insert(plan_.end(), c.tokens, c.tokens + c.n);
     plan_.insert(plan_.end(), c.block_table.begin(), c.block_table.end());
@@ -171,7 +172,7 @@ bool DecodeRanks::receive_plan() {
   return true;
 }
 
-void DecodeRanks::follow(const model::KvCacheView& cache) {
+void DecodeRanks::follow(const runtime::KvCacheView& cache) {
   check(!leader(), "follow is for the followers; rank 0 leads");
   while (receive_plan()) {
     try {

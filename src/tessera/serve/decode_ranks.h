@@ -4,7 +4,7 @@
 // every step it hands the followers the step's plan (each sequence's new tokens, positions and KV
 // blocks), and every rank runs the step on its part: each stage takes the previous stage's rows
 // and hands its own to the next, the last gathers the logits' vocabulary slices over its
-// tensor-parallel group and sends them back to the first. On one rank it is the model's decode
+// tensor-parallel group and sends them back to the first. On one rank it is the model's decoder
 // alone.
 #pragma once
 
@@ -14,6 +14,7 @@
 
 #include "tessera/comm/communicator.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/decoder.h"
 #include "tessera/serve/served_model.h"
 
 namespace tessera::serve {
@@ -37,27 +38,29 @@ class DecodeRanks {
 
   // On the leader: sends the step's chunks to the followers, runs them, and returns the next-token
   // logits after each chunk, [chunks, vocab_size] in host memory.
-  const float* decode(const model::KvCacheView& cache, std::span<const model::DecodeChunk> chunks);
+  const float* decode(const runtime::KvCacheView& cache,
+                      std::span<const runtime::DecodeChunk> chunks);
   // On the leader: ends the followers' follow(). Once only, after the last decode.
   void finish();
   // On a follower: runs the leader's steps over its own cache until the leader finishes. A step
   // that fails fails alike on every rank (they check the same chunks), so it is logged and the
   // next one awaited, as the leader's engine fails its requests and goes on.
-  void follow(const model::KvCacheView& cache);
+  void follow(const runtime::KvCacheView& cache);
 
   // Seconds this rank has spent in the model's collectives and in the exchanges between its ranks
   // (plans, a stage's rows, the logits), waiting for the others included.
   double communication_seconds() const;
 
  private:
-  const float* run(const model::KvCacheView& cache, std::span<const model::DecodeChunk> chunks);
+  const float* run(const runtime::KvCacheView& cache, std::span<const runtime::DecodeChunk> chunks);
   // The logits of `rows` rows in vocabulary order from this rank's slice of them, on the host.
   const float* whole_vocabulary(const float* slice, int64_t rows);
-  void send_plan(std::span<const model::DecodeChunk> chunks);
+  void send_plan(std::span<const runtime::DecodeChunk> chunks);
   // Receives the next plan into chunks_; false when the leader finished.
   bool receive_plan();
 
   ServedModel& served_;
+  runtime::Decoder decoder_;
   comm::Communicator* group_;
   int rank_ = 0, size_ = 1;
   comm::Communicator* vocab_group_;
@@ -69,7 +72,7 @@ class DecodeRanks {
   std::vector<float> slices_, logits_;  // the gathered slices, and the logits in vocabulary order
   std::vector<int64_t> gather_counts_;
   std::vector<int32_t> plan_;  // [chunks, ints], then per chunk n, start, blocks, ...
-  std::vector<model::DecodeChunk> chunks_;
+  std::vector<runtime::DecodeChunk> chunks_;
   double exchange_seconds_ = 0;
 };
 

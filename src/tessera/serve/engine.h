@@ -174,7 +174,7 @@ class Engine {
   DecodeRanks ranks_;  // before the cache, whose size the ranks agree on
   PagedKvCache cache_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
-  std::vector<model::DecodeChunk> chunks_;          // of the step in progress
+  std::vector<runtime::DecodeChunk> chunks_;        // of the step in progress
   std::vector<PlannedChunk> planned_;
   int64_t next_admission_ = 0;
 

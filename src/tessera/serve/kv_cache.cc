@@ -112,7 +112,7 @@ void PagedKvCache::release(int64_t seq) {
   sequences_.erase(seq);
 }
 
-model::DecodeChunk PagedKvCache::chunk(int64_t seq, std::span<const int32_t> tokens) const {
+runtime::DecodeChunk PagedKvCache::chunk(int64_t seq, std::span<const int32_t> tokens) const {
   const Sequence& s = sequence(seq);
   return {tokens.data(), int64_t(tokens.size()), s.length, s.blocks};
 }

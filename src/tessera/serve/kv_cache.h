@@ -8,7 +8,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/serving_memory.h"
-#include "tessera/model/transformer.h"
+#include "tessera/runtime/decoder.h"
 #include "tessera/serve/block_pool.h"
 
 namespace tessera::serve {
@@ -55,10 +55,10 @@ class PagedKvCache {
 
   int64_t length(int64_t seq) const { return sequence(seq).length; }
   std::span<const int32_t> block_table(int64_t seq) const { return sequence(seq).blocks; }
-  // The sequence's next chunk of tokens, to run through Transformer::decode after reserve.
-  model::DecodeChunk chunk(int64_t seq, std::span<const int32_t> tokens) const;
-  // What Transformer::decode reads and writes.
-  model::KvCacheView view() const { return {k_layers_, v_layers_, block_tokens_}; }
+  // The sequence's next chunk of tokens, to run through runtime::Decoder::decode after reserve.
+  runtime::DecodeChunk chunk(int64_t seq, std::span<const int32_t> tokens) const;
+  // What runtime::Decoder::decode reads and writes.
+  runtime::KvCacheView view() const { return {k_layers_, v_layers_, block_tokens_}; }
   // Key and value rows (kv_heads * head_dim floats) of a cached position.
   float* k_row(int64_t layer, int64_t seq, int64_t position);
   float* v_row(int64_t layer, int64_t seq, int64_t position);

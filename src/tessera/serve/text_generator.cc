@@ -62,7 +62,7 @@ void TextGenerator::generate(const std::string& prompt, bool allow_special, int6
                                          tokens.end());
     check(cache_.reserve(seq.id(), int64_t(fresh.size())),
           "the KV cache has no room for {} more tokens", fresh.size());
-    const model::DecodeChunk chunk = cache_.chunk(seq.id(), fresh);
+    const runtime::DecodeChunk chunk = cache_.chunk(seq.id(), fresh);
     const float* logits = ranks_.decode(cache_.view(), {&chunk, 1});
     cache_.advance(seq.id(), fresh);
     const int32_t next = sampler.sample(logits, int64_t(tokens.size()), tokens, prompt_size);

@@ -58,9 +58,9 @@ std::string format_duration(double seconds) {
 void log_model(const RunConfig& rc, const model::Transformer& model) {
   const model::ModelConfig& m = rc.model;
   const model::ParameterCount count = model::count_parameters(m);
-  std::string shape = fmt::format("{}, {} layers, {} heads ({} key/value), d_model {}, ffn {}",
-                                  enum_name(m.arch), m.n_layer, m.n_head,
-                                  m.kv_heads(), m.d_model, m.ffn());
+  std::string shape =
+      fmt::format("{}, {} layers, {} heads ({} key/value), d_model {}, ffn {}", enum_name(m.arch),
+                  m.n_layer, m.n_head, m.kv_heads(), m.d_model, m.ffn());
   if (m.is_moe()) {
     shape += fmt::format(", {} experts top-{} ({} shared), {:.2f}M active parameters",
                          m.moe.n_experts, m.moe.top_k, m.moe.n_shared, count.active / 1e6);
@@ -71,8 +71,7 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
   std::string matmul = "f32 (oneDNN sgemm)";
   if (tc.precision != model::Precision::kF32) {
     const kernels::LowPrecision low = model::low_precision_of(tc.precision);
-    matmul = fmt::format("{} ({})", enum_name(tc.precision),
-                         kernels::low_precision_gemm_path(low));
+    matmul = fmt::format("{} ({})", enum_name(tc.precision), kernels::low_precision_gemm_path(low));
   }
   const double mib = 1024.0 * 1024.0;
   spdlog::info(
@@ -85,9 +84,8 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
 // Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its pipeline
 // stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
 // ranks that hold the same experts. Returns them, for the metrics.
-std::vector<RankMemoryBytes> log_memory(const TrainState& state,
-                                        const parallel::StageModels& models, const comm::Mesh& mesh,
-                                        const TrainConfig& tc) {
+std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::StageModels& models,
+                                        const comm::Mesh& mesh, const TrainConfig& tc) {
   constexpr int kFields = 7;
   comm::Communicator& world = mesh.world();
   const comm::MeshShape& shape = mesh.shape();
@@ -177,8 +175,8 @@ void log_pipeline(const RunConfig& rc, const parallel::PipelineTable& table,
   spdlog::info(
       "pipeline: {} ranks, {} schedule, {} stage(s) per rank, {} micro-batches (train.grad_accum), "
       "blocks per stage {}, simulated bubble {:.1f}% | this rank: {}",
-      mesh.pp, enum_name(table.kind), table.virtual_stages, table.micro_batches,
-      blocks, 100 * sim.bubble, mine);
+      mesh.pp, enum_name(table.kind), table.virtual_stages, table.micro_batches, blocks,
+      100 * sim.bubble, mine);
 }
 
 RunReport::RunReport(const RunConfig& rc, const fs::path& out_dir, comm::Communicator& world,
@@ -194,17 +192,17 @@ void RunReport::start(const kernels::Device& device, const std::vector<RankMemor
   const model::ModelConfig& m = rc_.model;
   const auto [peak, peak_source] = job_peak_flops(tc_, device, world_);
   const model::FlopsPerToken flops = model::flops_per_token(m, tc_.seq_len, tc_.recompute);
-  RunDescription run{.name = out_dir_.filename().string(),
-                     .model = fmt::format("{}, {} layers, d_model {}, {:.2f}M parameters",
-                                          enum_name(m.arch), m.n_layer, m.d_model,
-                                          double(model::count_parameters(m).total) / 1e6),
-                     .precision = std::string(enum_name(tc_.precision)),
-                     .ranks = world_.size(),
-                     .peak_flops = peak,
-                     .peak = peak_source,
-                     .flops_per_token = flops.model,
-                     .hardware_flops_per_token = flops.hardware,
-                     .memory = memory};
+  RunDescription run{
+      .name = out_dir_.filename().string(),
+      .model = fmt::format("{}, {} layers, d_model {}, {:.2f}M parameters", enum_name(m.arch),
+                           m.n_layer, m.d_model, double(model::count_parameters(m).total) / 1e6),
+      .precision = std::string(enum_name(tc_.precision)),
+      .ranks = world_.size(),
+      .peak_flops = peak,
+      .peak = peak_source,
+      .flops_per_token = flops.model,
+      .hardware_flops_per_token = flops.hardware,
+      .memory = memory};
   spdlog::info(
       "MFU: {:.3g} model FLOPs per token ({:.3g} run, recomputation included) over a "
       "peak of {:.1f} GFLOP/s for the job, {}",

@@ -16,9 +16,9 @@
 #include "tessera/model/transformer.h"
 #include "tessera/obs/metrics_server.h"
 #include "tessera/parallel/model_parallel.h"
-#include "tessera/parallel/pipeline_runtime.h"
 #include "tessera/parallel/pipeline_schedule.h"
 #include "tessera/parallel/pipeline_stages.h"
+#include "tessera/runtime/pipeline_runtime.h"
 #include "tessera/train/divergence_guard.h"
 #include "tessera/train/run_config.h"
 #include "tessera/train/train_metrics.h"
@@ -51,9 +51,8 @@ void log_pipeline(const RunConfig& rc, const parallel::PipelineTable& table,
 // stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
 // ranks that hold the same experts. Collective over the mesh's world; returns them, for the
 // metrics.
-std::vector<RankMemoryBytes> log_memory(const TrainState& state,
-                                        const parallel::StageModels& models, const comm::Mesh& mesh,
-                                        const TrainConfig& tc);
+std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::StageModels& models,
+                                        const comm::Mesh& mesh, const TrainConfig& tc);
 
 // Each step's metrics on every rank (any may serve them), metrics.jsonl and the log lines on
 // rank 0, and the trace of obs.trace_steps.

@@ -24,8 +24,9 @@
 #include "tessera/kernels/ops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
-#include "tessera/parallel/pipeline_runtime.h"
 #include "tessera/parallel/pipeline_stages.h"
+#include "tessera/runtime/pipeline_runtime.h"
+#include "tessera/runtime/train_step.h"
 #include "tessera/train/checkpointer.h"
 #include "tessera/train/divergence_guard.h"
 #include "tessera/train/evaluator.h"
@@ -52,19 +53,6 @@ kernels::Device train_device(const TrainConfig& tc) {
   const int devices = kernels::cuda_device_count();
   check(devices > 0, "train.device = cuda, but {}", kernels::cuda_unavailable_reason());
   return {kernels::DeviceKind::kCuda, comm::local_rank() % devices};
-}
-
-// The seconds each phase of the step has taken on this rank's models so far.
-model::Transformer::PhaseSeconds phase_seconds(const parallel::StageModels& models) {
-  model::Transformer::PhaseSeconds sum;
-  for (const model::Transformer* m : models.stages) {
-    const model::Transformer::PhaseSeconds& p = m->phase_seconds();
-    sum.forward += p.forward;
-    sum.backward += p.backward;
-    sum.forward_communication += p.forward_communication;
-    sum.backward_communication += p.backward_communication;
-  }
-  return sum;
 }
 
 // One call of train(): what it builds, in order, and the loop over steps.
@@ -106,10 +94,11 @@ class Run {
   const kernels::DeviceContext device_;  // where the model and the training state live
   TrainState state_;
   const parallel::PipelineTable table_;  // one rank's plain sequence of micro-batches without pp
-  parallel::StageModels models_;         // this rank's stages
-  std::optional<parallel::PipelineRuntime> pipeline_;
-  std::vector<int32_t> micro_tokens_;  // a pipelined step's inputs and targets
-  std::vector<parallel::MicroBatch> micro_batches_;
+  runtime::StageModels models_;          // this rank's stages
+  std::optional<runtime::PipelineRuntime> pipeline_;  // over pp ranks
+  std::optional<runtime::TrainStep> step_;            // otherwise
+  std::vector<int32_t> micro_tokens_;                 // a pipelined step's inputs and targets
+  std::vector<runtime::MicroBatch> micro_batches_;
   const fs::path ckpt_dir_;
   Checkpointer checkpointer_;
   DivergenceGuard guard_;
@@ -201,13 +190,13 @@ Run::Run(const Config& config, const fs::path& out_dir)
              int64_t(rc_.dist.bucket_mb * 1024 * 1024), pipeline_boundaries(rc_)),
       table_(
           parallel::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
-      models_(parallel::build_stage_models(rc_.model, table_, mesh_.coords().pp,
-                                           state_.boundaries(), local_batch_, tc_.seq_len,
-                                           {.context = &device_.context(),
-                                            .precision = tc_.precision,
-                                            .recompute = tc_.recompute,
-                                            .parallel = &groups_.parallel()},
-                                           stage_stores(state_))),
+      models_(runtime::build_stage_models(rc_.model, table_, mesh_.coords().pp, state_.boundaries(),
+                                          local_batch_, tc_.seq_len,
+                                          {.context = &device_.context(),
+                                           .precision = tc_.precision,
+                                           .recompute = tc_.recompute,
+                                           .parallel = &groups_.parallel()},
+                                          stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
       guard_(rc_.guard),
@@ -224,6 +213,8 @@ Run::Run(const Config& config, const fs::path& out_dir)
       const int32_t* at = micro_tokens_.data() + 2 * n * m;
       micro_batches_.push_back({at, at + n});
     }
+  } else {
+    step_.emplace(*models_.stages.front());
   }
   comm::start_flight_recorder(out_dir / "flight");
 }
@@ -432,10 +423,13 @@ StepResult Run::run_step(int64_t step, double lr) {
 }
 
 std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale) {
-  const model::Transformer::PhaseSeconds before = phase_seconds(models_);
+  const auto phase_seconds = [&] {
+    return pipeline_ ? pipeline_->phase_seconds() : step_->phase_seconds();
+  };
+  const runtime::PhaseSeconds before = phase_seconds();
   // The forwards' and backwards' compute, and the collectives inside them.
   const auto count_phases = [&] {
-    const model::Transformer::PhaseSeconds after = phase_seconds(models_);
+    const runtime::PhaseSeconds after = phase_seconds();
     r.model_comm = after.forward_communication - before.forward_communication +
                    after.backward_communication - before.backward_communication;
     r.forward = after.forward - before.forward -
@@ -450,14 +444,13 @@ std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale)
     return batch;
   };
   if (!pipeline_) {
-    model::Transformer& model = *models_.stages.front();
     double losses[2] = {0, 0};
     for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
       const data::Batch& batch = next_batch();
       state_.begin_micro_step(micro + 1 == tc_.grad_accum);
-      losses[0] += model.forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
-                                          loss_scale);
-      losses[1] += model.aux_loss();
+      losses[0] += step_->forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
+                                           loss_scale);
+      losses[1] += step_->model().aux_loss();
     }
     count_phases();
     return {losses[0], losses[1]};

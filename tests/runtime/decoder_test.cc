@@ -1,5 +1,7 @@
 // Incremental decoding over a paged key/value cache gives the same next-token logits as running
 // the whole prefix through next_token_logits, for several sequences interleaved in one call.
+#include "tessera/runtime/decoder.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +14,9 @@
 
 namespace tessera::model {
 namespace {
+
+using runtime::DecodeChunk;
+using runtime::KvCacheView;
 
 constexpr int64_t kBlockTokens = 4;
 
@@ -89,6 +94,7 @@ TEST(Decode, InterleavedSequencesMatchTheFullPrefix) {
     Transformer model(c.config, 2, c.config.max_seq, /*training=*/false, options);
     reference.init_weights(11);
     model.init_weights(11);
+    runtime::Decoder decoder(model);
     const std::vector<int64_t> prompt = {5, 9, 3}, total = {14, 20, 11};
     const int64_t S = int64_t(prompt.size());
     InterleavedBlocks cache(c.config, S);
@@ -98,7 +104,7 @@ TEST(Decode, InterleavedSequencesMatchTheFullPrefix) {
 
     std::vector<DecodeChunk> chunks;
     for (int64_t s = 0; s < S; ++s) chunks.push_back(cache.next(s, tokens[s], prompt[s]));
-    const float* logits = model.decode(cache.view(), chunks);
+    const float* logits = decoder.decode(cache.view(), chunks);
     std::vector<float> rows(logits, logits + S * c.config.vocab_size);
     for (int64_t s = 0; s < S; ++s)
       expect_matches(reference, tokens[s], prompt[s], rows.data(), s, c.tolerance);
@@ -115,7 +121,7 @@ TEST(Decode, InterleavedSequencesMatchTheFullPrefix) {
       }
       if (chunks.empty() && length[0] == total[0]) break;
       if (chunks.empty()) continue;
-      logits = model.decode(cache.view(), chunks);
+      logits = decoder.decode(cache.view(), chunks);
       rows.assign(logits, logits + int64_t(ran.size()) * c.config.vocab_size);
       for (int64_t r = 0; r < int64_t(ran.size()); ++r) {
         expect_matches(reference, tokens[ran[r]], length[ran[r]], rows.data(), r, c.tolerance);
@@ -130,15 +136,16 @@ TEST(Decode, APromptInTwoChunksEqualsOneChunk) {
     const ModelOptions options{.precision = c.precision};
     Transformer model(c.config, 1, c.config.max_seq, /*training=*/false, options);
     model.init_weights(5);
+    runtime::Decoder decoder(model);
     const std::vector<int32_t> tokens = sequence_tokens(1, 13, c.config.vocab_size);
     InterleavedBlocks whole(c.config, 1), split(c.config, 1);
     const DecodeChunk one = whole.next(0, tokens, 13);
-    const float* logits = model.decode(whole.view(), {&one, 1});
+    const float* logits = decoder.decode(whole.view(), {&one, 1});
     const std::vector<float> want(logits, logits + c.config.vocab_size);
     const DecodeChunk first = split.next(0, tokens, 6);
-    model.decode(split.view(), {&first, 1});
+    decoder.decode(split.view(), {&first, 1});
     const DecodeChunk second = split.next(0, tokens, 13);
-    logits = model.decode(split.view(), {&second, 1});
+    logits = decoder.decode(split.view(), {&second, 1});
     for (int64_t v = 0; v < c.config.vocab_size; ++v) {
       ASSERT_NEAR(logits[v], want[v], c.tolerance) << "vocab entry " << v;
     }
@@ -149,35 +156,36 @@ TEST(Decode, RejectsChunksWithoutRoomOrPastTheContext) {
   const Case c = cases()[1];
   Transformer model(c.config, 1, c.config.max_seq, /*training=*/false);
   model.init_weights(1);
+  runtime::Decoder decoder(model);
   InterleavedBlocks cache(c.config, 1);
   const std::vector<int32_t> tokens = sequence_tokens(0, c.config.max_seq + 1, c.config.vocab_size);
   const std::vector<int32_t> one_block = {0};
   const DecodeChunk no_room{tokens.data(), kBlockTokens + 1, 0, one_block};
   testing::expect_error(
       [&] {
-        model.decode(cache.view(), {&no_room, 1});
+        decoder.decode(cache.view(), {&no_room, 1});
       },
       {"reserve them in the cache"});
   const DecodeChunk too_long = cache.next(0, tokens, c.config.max_seq + 1);
-  testing::expect_error([&] { model.decode(cache.view(), {&too_long, 1}); }, {"model.max_seq"});
-  // check_decode throws the same without running anything, and counts the tokens it would run.
-  testing::expect_error(
-      [&] {
-        model.check_decode(cache.view(), {&too_long, 1});
-      },
-      {"model.max_seq"});
+  testing::expect_error([&] { decoder.decode(cache.view(), {&too_long, 1}); }, {"model.max_seq"});
+  // check throws the same without running anything, and counts the tokens it would run.
+  testing::expect_error([&] { decoder.check(cache.view(), {&too_long, 1}); }, {"model.max_seq"});
   const std::vector<int32_t> out_of_vocabulary = {int32_t(c.config.vocab_size)};
   const DecodeChunk bad_token{out_of_vocabulary.data(), 1, 0, one_block};
   testing::expect_error(
       [&] {
-        model.check_decode(cache.view(), {&bad_token, 1});
+        decoder.check(cache.view(), {&bad_token, 1});
       },
       {"outside the vocabulary"});
   const DecodeChunk two{tokens.data(), 2, 0, one_block};
-  EXPECT_EQ(model.check_decode(cache.view(), {&two, 1}), 2);
+  EXPECT_EQ(decoder.check(cache.view(), {&two, 1}), 2);
   Transformer training(c.config, 1, c.config.max_seq, /*training=*/true);
   const DecodeChunk fine{tokens.data(), 1, 0, one_block};
-  testing::expect_error([&] { training.decode(cache.view(), {&fine, 1}); }, {"training=false"});
+  testing::expect_error(
+      [&] {
+        runtime::Decoder(training).decode(cache.view(), {&fine, 1});
+      },
+      {"training=false"});
 }
 
 }  // namespace

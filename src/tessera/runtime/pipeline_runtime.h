@@ -12,8 +12,10 @@
 #include "tessera/comm/communicator.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/pipeline_schedule.h"
+#include "tessera/runtime/phase_clock.h"
+#include "tessera/runtime/pipeline_stage.h"
 
-namespace tessera::parallel {
+namespace tessera::runtime {
 
 // One micro-batch's tokens, [B, T] each: inputs for the first stage, targets for the last.
 struct MicroBatch {
@@ -32,8 +34,9 @@ struct StageModels {
   std::vector<model::Transformer*> stages;
   std::vector<int> slots;
 };
-StageModels build_stage_models(const model::ModelConfig& config, const PipelineTable& table,
-                               int rank, std::span<const int64_t> boundaries, int64_t B, int64_t T,
+StageModels build_stage_models(const model::ModelConfig& config,
+                               const parallel::PipelineTable& table, int rank,
+                               std::span<const int64_t> boundaries, int64_t B, int64_t T,
                                const model::ModelOptions& options,
                                std::span<model::ParameterStore* const> stores = {});
 
@@ -42,8 +45,8 @@ class PipelineRuntime {
   // `stages[k]` is this rank's model of stage pp.rank() + k * table.ranks, built with at least
   // `slots[k]` micro-batches in flight (the simulator's stage_peak_in_flight), and built to split
   // their backward when the table does (zb-h1). The table is checked by the simulator here.
-  PipelineRuntime(const PipelineTable& table, comm::Communicator& pp,
-                  std::vector<model::Transformer*> stages, std::span<const int> slots);
+  PipelineRuntime(const parallel::PipelineTable& table, comm::Communicator& pp,
+                  std::span<model::Transformer* const> stages, std::span<const int> slots);
 
   // Runs this rank's actions over the table's micro-batches, each `B` x `T` tokens, their
   // gradients scaled by loss_scale; returns the sum of their losses on the rank of the last
@@ -61,10 +64,12 @@ class PipelineRuntime {
   double forward_seconds() const { return forward_seconds_; }
   double backward_seconds() const { return backward_seconds_; }
   double weight_gradient_seconds() const { return weight_gradient_seconds_; }
+  // Of every run so far, summed over this rank's stages.
+  PhaseSeconds phase_seconds() const;
 
  private:
   struct Local {
-    model::Transformer* model = nullptr;
+    std::unique_ptr<PipelineStage> stage;
     std::vector<int> free_slots;
     std::vector<int> slot_of;  // [micro-batch], -1 when it holds none
   };
@@ -76,11 +81,11 @@ class PipelineRuntime {
   int take_slot(Local& l, int micro_batch);
   void send(const float* data, int64_t n, int dest, int tag);
 
-  const PipelineTable& table_;
+  const parallel::PipelineTable& table_;
   comm::Communicator& pp_;
   std::vector<Local> locals_;
   std::vector<Send> sends_;  // in flight or free
   double forward_seconds_ = 0, backward_seconds_ = 0, weight_gradient_seconds_ = 0, aux_loss_ = 0;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::runtime

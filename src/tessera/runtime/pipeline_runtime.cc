@@ -1,4 +1,4 @@
-#include "tessera/parallel/pipeline_runtime.h"
+#include "tessera/runtime/pipeline_runtime.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,10 +7,12 @@
 #include "tessera/parallel/pipeline_simulator.h"
 #include "tessera/parallel/rank_memory.h"
 
-namespace tessera::parallel {
+namespace tessera::runtime {
 
 namespace {
 
+using parallel::PipelineAction;
+using parallel::PipelineTable;
 using Kind = PipelineAction::Kind;
 
 // Messages between two ranks arrive in the order they were sent, and each stage sends its
@@ -31,11 +33,12 @@ StageModels build_stage_models(const model::ModelConfig& config, const PipelineT
   check(int64_t(boundaries.size()) == table.stages() + 1,
         "a split of {} stages for a pipeline table of {}", int64_t(boundaries.size()) - 1,
         table.stages());
-  const PipelineSimulation sim = simulate_pipeline(table);
+  const parallel::PipelineSimulation sim = parallel::simulate_pipeline(table);
   const model::ModelParallel base =
       options.parallel != nullptr ? *options.parallel : model::ModelParallel{};
   StageModels out;
-  for (const model::Sharding& stage : rank_stages(base.sharding, boundaries, table.ranks, rank)) {
+  for (const model::Sharding& stage :
+       parallel::rank_stages(base.sharding, boundaries, table.ranks, rank)) {
     model::ModelParallel p = base;
     p.sharding = stage;
     out.parallel.push_back(p);
@@ -57,7 +60,7 @@ StageModels build_stage_models(const model::ModelConfig& config, const PipelineT
 }
 
 PipelineRuntime::PipelineRuntime(const PipelineTable& table, comm::Communicator& pp,
-                                 std::vector<model::Transformer*> stages,
+                                 std::span<model::Transformer* const> stages,
                                  std::span<const int> slots)
     : table_(table), pp_(pp) {
   check(pp.size() == table.ranks,
@@ -69,14 +72,14 @@ PipelineRuntime::PipelineRuntime(const PipelineTable& table, comm::Communicator&
   check(table.ranks > 1 || table.stages() == 1,
         "{} stages on one pipeline rank would hand activations to themselves: use one stage",
         table.stages());
-  simulate_pipeline(table);
+  parallel::simulate_pipeline(table);
   for (size_t k = 0; k < stages.size(); ++k) {
     check(!table.splits_backward() || stages[k]->options().split_backward,
           "the {} schedule splits each backward into its input and weight gradients: build the "
           "stage models with split_backward",
           enum_name(table.kind));
     Local l;
-    l.model = stages[k];
+    l.stage = std::make_unique<PipelineStage>(*stages[k]);
     check(slots[k] >= 1, "stage {} needs at least one micro-batch slot", k);
     for (int s = slots[k] - 1; s >= 0; --s) l.free_slots.push_back(s);
     l.slot_of.assign(table.micro_batches, -1);
@@ -127,33 +130,33 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
   check(int(micro_batches.size()) == table_.micro_batches,
         "the pipeline table runs {} micro-batches (train.grad_accum), given {}",
         table_.micro_batches, micro_batches.size());
-  const int64_t n = locals_.front().model->stage_floats(B, T);
+  const int64_t n = locals_.front().stage->floats(B, T);
   const int last = table_.stages() - 1;
   double loss = 0;
   forward_seconds_ = backward_seconds_ = weight_gradient_seconds_ = aux_loss_ = 0;
   for (const PipelineAction& a : table_.actions[pp_.rank()]) {
     Local& l = local(a.stage);
-    model::Transformer& m = *l.model;
+    PipelineStage& m = *l.stage;
     const MicroBatch& batch = micro_batches[a.micro_batch];
     switch (a.kind) {
       case Kind::kRecvActivation:
-        pp_.recv(m.stage_input(take_slot(l, a.micro_batch)), n, DType::f32,
-                 table_.rank_of(a.stage - 1), tag_of(a.stage - 1, false));
+        pp_.recv(m.input(take_slot(l, a.micro_batch)), n, DType::f32, table_.rank_of(a.stage - 1),
+                 tag_of(a.stage - 1, false));
         break;
       case Kind::kForward: {
         const auto start = std::chrono::steady_clock::now();
-        const float f = m.stage_forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B,
-                                        T, loss_scale);
+        const float f =
+            m.forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B, T, loss_scale);
         forward_seconds_ += seconds_since(start);
         if (a.stage == last) loss += f;
-        aux_loss_ += m.aux_loss();
+        aux_loss_ += m.model().aux_loss();
         break;
       }
       case Kind::kSendActivation:
-        send(m.stage_output(), n, table_.rank_of(a.stage + 1), tag_of(a.stage, false));
+        send(m.output(), n, table_.rank_of(a.stage + 1), tag_of(a.stage, false));
         break;
       case Kind::kRecvGradient:
-        pp_.recv(m.stage_gradient(), n, DType::f32, table_.rank_of(a.stage + 1),
+        pp_.recv(m.gradient(), n, DType::f32, table_.rank_of(a.stage + 1),
                  tag_of(a.stage + 1, true));
         break;
       case Kind::kBackward:
@@ -164,11 +167,11 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
               a.stage);
         const auto start = std::chrono::steady_clock::now();
         if (a.kind == Kind::kBackward) {
-          m.stage_backward(slot, batch.inputs);
+          m.backward(slot, batch.inputs);
         } else if (a.kind == Kind::kBackwardInput) {
-          m.stage_backward_input(slot, batch.inputs);
+          m.backward_input(slot, batch.inputs);
         } else {
-          m.stage_backward_weight(slot);
+          m.backward_weight(slot);
           weight_gradient_seconds_ += seconds_since(start);
         }
         backward_seconds_ += seconds_since(start);
@@ -179,7 +182,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
         break;
       }
       case Kind::kSendGradient:
-        send(m.stage_gradient(), n, table_.rank_of(a.stage - 1), tag_of(a.stage, true));
+        send(m.gradient(), n, table_.rank_of(a.stage - 1), tag_of(a.stage, true));
         break;
     }
   }
@@ -192,11 +195,11 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
 // The stages in order: each receives its input from the rank of the one before, whose send waits
 // only for that receive, so the chain cannot deadlock.
 double PipelineRuntime::evaluate(const MicroBatch& batch, int64_t B, int64_t T) {
-  const int64_t n = locals_.front().model->stage_floats(B, T);
+  const int64_t n = locals_.front().stage->floats(B, T);
   const int last = table_.stages() - 1;
   double loss = 0;
   for (int s = pp_.rank(); s <= last; s += table_.ranks) {
-    model::Transformer& m = *local(s).model;
+    model::Transformer& m = local(s).stage->model();
     if (s > 0) {
       pp_.recv(m.stage_input(0), n, DType::f32, table_.rank_of(s - 1), tag_of(s - 1, false));
     }
@@ -210,4 +213,10 @@ double PipelineRuntime::evaluate(const MicroBatch& batch, int64_t B, int64_t T) 
   return loss;
 }
 
-}  // namespace tessera::parallel
+PhaseSeconds PipelineRuntime::phase_seconds() const {
+  PhaseSeconds sum;
+  for (const Local& l : locals_) sum += l.stage->phase_seconds();
+  return sum;
+}
+
+}  // namespace tessera::runtime

@@ -1,8 +1,11 @@
-// Pipeline stages run in one process: the stages of a split, each a Transformer over its blocks
-// with several micro-batches in flight, handing activations forward and gradients back, give
-// the whole model's losses and gradients, for tied and untied heads, a mixture of experts and
-// uneven splits, with the backward whole or split into its input and weight gradients
-// (zero-bubble) under every recomputation; and each slot costs what the memory model says.
+// Pipeline stages run in one process: the stages of a split, each a PipelineStage running a
+// Transformer over its blocks with several micro-batches in flight, handing activations forward and
+// gradients back, give the whole model's losses and gradients, for tied and untied heads, a mixture
+// of experts and uneven splits, with the backward whole or split into its input and weight
+// gradients (zero-bubble) under every recomputation; and each slot costs what the memory model
+// says.
+#include "tessera/runtime/pipeline_stage.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +20,8 @@
 #include "tessera/core/rng.h"
 #include "tessera/core/threading.h"
 #include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
+#include "tests/expect_error.h"
 #include "tests/model/small_configs.h"
 
 namespace tessera::model {
@@ -66,6 +71,7 @@ Steps whole_model(const ModelConfig& c, Precision precision, const std::vector<i
   Transformer m(c, kB, kT, true, {.precision = precision});
   m.init_weights(7);
   m.zero_grad();
+  runtime::TrainStep step(m);
   Steps run;
   for (int64_t mb = 0; mb < kMicroBatches; ++mb) {
     const int32_t* x = data.data() + mb * kB * (kT + 1);
@@ -74,7 +80,8 @@ Steps whole_model(const ModelConfig& c, Precision precision, const std::vector<i
       in.insert(in.end(), x + b * (kT + 1), x + b * (kT + 1) + kT);
       out.insert(out.end(), x + b * (kT + 1) + 1, x + (b + 1) * (kT + 1));
     }
-    run.losses.push_back(m.forward_backward(in.data(), out.data(), kB, kT, 1.0f / kMicroBatches));
+    run.losses.push_back(
+        step.forward_backward(in.data(), out.data(), kB, kT, 1.0f / kMicroBatches));
   }
   add_gradients(m, run.gradients);
   return run;
@@ -85,20 +92,22 @@ Steps whole_model(const ModelConfig& c, Precision precision, const std::vector<i
 Steps staged(const ModelConfig& c, const StageRun& how, const std::vector<int64_t>& blocks,
              const std::vector<int32_t>& data) {
   std::vector<ModelParallel> parallel(blocks.size());
-  std::vector<std::unique_ptr<Transformer>> stages;
+  std::vector<std::unique_ptr<Transformer>> models;
+  std::vector<std::unique_ptr<runtime::PipelineStage>> stages;
   int64_t begin = 0;
   for (size_t s = 0; s < blocks.size(); ++s) {
     parallel[s].sharding = {.block_begin = begin, .block_end = begin + blocks[s]};
     begin += blocks[s];
-    stages.push_back(
+    models.push_back(
         std::make_unique<Transformer>(c, kB, kT, true,
                                       ModelOptions{.precision = how.precision,
                                                    .recompute = how.recompute,
                                                    .parallel = &parallel[s],
                                                    .in_flight = kMicroBatches,
                                                    .split_backward = how.split_backward}));
-    stages.back()->init_weights(7);
-    stages.back()->zero_grad();
+    models.back()->init_weights(7);
+    models.back()->zero_grad();
+    stages.push_back(std::make_unique<runtime::PipelineStage>(*models.back()));
   }
   const int64_t rows = kB * kT * c.d_model;
   std::vector<std::vector<int32_t>> in(kMicroBatches), out(kMicroBatches);
@@ -111,31 +120,31 @@ Steps staged(const ModelConfig& c, const StageRun& how, const std::vector<int64_
     }
     for (size_t s = 0; s < stages.size(); ++s) {
       if (s > 0) {
-        std::copy_n(stages[s - 1]->stage_output(), rows, stages[s]->stage_input(mb));
+        std::copy_n(stages[s - 1]->output(), rows, stages[s]->input(mb));
       }
       const float loss =
-          stages[s]->stage_forward(mb, in[mb].data(), out[mb].data(), kB, kT, 1.0f / kMicroBatches);
+          stages[s]->forward(mb, in[mb].data(), out[mb].data(), kB, kT, 1.0f / kMicroBatches);
       if (s + 1 == stages.size()) run.losses.push_back(loss);
     }
   }
   for (int64_t mb = kMicroBatches - 1; mb >= 0; --mb) {
     for (size_t s = stages.size(); s-- > 0;) {
       if (s + 1 < stages.size()) {
-        std::copy_n(stages[s + 1]->stage_gradient(), rows, stages[s]->stage_gradient());
+        std::copy_n(stages[s + 1]->gradient(), rows, stages[s]->gradient());
       }
       if (how.split_backward) {
-        stages[s]->stage_backward_input(mb, in[mb].data());
+        stages[s]->backward_input(mb, in[mb].data());
       } else {
-        stages[s]->stage_backward(mb, in[mb].data());
+        stages[s]->backward(mb, in[mb].data());
       }
     }
   }
   if (how.split_backward) {
     for (int64_t mb = 0; mb < kMicroBatches; ++mb) {
-      for (auto& stage : stages) stage->stage_backward_weight(mb);
+      for (auto& stage : stages) stage->backward_weight(mb);
     }
   }
-  for (auto& stage : stages) add_gradients(*stage, run.gradients);
+  for (auto& m : models) add_gradients(*m, run.gradients);
   return run;
 }
 
@@ -240,11 +249,14 @@ TEST(PipelineStage, AStageRunsOnlyItsOwnSteps) {
   middle.sharding = {.block_begin = 2, .block_end = 4};
   Transformer m(c, kB, kT, true, {.parallel = &middle, .in_flight = 2});
   std::vector<int32_t> t(kB * kT, 1);
-  EXPECT_THROW(m.forward_backward(t.data(), t.data(), kB, kT, 1), Error);
-  EXPECT_THROW(m.stage_backward(1, nullptr), Error);  // nothing was run forward in slot 1
-  EXPECT_THROW(m.stage_input(2), Error);
-  EXPECT_THROW(m.stage_backward_input(0, nullptr), Error);  // not built to split its backward
-  EXPECT_THROW(m.stage_backward_weight(0), Error);
+  testing::expect_error([&] { runtime::TrainStep step(m); }, {"whole model", "PipelineStage"});
+  runtime::PipelineStage stage(m);
+  testing::expect_error([&] { stage.backward(1, nullptr); }, {"slot 1", "holds no forward"});
+  EXPECT_THROW(stage.input(2), Error);
+  std::fill_n(stage.input(0), stage.floats(kB, kT), 0.5f);
+  stage.forward(0, nullptr, nullptr, kB, kT, 1);
+  testing::expect_error([&] { stage.backward_input(0, nullptr); }, {"split its backward"});
+  testing::expect_error([&] { stage.backward_weight(0); }, {"split its backward"});
   // A stage built for inference serves its blocks (decode), but not the whole model's logits.
   Transformer serving(c, kB, kT, false, {.parallel = &middle});
   EXPECT_THROW(serving.next_token_logits(t.data(), kT), Error);
