@@ -84,7 +84,7 @@ TEST(DeployManifest, ProbesPortsAndMetricsMatchTheBinary) {
             deployment["metadata"]["name"].as<std::string>());
   const std::string query = scaled["spec"]["triggers"][0]["metadata"]["query"].as<std::string>();
   std::vector<std::string> metrics;
-  const std::regex metric_name("tessera_[a-z_]+");
+  const std::regex metric_name("(tessera_|vllm:)[a-z_]+");
   for (std::sregex_iterator it(query.begin(), query.end(), metric_name), end; it != end; ++it) {
     metrics.push_back(it->str());
   }

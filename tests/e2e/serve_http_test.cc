@@ -1,5 +1,5 @@
 // `tessera serve` over real HTTP: bad requests, greedy agreement with `tessera generate`,
-// back-pressure and client disconnects.
+// back-pressure, client disconnects, and the metrics autoscalers read, under load.
 #include <httplib.h>
 
 #include <future>
@@ -121,6 +121,79 @@ TEST_F(ServeHttp, AFullQueueAnswers429WithRetryAfter) {
   EXPECT_EQ(ok + refused, 6);
 }
 
+// Scraped while 8 requests share 2 places in the batch: vLLM's names carry the same values as
+// Tessera's in every scrape, the gauges rise under the load and fall back after it, and the
+// counters and histograms count every request and token.
+TEST_F(ServeHttp, VllmNamedMetricsMoveUnderLoad) {
+  ServerProcess server(serve_args("--max-running 2"));
+  httplib::Client scraper("127.0.0.1", server.port());
+  const std::string before = metrics(scraper);
+  constexpr int kRequests = 8, kTokens = 48;
+  std::vector<std::future<int>> replies;
+  for (int i = 0; i < kRequests; ++i) {
+    replies.push_back(std::async(std::launch::async, [&, i] {
+      httplib::Client client("127.0.0.1", server.port());
+      client.set_read_timeout(60, 0);
+      const json body = {{"model", "tiny"},
+                         {"prompt", std::to_string(i) + " In the beginning"},
+                         {"max_tokens", kTokens}};
+      auto r = client.Post("/v1/completions", kAuth, body.dump(), "application/json");
+      return r ? r->status : -1;
+    }));
+  }
+  const std::pair<const char*, const char*> same[] = {
+      {"vllm:num_requests_waiting", "tessera_requests_waiting"},
+      {"vllm:num_requests_running", "tessera_requests_running"},
+      {"vllm:gpu_cache_usage_perc", "tessera_kv_cache_usage_ratio"},
+      {"vllm:kv_cache_usage_perc", "tessera_kv_cache_usage_ratio"},
+      {"vllm:generation_tokens_total", "tessera_generation_tokens_total"},
+      {"vllm:prompt_tokens_total", "tessera_prompt_tokens_total"},
+      {"vllm:time_to_first_token_seconds_count", "tessera_time_to_first_token_seconds_count"},
+      {"vllm:time_per_output_token_seconds_sum", "tessera_inter_token_latency_seconds_sum"},
+      {"vllm:e2e_request_latency_seconds_count", "tessera_request_latency_seconds_count"},
+  };
+  double most_running = 0, most_waiting = 0, most_usage = 0;
+  int scrapes = 0;
+  const auto all_done = [&] {
+    return std::all_of(replies.begin(), replies.end(), [](const std::future<int>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+  };
+  while (!all_done()) {
+    const std::string m = metrics(scraper);
+    ++scrapes;
+    for (const auto& [vllm, ours] : same) {
+      ASSERT_EQ(metric_value(m, vllm), metric_value(m, ours)) << vllm << "\n" << m;
+    }
+    most_running = std::max(most_running, metric_value(m, "vllm:num_requests_running"));
+    most_waiting = std::max(most_waiting, metric_value(m, "vllm:num_requests_waiting"));
+    most_usage = std::max(most_usage, metric_value(m, "vllm:gpu_cache_usage_perc"));
+  }
+  for (auto& f : replies) EXPECT_EQ(f.get(), 200);
+  EXPECT_GT(scrapes, 0);
+  EXPECT_EQ(most_running, 2);
+  EXPECT_GT(most_waiting, 0);
+  EXPECT_GT(most_usage, 0);
+  EXPECT_LE(most_usage, 1);
+  const std::string after = metrics(scraper);
+  EXPECT_EQ(metric_value(after, "vllm:num_requests_running"), 0) << after;
+  EXPECT_EQ(metric_value(after, "vllm:num_requests_waiting"), 0) << after;
+  EXPECT_EQ(metric_value(after, "vllm:gpu_cache_usage_perc"), 0) << after;
+  const auto grew = [&](const std::string& series) {
+    return metric_value(after, series) - metric_value(before, series);
+  };
+  // Each request's first token is timed from its arrival, every later one from the token before.
+  const double generated = grew("vllm:generation_tokens_total");
+  EXPECT_GE(generated, kRequests);
+  EXPECT_LE(generated, kRequests * kTokens);
+  EXPECT_GE(grew("vllm:prompt_tokens_total"), kRequests * 3);
+  EXPECT_EQ(grew("vllm:time_to_first_token_seconds_count"), kRequests);
+  EXPECT_EQ(grew("vllm:e2e_request_latency_seconds_count"), kRequests);
+  EXPECT_EQ(grew("vllm:request_queue_time_seconds_count"), kRequests);
+  EXPECT_EQ(grew("vllm:time_per_output_token_seconds_count"), generated - kRequests);
+  EXPECT_EQ(grew("vllm:inter_token_latency_seconds_count"), generated - kRequests);
+}
+
 TEST_F(ServeHttp, ADisconnectedStreamReturnsItsKvBlocks) {
   ServerProcess server(serve_args());
   httplib::Client client("127.0.0.1", server.port());
@@ -199,8 +272,11 @@ TEST_F(ServeHttp, WholeRepliesLeaveAsSoonAsTheyAreDecoded) {
   httplib::Client client("127.0.0.1", server.port());
   using Clock = std::chrono::steady_clock;
   auto seconds_for = [&](bool stream) {
-    const json body = {{"model", "tiny"}, {"prompt", "And it was"}, {"max_tokens", 3},
-                       {"temperature", 0}, {"stream", stream}};
+    const json body = {{"model", "tiny"},
+                       {"prompt", "And it was"},
+                       {"max_tokens", 3},
+                       {"temperature", 0},
+                       {"stream", stream}};
     const auto start = Clock::now();
     auto r = client.Post("/v1/completions", kAuth, body.dump(), "application/json");
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -101,6 +101,50 @@ TEST(Prometheus, EscapesLabelValuesAndHelp) {
             "odd_total{path=\"C:\\\\dir\\\\\\\"x\\\"\\nnext\",empty=\"\"} 0\n");
 }
 
+// An alias renders the same series again under another name, right after its family, and
+// follows their values and the series added after it was made.
+TEST(Prometheus, AnAliasRendersTheSameSeriesUnderItsName) {
+  Registry registry;
+  Gauge& waiting = registry.gauge("tessera_waiting", "Waiting.", {{"model_name", "m"}});
+  Histogram& latency = registry.histogram("latency_seconds", "Latency.", {1});
+  registry.alias("vllm:num_requests_waiting", "tessera_waiting", "vLLM's name.");
+  registry.alias("vllm:e2e_request_latency_seconds", "latency_seconds", "vLLM's name.");
+  waiting.set(3);
+  latency.observe(0.5);
+  registry.gauge("tessera_waiting", "Waiting.", {{"model_name", "n"}}).set(1);
+  EXPECT_EQ(registry.render(),
+            "# HELP tessera_waiting Waiting.\n"
+            "# TYPE tessera_waiting gauge\n"
+            "tessera_waiting{model_name=\"m\"} 3\n"
+            "tessera_waiting{model_name=\"n\"} 1\n"
+            "# HELP vllm:num_requests_waiting vLLM's name.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            "vllm:num_requests_waiting{model_name=\"m\"} 3\n"
+            "vllm:num_requests_waiting{model_name=\"n\"} 1\n"
+            "# HELP latency_seconds Latency.\n"
+            "# TYPE latency_seconds histogram\n"
+            "latency_seconds_bucket{le=\"1\"} 1\n"
+            "latency_seconds_bucket{le=\"+Inf\"} 1\n"
+            "latency_seconds_sum 0.5\n"
+            "latency_seconds_count 1\n"
+            "# HELP vllm:e2e_request_latency_seconds vLLM's name.\n"
+            "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+            "vllm:e2e_request_latency_seconds_bucket{le=\"1\"} 1\n"
+            "vllm:e2e_request_latency_seconds_bucket{le=\"+Inf\"} 1\n"
+            "vllm:e2e_request_latency_seconds_sum 0.5\n"
+            "vllm:e2e_request_latency_seconds_count 1\n");
+  testing::expect_error([&] { registry.alias("other", "missing_total", "h"); },
+                        {"other", "missing_total"});
+  testing::expect_error([&] { registry.alias("tessera_waiting", "latency_seconds", "h"); },
+                        {"tessera_waiting", "already"});
+  testing::expect_error(
+      [&] { registry.alias("vllm:num_requests_waiting", "latency_seconds", "h"); },
+      {"vllm:num_requests_waiting", "already"});
+  testing::expect_error([&] { registry.gauge("vllm:num_requests_waiting", "h"); }, {"alias"});
+  testing::expect_error([&] { registry.alias("bad-name", "latency_seconds", "h"); },
+                        {"'bad-name'"});
+}
+
 TEST(Prometheus, RejectsBadNamesAndConflicts) {
   Registry registry;
   testing::expect_error([&] { registry.counter("2xx_total", "h"); }, {"'2xx_total'", "[a-zA-Z_:]"});

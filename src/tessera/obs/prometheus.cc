@@ -141,6 +141,9 @@ Registry::Series& Registry::add(const std::string& name, const std::string& help
   auto family = std::find_if(families_.begin(), families_.end(),
                              [&](const Family& f) { return f.name == name; });
   if (family == families_.end()) {
+    check(std::none_of(aliases_.begin(), aliases_.end(),
+                       [&](const Alias& a) { return a.name == name; }),
+          "metric {} is already registered as another metric's alias", name);
     family = families_.insert(families_.end(), Family{name, help, type, {}});
   }
   family->series.push_back({labels, std::move(label_text), std::move(metric)});
@@ -197,35 +200,76 @@ Histogram& Registry::histogram(const std::string& name, const std::string& help,
   return histogram;
 }
 
+const Registry::Family* Registry::family(const std::string& name) const {
+  const auto f = std::find_if(families_.begin(), families_.end(),
+                              [&](const Family& f) { return f.name == name; });
+  return f == families_.end() ? nullptr : &*f;
+}
+
+void Registry::alias(const std::string& alias, const std::string& of, const std::string& help) {
+  check(valid_name(alias, /*colons=*/true), "metric name '{}' must match [a-zA-Z_:][a-zA-Z0-9_:]*",
+        alias);
+  std::lock_guard lock(mutex_);
+  check(family(of) != nullptr, "metric alias {}: no metric {} is registered", alias, of);
+  const bool taken =
+      family(alias) != nullptr || std::any_of(aliases_.begin(), aliases_.end(),
+                                              [&](const Alias& a) { return a.name == alias; });
+  check(!taken, "metric alias {}: the name is already registered", alias);
+  aliases_.push_back({alias, help, of});
+}
+
+// Each series' value read once, so that a family and its aliases show the same numbers.
+struct Registry::Snapshot {
+  double value = 0;                  // a counter's or gauge's
+  std::vector<uint64_t> cumulative;  // a histogram's buckets, then its count
+  double sum = 0;
+};
+
+void Registry::render_family(std::string& out, const Family& family, const std::string& name,
+                             const std::string& help, const std::vector<Snapshot>& values) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape(help, /*quotes=*/false), name,
+                     type_name(family.type));
+  for (size_t i = 0; i < family.series.size(); ++i) {
+    const Series& s = family.series[i];
+    const Snapshot& v = values[i];
+    if (family.type != MetricType::kHistogram) {
+      out += fmt::format("{} {}\n", sample_name(name, s.label_text), format_value(v.value));
+      continue;
+    }
+    const Histogram& h = *std::get<std::unique_ptr<Histogram>>(s.metric);
+    const std::string comma = s.label_text.empty() ? "" : s.label_text + ",";
+    for (size_t b = 0; b < v.cumulative.size(); ++b) {
+      const std::string le =
+          b < h.upper_bounds().size() ? format_value(h.upper_bounds()[b]) : "+Inf";
+      out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, comma, le, v.cumulative[b]);
+    }
+    out += fmt::format("{} {}\n", sample_name(name + "_sum", s.label_text), format_value(v.sum));
+    out += fmt::format("{} {}\n", sample_name(name + "_count", s.label_text), v.cumulative.back());
+  }
+}
+
 std::string Registry::render() const {
   std::lock_guard lock(mutex_);
   std::string out;
-  for (const Family& family : families_) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family.name,
-                       escape(family.help, /*quotes=*/false), family.name, type_name(family.type));
-    for (const Series& s : family.series) {
-      const std::string name = sample_name(family.name, s.label_text);
-      if (const auto* counter = std::get_if<std::unique_ptr<Counter>>(&s.metric)) {
-        out += fmt::format("{} {}\n", name, format_value((*counter)->value()));
-      } else if (const auto* gauge = std::get_if<std::unique_ptr<Gauge>>(&s.metric)) {
-        out += fmt::format("{} {}\n", name, format_value((*gauge)->value()));
-      } else if (const auto* read = std::get_if<std::function<double()>>(&s.metric)) {
-        out += fmt::format("{} {}\n", name, format_value((*read)()));
-      } else if (const auto* histogram = std::get_if<std::unique_ptr<Histogram>>(&s.metric)) {
-        const Histogram& h = **histogram;
-        const std::vector<uint64_t> cumulative = h.cumulative_counts();
-        const std::string comma = s.label_text.empty() ? "" : s.label_text + ",";
-        for (size_t i = 0; i < cumulative.size(); ++i) {
-          const std::string le =
-              i < h.upper_bounds().size() ? format_value(h.upper_bounds()[i]) : "+Inf";
-          out +=
-              fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", family.name, comma, le, cumulative[i]);
-        }
-        out += fmt::format("{} {}\n", sample_name(family.name + "_sum", s.label_text),
-                           format_value(h.sum()));
-        out += fmt::format("{} {}\n", sample_name(family.name + "_count", s.label_text),
-                           cumulative.back());
+  std::vector<Snapshot> values;
+  for (const Family& f : families_) {
+    values.assign(f.series.size(), {});
+    for (size_t i = 0; i < f.series.size(); ++i) {
+      const Metric& m = f.series[i].metric;
+      if (const auto* counter = std::get_if<std::unique_ptr<Counter>>(&m)) {
+        values[i].value = (*counter)->value();
+      } else if (const auto* gauge = std::get_if<std::unique_ptr<Gauge>>(&m)) {
+        values[i].value = (*gauge)->value();
+      } else if (const auto* read = std::get_if<std::function<double()>>(&m)) {
+        values[i].value = (*read)();
+      } else if (const auto* histogram = std::get_if<std::unique_ptr<Histogram>>(&m)) {
+        values[i].cumulative = (*histogram)->cumulative_counts();
+        values[i].sum = (*histogram)->sum();
       }
+    }
+    render_family(out, f, f.name, f.help, values);
+    for (const Alias& a : aliases_) {
+      if (a.of == f.name) render_family(out, f, a.name, a.help, values);
     }
   }
   return out;

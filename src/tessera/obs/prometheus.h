@@ -77,7 +77,14 @@ class Registry {
   Histogram& histogram(const std::string& name, const std::string& help,
                        const std::vector<double>& upper_bounds, const Labels& labels = {});
 
-  // Families in the order they were first registered, each series in its own order.
+  // Renders the family `of` again, right after it, under the name `alias` (another engine's name
+  // for the same series, which dashboards and autoscalers already read), with its type, its
+  // series and the values they show under `of` in the same render, and the help text `help`.
+  // Throws when `of` is not registered or `alias` is taken or not a valid name.
+  void alias(const std::string& alias, const std::string& of, const std::string& help);
+
+  // Families in the order they were first registered, each series in its own order, each
+  // family's aliases after it.
   std::string render() const;
 
  private:
@@ -93,6 +100,9 @@ class Registry {
     MetricType type;
     std::vector<Series> series;
   };
+  struct Alias {
+    std::string name, help, of;
+  };
 
   // Checks name and labels, and returns the series they name, or null if it is new.
   Series* find(const std::string& name, const std::string& help, MetricType type,
@@ -100,8 +110,14 @@ class Registry {
   Series& add(const std::string& name, const std::string& help, MetricType type,
               const Labels& labels, std::string label_text, Metric metric);
 
+  struct Snapshot;
+  const Family* family(const std::string& name) const;
+  static void render_family(std::string& out, const Family& family, const std::string& name,
+                            const std::string& help, const std::vector<Snapshot>& values);
+
   mutable std::mutex mutex_;
   std::vector<Family> families_;
+  std::vector<Alias> aliases_;
 };
 
 }  // namespace tessera::obs

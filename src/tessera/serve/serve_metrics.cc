@@ -1,5 +1,10 @@
 #include "tessera/serve/serve_metrics.h"
 
+#include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
+
 namespace tessera::serve {
 
 namespace {
@@ -10,6 +15,26 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 
 // Inter-token latency sits between 100 us and a second.
 const std::vector<double> kTokenBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                            0.025,  0.05,    0.1,    0.25,  0.5,    1};
+
+// vLLM's names for the same series, which autoscalers already read (Vertex AI's autoscaling reads
+// vllm:num_requests_waiting and vllm:gpu_cache_usage_perc), beside Tessera's own: both versions
+// of vLLM's KV-cache usage and inter-token latency names.
+constexpr std::pair<std::string_view, std::string_view> kVllmNames[] = {
+    {"vllm:num_requests_waiting", "tessera_requests_waiting"},
+    {"vllm:num_requests_running", "tessera_requests_running"},
+    {"vllm:gpu_cache_usage_perc", "tessera_kv_cache_usage_ratio"},
+    {"vllm:kv_cache_usage_perc", "tessera_kv_cache_usage_ratio"},
+    {"vllm:request_queue_time_seconds", "tessera_request_queue_time_seconds"},
+    {"vllm:time_to_first_token_seconds", "tessera_time_to_first_token_seconds"},
+    {"vllm:time_per_output_token_seconds", "tessera_inter_token_latency_seconds"},
+    {"vllm:inter_token_latency_seconds", "tessera_inter_token_latency_seconds"},
+    {"vllm:e2e_request_latency_seconds", "tessera_request_latency_seconds"},
+    {"vllm:prompt_tokens_total", "tessera_prompt_tokens_total"},
+    {"vllm:generation_tokens_total", "tessera_generation_tokens_total"},
+    {"vllm:num_preemptions_total", "tessera_preemptions_total"},
+    {"vllm:prefix_cache_queries_total", "tessera_prefix_cache_queries_total"},
+    {"vllm:prefix_cache_hits_total", "tessera_prefix_cache_hits_total"},
+};
 
 }  // namespace
 
@@ -91,6 +116,10 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
         return queries > 0 ? prefix_hits_.value() / queries : 0.0;
       },
       labels());
+  for (const auto& [vllm, ours] : kVllmNames) {
+    registry_.alias(std::string(vllm), std::string(ours),
+                    fmt::format("The same series as {}, by vLLM's name", ours));
+  }
 }
 
 void ServeMetrics::http_response(const std::string& route, int status) {
