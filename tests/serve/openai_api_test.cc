@@ -72,10 +72,33 @@ TEST(OpenAiApi, RefusesBadChatRequests) {
        400, "messages[0].content"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3})",
        400, "top_logprobs"},
+      // Structured outputs and tools are refused by name, never answered as plain text.
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "response_format": {"type": "json_object"}})",
+       400, "response_format"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       400, "response_format"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "tools"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tool_choice": "required"})",
+       400, "tool_choice"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "functions": [{"name": "f"}]})",
+       400, "functions"},
   };
   for (const auto& [body, status, param] : cases) {
     EXPECT_EQ(error_of(Endpoint::kChatCompletions, body), std::make_pair(status, param)) << body;
   }
+  // What asks for plain text is plain text.
+  EXPECT_EQ(error_of(Endpoint::kChatCompletions,
+                     R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                         "response_format": {"type": "text"}, "tools": [],
+                         "tool_choice": "none"})")
+                .first,
+            0);
 }
 
 TEST(OpenAiApi, ReadsSamplingFieldsAndStops) {

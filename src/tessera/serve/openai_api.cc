@@ -187,6 +187,26 @@ void refuse_unsupported(const json& body) {
   if (const json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty()) {
     bad("logit_bias", "'logit_bias' is not supported");
   }
+  // Structured outputs and tool calls change what a reply may hold; answering as if they were
+  // absent would hand the client text it did not ask for.
+  if (const json* format = field(body, "response_format");
+      format != nullptr && !(format->is_object() && format->value("type", json()) == "text")) {
+    bad("response_format",
+        "'response_format' other than {\"type\": \"text\"} is not supported: this server does "
+        "not constrain its output to JSON");
+  }
+  if (const json* tools = field(body, "tools"); tools != nullptr && !tools->empty()) {
+    bad("tools", "'tools' is not supported: this server does not make tool calls");
+  }
+  if (const json* choice = field(body, "tool_choice"); choice != nullptr && *choice != "none") {
+    bad("tool_choice", "'tool_choice' other than \"none\" is not supported");
+  }
+  for (const char* legacy : {"functions", "function_call"}) {
+    if (field(body, legacy) != nullptr) {
+      bad(legacy,
+          fmt::format("'{}' is not supported: this server does not make tool calls", legacy));
+    }
+  }
 }
 
 // The conversation checked: a non-empty array of messages with a known role and text content,
