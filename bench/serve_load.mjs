@@ -10,8 +10,11 @@
 // the socket brings them, and chunks that one read brings together arrive together, so the
 // inter-token latency is the gap between reads that bring new tokens.
 // Exits 1 when any request failed, was truncated or dropped.
+// --prompt gives every request the same text after a tag of its own (so the prefix cache cannot
+// answer it), instead of Bible openings; --temperature 0 decodes greedily.
 //   node serve_load.mjs --url http://127.0.0.1:8000 [--model NAME] [--api-key KEY]
-//                       [--clients 64] [--duration 30] [--max-tokens 64]
+//                       [--clients 64] [--duration 30] [--max-tokens 64] [--temperature 1]
+//                       [--prompt TEXT]
 import { parseArgs } from 'node:util';
 
 const { values: opts } = parseArgs({
@@ -22,16 +25,20 @@ const { values: opts } = parseArgs({
     clients: { type: 'string', default: '64' },
     duration: { type: 'string', default: '30' },
     'max-tokens': { type: 'string', default: '64' },
+    temperature: { type: 'string', default: '1' },
+    prompt: { type: 'string' },
   },
 });
 if (!opts.url) {
   console.error('usage: node serve_load.mjs --url http://HOST:PORT [--model NAME] [--api-key KEY]' +
-                ' [--clients N] [--duration SECONDS] [--max-tokens N]');
+                ' [--clients N] [--duration SECONDS] [--max-tokens N] [--temperature T]' +
+                ' [--prompt TEXT]');
   process.exit(2);
 }
 const clients = Number(opts.clients);
 const durationMs = 1000 * Number(opts.duration);
 const maxTokens = Number(opts['max-tokens']);
+const temperature = Number(opts.temperature);
 const headers = { 'Content-Type': 'application/json' };
 if (opts['api-key']) headers.Authorization = `Bearer ${opts['api-key']}`;
 
@@ -63,7 +70,7 @@ async function streamOnce(model, prompt, seed, stats) {
     method: 'POST',
     headers,
     body: JSON.stringify({
-      model, prompt, seed, max_tokens: maxTokens, temperature: 1, logprobs: 0, stream: true,
+      model, prompt, seed, max_tokens: maxTokens, temperature, logprobs: 0, stream: true,
       stream_options: { include_usage: true },
     }),
   });
@@ -113,7 +120,8 @@ async function streamOnce(model, prompt, seed, stats) {
 
 async function client(id, model, deadline, stats) {
   for (let i = 0; performance.now() < deadline; ++i) {
-    const prompt = `${kOpenings[(id + i) % kOpenings.length]} (${id}.${i})`;
+    const prompt = opts.prompt !== undefined ? `(${id}.${i}) ${opts.prompt}`
+                                             : `${kOpenings[(id + i) % kOpenings.length]} (${id}.${i})`;
     try {
       await streamOnce(model, prompt, id * 1_000_000 + i, stats);
       stats.completed += 1;

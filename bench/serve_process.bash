@@ -1,5 +1,6 @@
 # `tessera serve` in the background for the serving benchmarks, which source this file: one server
-# at a time, stopped by stop_server (call it from the script's EXIT trap too).
+# at a time, stopped by stop_server (call it from the script's EXIT trap too), and the model they
+# serve (setup_served_model).
 
 server_pid=""
 server_url=""
@@ -26,4 +27,20 @@ stop_server() {
     wait "$server_pid" 2>/dev/null || true
     server_pid=""
   fi
+}
+
+# The start of a serving benchmark: a scratch folder in $work (removed on exit, after the server
+# is stopped), the CPU it runs on, and in $work/run a model of the config $1 trained on Genesis
+# 1-10 by "$tessera" train with the --set settings that follow.
+setup_served_model() {
+  local config=$1
+  shift
+  work=$(mktemp -d)
+  trap 'stop_server; rm -rf "$work"' EXIT
+  lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
+  echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  bible -f "Gen1:1-Gen10:32" | sed 's/^[^ ]* //' >"$work/corpus.txt"
+  "$tessera" train --config "$config" --data "$work/corpus.txt" --out "$work/run" \
+    --set train.eval_every=0 --set train.eval_batches=1 "$@" >"$work/train.log" 2>&1 ||
+    { cat "$work/train.log" >&2; exit 1; }
 }

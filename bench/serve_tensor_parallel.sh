@@ -26,17 +26,8 @@ read -r n_layer d_model < <(python3 "$root/bench/config_values.py" "$config" mod
 
 # shellcheck source=bench/serve_process.bash
 source "$root/bench/serve_process.bash"
-work=$(mktemp -d)
-trap 'stop_server; rm -rf "$work"' EXIT
-
-lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
-echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-
 # The served weights only need to exist: one training step on a few verses.
-bible -f "Gen1:1-Gen10:32" | sed 's/^[^ ]* //' >"$work/corpus.txt"
-"$tessera" train --config "$config" --data "$work/corpus.txt" --out "$work/run" \
-  --set train.steps=1 --set train.batch_size=1 --set train.eval_every=0 \
-  --set train.eval_batches=1 >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; exit 1; }
+setup_served_model "$config" --set train.steps=1 --set train.batch_size=1
 echo "model: $config, served in f32 to $clients clients streaming ${MAX_TOKENS:-32}-token completions"
 echo
 

@@ -144,6 +144,12 @@ case "$name" in
     row "format tok/s median weight MB/tok bound tok/s % of bound params MB"
     for format in f32 bf16 int8; do row "$format # # # # #% #"; done
     ;;
+  speculation)
+    bench CONFIG="$tiny" STEPS=2 CLIENTS_LIST=2 DURATION=2 MAX_TOKENS=8
+    row "clients draft tok/s speedup kept tok/verify"
+    row "2 0 # # - -"
+    row "2 4 # # #% #"
+    ;;
   serve_tensor_parallel)
     bench CONFIG="$tiny" CLIENTS=2 DURATION=2 MAX_TOKENS=8
     row "layout tok/s ttft_p50 ttft_p99 step_ms tok/step comm comm_ms us/token"

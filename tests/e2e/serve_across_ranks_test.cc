@@ -119,19 +119,20 @@ class ServeAcrossRanks : public ::testing::Test {
 
 struct Layout {
   int tp, pp, ep;
+  int draft_tokens = 0;  // speculative decoding: the leader's plan carries the drafts
 };
 
 TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
   const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
-      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
+      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 2, 1, 4}}},
       {"llama-gqa", kLlamaGqa, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
       {"moe", kMoe, {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}}};
   for (const auto& [name, model, layouts] : cases) {
     const std::string run = train(name, model);
     const std::vector<Completion> one = served(run, "", 1);
     for (const Layout& layout : layouts) {
-      const std::string mesh =
-          fmt::format("--tp {} --pp {} --ep {}", layout.tp, layout.pp, layout.ep);
+      const std::string mesh = fmt::format("--tp {} --pp {} --ep {} --draft-tokens {}", layout.tp,
+                                           layout.pp, layout.ep, layout.draft_tokens);
       SCOPED_TRACE(name + " " + mesh);
       std::string metrics;
       const std::vector<Completion> two =
@@ -140,6 +141,9 @@ TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
       EXPECT_EQ(metric_value(metrics, "tessera_pipeline_stages"), layout.pp) << metrics;
       EXPECT_EQ(metric_value(metrics, "tessera_expert_parallel_ranks"), layout.ep) << metrics;
       EXPECT_GT(metric_value(metrics, "tessera_model_communication_seconds_total"), 0) << metrics;
+      EXPECT_EQ(metric_value(metrics, "tessera_spec_decode_drafts_total") > 0,
+                layout.draft_tokens > 0)
+          << metrics;
       const double worst = expect_same_completions(two, one);
       std::printf("  %s with %s: worst log-probability difference %.2e over %d prompts\n",
                   name.c_str(), mesh.c_str(), worst, kPrompts);

@@ -104,6 +104,51 @@ TEST(Engine, BatchedGreedyEqualsRecomputingEachSequenceAlone) {
   EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0);
 }
 
+// Speculative decoding by prompt lookup gives every request the tokens it gets without, greedy
+// and sampled, for 32 prompts batched together (half of them repeating themselves, so drafts
+// are taken), and counts what it drafted and kept.
+TEST(Engine, SpeculationGivesTheSameTokensGreedyAndSampled) {
+  ServedModel served = small_model(64, 160);
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back(i % 2 == 0 ? "the cat sat on the mat " + std::to_string(i) +
+                                       ". the cat sat on the mat. the cat sat"
+                                 : "And God said " + std::string(size_t(i), 'x'));
+  }
+  for (const double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature == 0 ? "greedy" : "sampled");
+    std::vector<Result> plain, speculated;
+    ServeMetrics plain_metrics, metrics;
+    for (const int64_t draft_tokens : {0, 4}) {
+      Engine engine(served, {.max_running = 8, .max_step_tokens = 64, .draft_tokens = draft_tokens},
+                    draft_tokens == 0 ? plain_metrics : metrics);
+      std::vector<std::shared_ptr<RequestStream>> outs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        outs.push_back(engine.submit(request(prompts[i], 40, temperature, 11 + i)));
+      }
+      for (auto& out : outs) (draft_tokens == 0 ? plain : speculated).push_back(collect(*out));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(speculated[i].tokens, plain[i].tokens) << prompts[i];
+      EXPECT_EQ(speculated[i].reason, plain[i].reason) << prompts[i];
+    }
+    const std::string m = metrics.render();
+    const double drafted = metric_value(m, "vllm:spec_decode_num_draft_tokens_total");
+    const double accepted = metric_value(m, "vllm:spec_decode_num_accepted_tokens_total");
+    EXPECT_GT(metric_value(m, "tessera_spec_decode_drafts_total"), 0) << m;
+    EXPECT_GT(accepted, 0) << m;
+    EXPECT_LE(accepted, drafted) << m;
+    std::printf("%s: %.0f of %.0f drafted tokens kept (%.0f%%), %.2f tokens per verifying step\n",
+                temperature == 0 ? "greedy" : "sampled", accepted, drafted,
+                100 * accepted / drafted,
+                (accepted + metric_value(m, "tessera_spec_decode_drafts_total")) /
+                    metric_value(m, "tessera_spec_decode_drafts_total"));
+    // Every token is generated once, whether a draft proposed it or not.
+    EXPECT_EQ(metric_value(m, "tessera_generation_tokens_total"), 32 * 40);
+    EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
+  }
+}
+
 // In bf16 and int8 the batch changes rounding, so each token is checked against the same
 // format's full recomputation of the engine's own prefix: it must be the most likely token or
 // within rounding of it.
@@ -152,8 +197,11 @@ TEST(Engine, SameSeedGivesTheSameTextWhateverRunsBeside) {
 
 // With and without the prefix cache: the prompts share their first block, so with it cached
 // blocks are shared, evicted for room and recomputed, and no output changes.
+// Also with speculation, whose rejected drafts' keys and values must never reach a shared block.
 TEST(Engine, PreemptsWhenTheCacheRunsDryAndStillGivesTheSameTokens) {
-  for (const bool caching : {false, true}) {
+  for (const auto& [caching, draft_tokens] :
+       {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 4}, std::pair{true, 4}}) {
+    SCOPED_TRACE(fmt::format("prefix caching {}, {} draft tokens", caching, draft_tokens));
     ServedModel served = small_model(64);
     ServeMetrics metrics;
     // Four sequences growing to 81 tokens need 24 blocks of 16; the pool has 10.
@@ -161,7 +209,8 @@ TEST(Engine, PreemptsWhenTheCacheRunsDryAndStillGivesTheSameTokens) {
                   {.kv_cache_tokens = 160,
                    .max_running = 4,
                    .max_step_tokens = 64,
-                   .prefix_caching = caching},
+                   .prefix_caching = caching,
+                   .draft_tokens = draft_tokens},
                   metrics);
     auto prompt = [](int i) { return "a shared start " + std::to_string(i); };
     std::vector<std::shared_ptr<RequestStream>> outs;
@@ -169,7 +218,7 @@ TEST(Engine, PreemptsWhenTheCacheRunsDryAndStillGivesTheSameTokens) {
     model::Transformer reference(served.config(), 1, 96, false);
     reference.init_weights(7);
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(collect(*outs[i]).tokens, greedy_reference(reference, prompt(i), 64)) << caching;
+      EXPECT_EQ(collect(*outs[i]).tokens, greedy_reference(reference, prompt(i), 64));
     }
     const std::string m = metrics.render();
     EXPECT_GT(metric_value(m, "tessera_preemptions_total"), 0) << m;

@@ -30,6 +30,11 @@ Settings<serve::EngineOptions> engine_flags() {
       flag("--max-queue", "N", &E::max_queue, "requests that may wait; beyond it, 429",
            at_least(0)),
       prefix_cache,
+      flag("--draft-tokens", "K", &E::draft_tokens,
+           "speculative decoding: tokens drafted per step for each decoding sequence by prompt "
+           "lookup (the tokens after the last earlier match of its last 1-3 tokens) and verified "
+           "in the same step; 0: none",
+           within(0, 64)),
   };
 }
 

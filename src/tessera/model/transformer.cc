@@ -358,6 +358,7 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
 
 const float* Transformer::forward_paged(const int32_t* tokens,
                                         std::span<const k::PagedChunk> chunks,
+                                        std::span<const int64_t> logit_rows,
                                         std::span<const k::PagedKv> kv, int64_t N) {
   check(!training_ && N >= 1 && N <= max_tokens() && int64_t(kv.size()) == kv_rows(layout_).layers,
         "forward_paged: {} tokens over {} cache layers on a model built for {} tokens and {} "
@@ -367,6 +368,12 @@ const float* Transformer::forward_paged(const int32_t* tokens,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
   const int64_t C = config_.d_model, num_chunks = int64_t(chunks.size());
+  check(logit_rows.size() == chunks.size(), "forward_paged: logit rows for {} of {} chunks",
+        logit_rows.size(), chunks.size());
+  for (int64_t s = 0; s < num_chunks; ++s) {
+    check(logit_rows[s] >= 1 && logit_rows[s] <= chunks[s].n,
+          "forward_paged: the logits of {} of a chunk's {} rows", logit_rows[s], chunks[s].n);
+  }
   begin_pass(0);
   const Access& p = *access_;
   if (embedding_ != nullptr) {
@@ -381,15 +388,18 @@ const float* Transformer::forward_paged(const int32_t* tokens,
     end_pass();
     return stage_output();
   }
-  // Only each chunk's last row needs logits; the embeddings are spent, so their rows hold them.
+  // Only each chunk's last rows need logits; the embeddings are spent, so their rows hold them.
+  int64_t rows = 0;
   for (int64_t s = 0; s < num_chunks; ++s) {
     const k::PagedChunk& chunk = chunks[s];
-    k::copy_on_device(ctx_, acts_.embedded + s * C,
-                      acts_.blocks.back().res_out + (chunk.row + chunk.n - 1) * C,
-                      sizeof(float) * C);
+    const int64_t m = logit_rows[s];
+    k::copy_on_device(ctx_, acts_.embedded + rows * C,
+                      acts_.blocks.back().res_out + (chunk.row + chunk.n - m) * C,
+                      sizeof(float) * C * m);
+    rows += m;
   }
-  head_->norm(p, acts_.embedded, num_chunks);
-  head_->logits_of_rows(p, 0, num_chunks);
+  head_->norm(p, acts_.embedded, rows);
+  head_->logits_of_rows(p, 0, rows);
   end_pass();
   return acts_.logits;
 }

@@ -93,9 +93,11 @@ class Transformer {
   // one sequence, at its positions): reads tokens[N] (the first stage) or stage_input(0) ([N, C],
   // the others), writes each chunk's keys and values into kv[l] for its layers and attends over
   // the positions the cache holds before them. Returns the next-token logits after each chunk's
-  // last token, [chunks, this rank's vocabulary slice], or on a stage without the head its
-  // output rows, [N, C]. Checked by runtime::Decoder, which runs it.
+  // last logit_rows[c] tokens (1 to its n), chunk after chunk, [sum of logit_rows, this rank's
+  // vocabulary slice], or on a stage without the head its output rows, [N, C]. Checked by
+  // runtime::Decoder, which runs it.
   const float* forward_paged(const int32_t* tokens, std::span<const kernels::PagedChunk> chunks,
+                             std::span<const int64_t> logit_rows,
                              std::span<const kernels::PagedKv> kv, int64_t N);
 
   // The pieces a runner (runtime/) composes a training pass from, in this order, between

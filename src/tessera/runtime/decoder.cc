@@ -7,9 +7,16 @@
 
 namespace tessera::runtime {
 
+int64_t logit_rows(std::span<const DecodeChunk> chunks) {
+  int64_t rows = 0;
+  for (const DecodeChunk& c : chunks) rows += c.logits;
+  return rows;
+}
+
 Decoder::Decoder(model::Transformer& model)
     : model_(model),
       chunks_(size_t(model.max_tokens())),
+      logits_(size_t(model.max_tokens())),
       tokens_(size_t(model.max_tokens())),
       kv_(size_t(model::kv_rows(model.model_layout()).layers)) {
   tessera::check(!model.training(),
@@ -59,13 +66,15 @@ const float* Decoder::decode(const KvCacheView& cache, std::span<const DecodeChu
     const DecodeChunk& d = chunks[s];
     std::copy_n(d.tokens, d.n, tokens_.begin() + N);
     chunks_[s] = {d.block_table.data(), d.start, d.n, N};
+    logits_[s] = d.logits;
     N += d.n;
   }
   const int64_t kv_heads = model::kv_rows(model_.model_layout()).row_width / c.head_dim();
   for (size_t l = 0; l < kv_.size(); ++l) {
     kv_[l] = {cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
   }
-  return model_.forward_paged(tokens_.data(), {chunks_.data(), chunks.size()}, kv_, N);
+  return model_.forward_paged(tokens_.data(), {chunks_.data(), chunks.size()},
+                              {logits_.data(), chunks.size()}, kv_, N);
 }
 
 }  // namespace tessera::runtime

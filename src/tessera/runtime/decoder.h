@@ -21,12 +21,17 @@ struct KvCacheView {
 
 // One sequence's next n tokens, at positions [start, start + n): start is how many of its tokens
 // the cache already holds, and block_table lists the blocks that hold positions [0, start + n),
-// the new ones included.
+// the new ones included. logits: how many of the chunk's last rows get next-token logits, 1 to n
+// (more than 1 to verify drafted tokens: the logits after each of them).
 struct DecodeChunk {
   const int32_t* tokens = nullptr;
   int64_t n = 0, start = 0;
   std::span<const int32_t> block_table;
+  int64_t logits = 1;
 };
+
+// The rows of logits a decode of these chunks returns: the sum of their `logits`.
+int64_t logit_rows(std::span<const DecodeChunk> chunks);
 
 class Decoder {
  public:
@@ -34,7 +39,8 @@ class Decoder {
   explicit Decoder(model::Transformer& model);
 
   // Runs each sequence's chunk, writes the chunk's keys and values into the cache, and returns
-  // the next-token logits after each chunk's last token, [chunks.size(), layout's vocab.local]:
+  // the next-token logits after each chunk's last `logits` tokens, chunk after chunk,
+  // [logit_rows(chunks), layout's vocab.local]:
   // the whole vocabulary on one rank, this rank's slice of it over tensor-parallel ranks, which
   // all run the same chunks over a cache of their own key/value heads (kv_rows of the model's
   // layout). A pipeline stage without the embedding reads its input rows, [N, C] for the chunks'
@@ -52,6 +58,7 @@ class Decoder {
  private:
   model::Transformer& model_;
   std::vector<kernels::PagedChunk> chunks_;  // of the call in progress
+  std::vector<int64_t> logits_;              // its chunks' logit rows
   std::vector<int32_t> tokens_;              // its chunks' tokens, one after another
   std::vector<kernels::PagedKv> kv_;         // [layer]
 };

@@ -31,7 +31,7 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
+DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_rows)
     : served_(served),
       decoder_(*served.model),
       group_(served.ranks),
@@ -42,16 +42,16 @@ DecodeRanks::DecodeRanks(ServedModel& served, int64_t max_chunks)
       stage_group_(served.stage_ranks),
       stage_(stage_group_ != nullptr ? stage_group_->rank() : 0),
       stages_(stage_group_ != nullptr ? stage_group_->size() : 1),
-      max_chunks_(max_chunks),
+      max_rows_(max_rows),
       vocab_(served.model->model_layout().vocab) {
-  check(max_chunks >= 1, "a step runs at least one sequence, not {}", max_chunks);
-  chunks_.reserve(size_t(max_chunks));
+  check(max_rows >= 1, "a step returns at least one row of logits, not {}", max_rows);
+  chunks_.reserve(size_t(max_rows));
   if (vocab_ranks_ > 1) {
-    slices_.resize(size_t(max_chunks * vocab_.local * vocab_ranks_));
+    slices_.resize(size_t(max_rows * vocab_.local * vocab_ranks_));
     gather_counts_.resize(size_t(vocab_ranks_));
   }
   if (vocab_ranks_ > 1 || stages_ > 1 || served.context().on_cuda()) {
-    logits_.resize(size_t(max_chunks * vocab_.vocab_size));
+    logits_.resize(size_t(max_rows * vocab_.vocab_size));
   }
 }
 
@@ -72,9 +72,9 @@ int64_t DecodeRanks::leaders_pool_tokens(int64_t own) {
 
 const float* DecodeRanks::run(const runtime::KvCacheView& cache,
                               std::span<const runtime::DecodeChunk> chunks) {
-  const int64_t rows = int64_t(chunks.size());
-  check(rows <= max_chunks_, "a step of {} sequences exceeds the {} the engine was built for", rows,
-        max_chunks_);
+  const int64_t rows = runtime::logit_rows(chunks);
+  check(rows <= max_rows_, "a step of {} rows of logits exceeds the {} the engine was built for",
+        rows, max_rows_);
   const int64_t floats = decoder_.check(cache, chunks) * served_.config().d_model;
   if (stage_ > 0) {
     const Clock::time_point start = Clock::now();
@@ -130,7 +130,8 @@ void DecodeRanks::send_plan(std::span<const runtime::DecodeChunk> chunks) {
   const Clock::time_point start = Clock::now();
   plan_.clear();
   for (const runtime::DecodeChunk& c : chunks) {
-    plan_.insert(plan_.end(), {int32_t(c.n), int32_t(c.start), int32_t(c.block_table.size())});
+    plan_.insert(plan_.end(), {int32_t(c.n), int32_t(c.start), int32_t(c.block_table.size()),
+                               int32_t(c.logits)});
     plan_.insert(plan_.end(), c.tokens, c.tokens + c.n);
     plan_.insert(plan_.end(), c.block_table.begin(), c.block_table.end());
   }
@@ -152,20 +153,21 @@ bool DecodeRanks::receive_plan() {
   while (!group_->test(request)) std::this_thread::sleep_for(kFollowerPoll);
   if (header[0] == kFinished) return false;
   const Clock::time_point start = Clock::now();
-  check(header[0] >= 1 && header[1] >= 3 * header[0],
+  check(header[0] >= 1 && header[1] >= 4 * header[0],
         "the leader's plan of {} sequences in {} numbers is malformed", header[0], header[1]);
   plan_.resize(size_t(header[1]));
   group_->broadcast(plan_.data(), header[1], DType::i32, 0);
   chunks_.clear();
   size_t at = 0;
   for (int32_t s = 0; s < header[0]; ++s) {
-    check(at + 3 <= plan_.size(), "the leader's plan ends inside sequence {}", s);
-    const int64_t n = plan_[at], chunk_start = plan_[at + 1], blocks = plan_[at + 2];
-    at += 3;
+    check(at + 4 <= plan_.size(), "the leader's plan ends inside sequence {}", s);
+    const int64_t n = plan_[at], chunk_start = plan_[at + 1], blocks = plan_[at + 2],
+                  logits = plan_[at + 3];
+    at += 4;
     check(n >= 1 && blocks >= 0 && at + size_t(n + blocks) <= plan_.size(),
           "the leader's plan ends inside sequence {}", s);
     chunks_.push_back({plan_.data() + at, n, chunk_start,
-                       std::span<const int32_t>(plan_.data() + at + n, size_t(blocks))});
+                       std::span<const int32_t>(plan_.data() + at + n, size_t(blocks)), logits});
     at += size_t(n + blocks);
   }
   exchange_seconds_ += seconds_since(start);
@@ -184,7 +186,7 @@ void DecodeRanks::follow(const runtime::KvCacheView& cache) {
 }
 
 void follow_leader(ServedModel& served, const EngineOptions& options) {
-  DecodeRanks ranks(served, options.max_running);
+  DecodeRanks ranks(served, max_logit_rows(options));
   PagedKvCache cache(served.context(), served.model->model_layout(),
                      ranks.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
                      options.block_tokens);

@@ -24,8 +24,8 @@ struct EngineOptions;
 class DecodeRanks {
  public:
   // The group is served.ranks (null: this rank alone), the vocabulary's slices gathered over
-  // served.vocab_ranks. max_chunks bounds the sequences of one step, for the logits' buffers.
-  DecodeRanks(ServedModel& served, int64_t max_chunks);
+  // served.vocab_ranks. max_rows bounds the rows of logits of one step, for their buffers.
+  DecodeRanks(ServedModel& served, int64_t max_rows);
 
   bool leader() const { return rank_ == 0; }
   int size() const { return size_; }
@@ -37,7 +37,7 @@ class DecodeRanks {
   int64_t leaders_pool_tokens(int64_t own);
 
   // On the leader: sends the step's chunks to the followers, runs them, and returns the next-token
-  // logits after each chunk, [chunks, vocab_size] in host memory.
+  // logits each chunk asks for, [logit_rows(chunks), vocab_size] in host memory.
   const float* decode(const runtime::KvCacheView& cache,
                       std::span<const runtime::DecodeChunk> chunks);
   // On the leader: ends the followers' follow(). Once only, after the last decode.
@@ -67,7 +67,7 @@ class DecodeRanks {
   int vocab_ranks_ = 1;
   comm::Communicator* stage_group_;
   int stage_ = 0, stages_ = 1;
-  int64_t max_chunks_;
+  int64_t max_rows_;
   model::VocabShard vocab_;
   std::vector<float> slices_, logits_;  // the gathered slices, and the logits in vocabulary order
   std::vector<int64_t> gather_counts_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/core/threading.h"
+#include "tessera/serve/ngram_draft.h"
 #include "tessera/serve/text_stream.h"
 
 namespace tessera::serve {
@@ -102,7 +103,15 @@ struct Engine::Sequence {
   TextStream text;
   Clock::time_point submitted, last_token;
   std::optional<FinishReason> finished;
+  // With speculation: the tokens drafted this step, and what the step runs: the last token, then
+  // the draft.
+  std::vector<int32_t> draft, verify;
 };
+
+int64_t max_logit_rows(const EngineOptions& options) {
+  return options.max_running +
+         std::min(options.max_step_tokens, options.max_running * options.draft_tokens);
+}
 
 int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& model) {
   const model::ModelConfig& config = model.config();
@@ -123,7 +132,7 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
       options_(options),
       metrics_(metrics),
       context_(served.config().max_seq),
-      ranks_(served, options.max_running),
+      ranks_(served, max_logit_rows(options)),
       cache_(served.context(), served.model->model_layout(),
              ranks_.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
              options.block_tokens, options.prefix_caching) {
@@ -133,6 +142,9 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
         "a step's {} tokens cannot hold one decode for each of {} running sequences",
         options.max_step_tokens, options.max_running);
   check(options.max_queue >= 0, "the queue bound must be at least 0, not {}", options.max_queue);
+  check(options.draft_tokens >= 0 && options.draft_tokens < options.max_step_tokens,
+        "draft tokens must be from 0 to fewer than a step's {} tokens, not {}",
+        options.max_step_tokens, options.draft_tokens);
   check(ranks_.leader(), "the engine runs on the leading rank; the others follow it (DecodeRanks)");
   chunks_.reserve(options.max_running);
   planned_.reserve(options.max_running);
@@ -235,8 +247,10 @@ void Engine::step() {
         ++i;
         continue;
       }
-      const int64_t n = std::min(want, budget);
+      const int64_t drafted = decoding ? draft(seq, budget - 1) : 0;
+      const int64_t n = std::min(want, budget) + drafted;
       if (plan(seq, n)) {
+        planned_.back().drafted = drafted;
         budget -= n;
         ++i;
       }
@@ -246,12 +260,16 @@ void Engine::step() {
   if (!planned_.empty()) {
     int64_t prefill = 0;
     for (const PlannedChunk& p : planned_) {
-      const std::span<const int32_t> tokens(p.seq->tokens.data() + p.seq->cached, p.n);
+      const std::span<const int32_t> tokens =
+          p.drafted > 0 ? std::span<const int32_t>(p.seq->verify)
+                        : std::span<const int32_t>(p.seq->tokens.data() + p.seq->cached, p.n);
       chunks_.push_back(cache_.chunk(p.seq->cache_id, tokens));
-      // A chunk ending at a generated token decodes that one; the rest is prefill.
-      const bool decodes =
-          p.seq->generated() > 0 && p.seq->cached + p.n == int64_t(p.seq->tokens.size());
-      prefill += decodes ? p.n - 1 : p.n;
+      chunks_.back().logits = 1 + p.drafted;
+      // A chunk ending at a generated token decodes that one (and verifies its draft); the rest
+      // is prefill.
+      const bool decodes = p.seq->generated() > 0 &&
+                           p.seq->cached + p.n - p.drafted == int64_t(p.seq->tokens.size());
+      prefill += (decodes ? p.n - 1 : p.n) - p.drafted;
     }
     metrics_.prefill_tokens(prefill);
     const int64_t vocab = served_.config().vocab_size;
@@ -260,12 +278,16 @@ void Engine::step() {
     const float* logits = ranks_.decode(cache_.view(), chunks_);
     metrics_.model_step(std::chrono::duration<double>(Clock::now() - start).count(),
                         ranks_.communication_seconds() - communication);
-    for (size_t c = 0; c < planned_.size(); ++c) {
-      Sequence& seq = *planned_[c].seq;
-      cache_.advance(seq.cache_id,
-                     std::span<const int32_t>(seq.tokens.data() + seq.cached, planned_[c].n));
-      seq.cached += planned_[c].n;
-      if (seq.cached == int64_t(seq.tokens.size())) emit(seq, logits + c * vocab);
+    for (const PlannedChunk& p : planned_) {
+      Sequence& seq = *p.seq;
+      if (p.drafted > 0) {
+        verify(seq, logits);
+      } else {
+        cache_.advance(seq.cache_id, std::span<const int32_t>(seq.tokens.data() + seq.cached, p.n));
+        seq.cached += p.n;
+        if (seq.cached == int64_t(seq.tokens.size())) emit(seq, logits);
+      }
+      logits += (1 + p.drafted) * vocab;
     }
   }
   retire_finished();
@@ -342,6 +364,37 @@ bool Engine::plan(Sequence& seq, int64_t n) {
   }
   planned_.push_back({&seq, n});
   return true;
+}
+
+// Drafts up to `room` tokens to follow seq's last (none without speculation, or past its
+// max_tokens or the context) into seq.verify, after that last token. Returns how many.
+int64_t Engine::draft(Sequence& seq, int64_t room) {
+  if (options_.draft_tokens == 0) return 0;
+  const int64_t size = int64_t(seq.tokens.size());
+  const int64_t most =
+      std::min({options_.draft_tokens, room, seq.request.max_tokens - seq.generated() - 1,
+                context_ - size - 1});
+  ngram_draft(seq.tokens, most, seq.draft);
+  if (seq.draft.empty()) return 0;
+  seq.verify.assign(1, seq.tokens.back());
+  seq.verify.insert(seq.verify.end(), seq.draft.begin(), seq.draft.end());
+  return int64_t(seq.draft.size());
+}
+
+// After a step ran seq.verify (its last token and a draft), takes the token each position
+// samples, in order, while the draft agrees: the keys and values of an accepted token are kept,
+// those after the first disagreement are overwritten by later steps.
+void Engine::verify(Sequence& seq, const float* logits) {
+  const int64_t drafted = int64_t(seq.verify.size()) - 1, vocab = served_.config().vocab_size;
+  int64_t accepted = 0;
+  for (int64_t i = 0; i <= drafted; ++i) {
+    cache_.advance(seq.cache_id, std::span<const int32_t>(&seq.verify[i], 1));
+    ++seq.cached;
+    emit(seq, logits + i * vocab);
+    if (seq.finished || i == drafted || seq.tokens.back() != seq.verify[i + 1]) break;
+    ++accepted;
+  }
+  metrics_.speculation(drafted, accepted);
 }
 
 // Frees seq's blocks and sends it back to the front of the queue; its tokens so far are

@@ -38,7 +38,16 @@ struct EngineOptions {
   // Full KV blocks are shared between sequences whose prompts start alike, and kept after their
   // sequences end until the room is needed (PagedKvCache).
   bool prefix_caching = true;
+  // Speculative decoding: up to draft_tokens tokens drafted for each decoding sequence by prompt
+  // lookup (ngram_draft) and verified in the step that computes its next token; 0: none. The
+  // output is the same token for token: each position samples from the model's own logits, and
+  // drafts are kept only while they equal what was sampled.
+  int64_t draft_tokens = 0;
 };
+
+// The most rows of logits one step of an engine with these options returns: one per running
+// sequence, and one per drafted token.
+int64_t max_logit_rows(const EngineOptions& options);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -151,6 +160,7 @@ class Engine {
   struct PlannedChunk {
     Sequence* seq;
     int64_t n;
+    int64_t drafted = 0;  // of the n, tokens drafted after the sequence's last
   };
 
   void loop();
@@ -158,6 +168,8 @@ class Engine {
   void admit();
   void drop_cancelled();
   bool plan(Sequence& seq, int64_t n);
+  int64_t draft(Sequence& seq, int64_t room);
+  void verify(Sequence& seq, const float* logits);
   void preempt(Sequence& seq);
   void reuse_cached_prefix(Sequence& seq, bool joining);
   void emit(Sequence& seq, const float* logits);

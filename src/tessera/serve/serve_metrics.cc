@@ -34,6 +34,9 @@ constexpr std::pair<std::string_view, std::string_view> kVllmNames[] = {
     {"vllm:num_preemptions_total", "tessera_preemptions_total"},
     {"vllm:prefix_cache_queries_total", "tessera_prefix_cache_queries_total"},
     {"vllm:prefix_cache_hits_total", "tessera_prefix_cache_hits_total"},
+    {"vllm:spec_decode_num_drafts_total", "tessera_spec_decode_drafts_total"},
+    {"vllm:spec_decode_num_draft_tokens_total", "tessera_spec_decode_draft_tokens_total"},
+    {"vllm:spec_decode_num_accepted_tokens_total", "tessera_spec_decode_accepted_tokens_total"},
 };
 
 }  // namespace
@@ -107,7 +110,15 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
           "tessera_model_communication_seconds_total",
           "Seconds the model's steps spent in collectives and exchanges between its ranks (plans, "
           "a stage's rows, the logits)",
-          labels())) {
+          labels())),
+      drafts_(registry_.counter("tessera_spec_decode_drafts_total",
+                                "Drafts of speculated tokens verified, one per sequence and step",
+                                labels())),
+      draft_tokens_(registry_.counter("tessera_spec_decode_draft_tokens_total",
+                                      "Speculated tokens verified", labels())),
+      accepted_tokens_(registry_.counter(
+          "tessera_spec_decode_accepted_tokens_total",
+          "Speculated tokens kept: each equal to the token its position sampled", labels())) {
   registry_.gauge_callback(
       "tessera_prefix_cache_hit_rate",
       "Share of looked-up prompt tokens found in the prefix cache since start (0-1)",
@@ -163,6 +174,11 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
+void ServeMetrics::speculation(int64_t drafted, int64_t accepted) {
+  drafts_.inc();
+  draft_tokens_.inc(double(drafted));
+  accepted_tokens_.inc(double(accepted));
+}
 void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t pipeline_stages,
                               int64_t expert_parallel) {
   tensor_parallel_.set(double(tensor_parallel));

@@ -31,6 +31,8 @@ class ServeMetrics {
   void prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens);
   void generated_tokens(int64_t n);
   void preemption();
+  // A verification of `drafted` speculated tokens, of which the first `accepted` were kept.
+  void speculation(int64_t drafted, int64_t accepted);
   // The ranks that split the model (tensor parallel, pipeline stages, expert parallel); a model
   // step that took `seconds`, of which `communicating` in the exchanges between its ranks.
   void set_layout(int64_t tensor_parallel, int64_t pipeline_stages, int64_t expert_parallel);
@@ -48,7 +50,8 @@ class ServeMetrics {
       &tensor_parallel_, &pipeline_stages_, &expert_parallel_;
   obs::Histogram &queue_time_, &ttft_, &itl_, &latency_;
   obs::Counter &prompt_tokens_, &prefill_tokens_, &prefix_queries_, &prefix_hits_,
-      &generated_tokens_, &preemptions_, &steps_, &step_seconds_, &communication_;
+      &generated_tokens_, &preemptions_, &steps_, &step_seconds_, &communication_, &drafts_,
+      &draft_tokens_, &accepted_tokens_;
 };
 
 }  // namespace tessera::serve
