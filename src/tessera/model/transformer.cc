@@ -374,10 +374,10 @@ const float* Transformer::forward_paged(const int32_t* tokens,
     check(logit_rows[s] >= 1 && logit_rows[s] <= chunks[s].n,
           "forward_paged: the logits of {} of a chunk's {} rows", logit_rows[s], chunks[s].n);
   }
+  if (embedding_ != nullptr) check_tokens(tokens, N);
   begin_pass(0);
   const Access& p = *access_;
   if (embedding_ != nullptr) {
-    check_tokens(tokens, N);
     embedding_->forward_chunks(p, tokens_for_kernels(tokens, N, 0), chunks, acts_.embedded, N);
   }
   for_each_block([&](int64_t l) {
