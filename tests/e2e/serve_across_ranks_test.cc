@@ -119,12 +119,14 @@ class ServeAcrossRanks : public ::testing::Test {
 
 struct Layout {
   int tp, pp, ep;
-  int draft_tokens = 0;  // speculative decoding: the leader's plan carries the drafts
+  // Speculative decoding: the leader's plan carries the drafts (GPT-2's tp=2 x pp=2 only, as
+  // Llama's and the mixture's cover that layout without).
+  int draft_tokens = 0;
 };
 
 TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
   const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
-      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 2, 1, 4}}},
+      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1, 4}}},
       {"llama-gqa", kLlamaGqa, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
       {"moe", kMoe, {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}}};
   for (const auto& [name, model, layouts] : cases) {
