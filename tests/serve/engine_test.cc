@@ -126,7 +126,16 @@ TEST(Engine, SpeculationGivesTheSameTokensGreedyAndSampled) {
       for (size_t i = 0; i < prompts.size(); ++i) {
         outs.push_back(engine.submit(request(prompts[i], 40, temperature, 11 + i)));
       }
-      for (auto& out : outs) (draft_tokens == 0 ? plain : speculated).push_back(collect(*out));
+      int64_t kept = 0, rejected = 0;
+      for (auto& out : outs) {
+        (draft_tokens == 0 ? plain : speculated).push_back(collect(*out));
+        kept += out->usage().accepted_prediction;
+        rejected += out->usage().rejected_prediction;
+      }
+      // Each request's usage counts its own drafts; together they are the server's.
+      const std::string m = (draft_tokens == 0 ? plain_metrics : metrics).render();
+      EXPECT_EQ(kept, metric_value(m, "tessera_spec_decode_accepted_tokens_total"));
+      EXPECT_EQ(kept + rejected, metric_value(m, "tessera_spec_decode_draft_tokens_total"));
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(speculated[i].tokens, plain[i].tokens) << prompts[i];

@@ -216,7 +216,7 @@ TEST(OpenAiApi, BuildsResponsesAndStreamChunksInOpenAisShape) {
   tokens[1].id = 'i';
   tokens[1].text = "i";
   ResponseBuilder chat(Endpoint::kChatCompletions, "tiny", *tokenizer, false);
-  const json whole = chat.response(tokens, FinishReason::kLength, 3, 2);
+  const json whole = chat.response(tokens, FinishReason::kLength, {3, 2});
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
@@ -228,13 +228,21 @@ TEST(OpenAiApi, BuildsResponsesAndStreamChunksInOpenAisShape) {
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_FALSE(chat.chunk(tokens)["choices"][0]["delta"].contains("role"));
   EXPECT_EQ(chat.final_chunk(FinishReason::kStop)["choices"][0]["finish_reason"], "stop");
-  EXPECT_TRUE(chat.usage_chunk(3, 2)["choices"].empty());
+  EXPECT_TRUE(chat.usage_chunk({3, 2})["choices"].empty());
+  // Speculative decoding's drafts are counted as OpenAI counts predicted outputs.
+  EXPECT_EQ(chat.usage_chunk({3, 9, 6, 2})["usage"],
+            json({{"prompt_tokens", 3},
+                  {"completion_tokens", 9},
+                  {"total_tokens", 12},
+                  {"completion_tokens_details",
+                   {{"accepted_prediction_tokens", 6}, {"rejected_prediction_tokens", 2}}}}));
 
   tokens[0].logprobs.chosen = {'h', -0.5};
   tokens[0].logprobs.top.push_back({'h', -0.5});
   tokens[1].logprobs.chosen = {'i', -1.5};
   ResponseBuilder completion(Endpoint::kCompletions, "tiny", *tokenizer, true);
-  const json lp = completion.response(tokens, FinishReason::kStop, 1, 2)["choices"][0]["logprobs"];
+  const json lp =
+      completion.response(tokens, FinishReason::kStop, {1, 2})["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"h", "i"}));
   EXPECT_EQ(lp["token_logprobs"], json({-0.5, -1.5}));
   EXPECT_EQ(lp["top_logprobs"][0], json({{"h", -0.5}}));

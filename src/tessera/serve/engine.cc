@@ -50,6 +50,17 @@ int64_t RequestStream::completion_tokens() const {
   return completion_tokens_;
 }
 
+TokenUsage RequestStream::usage() const {
+  std::lock_guard lock(mutex_);
+  return {prompt_tokens_, completion_tokens_, accepted_prediction_, rejected_prediction_};
+}
+
+void RequestStream::count_predictions(int64_t accepted, int64_t rejected) {
+  std::lock_guard lock(mutex_);
+  accepted_prediction_ = accepted;
+  rejected_prediction_ = rejected;
+}
+
 FinishReason RequestStream::finish_reason() const {
   std::lock_guard lock(mutex_);
   return finish_reason_;
@@ -104,8 +115,10 @@ struct Engine::Sequence {
   Clock::time_point submitted, last_token;
   std::optional<FinishReason> finished;
   // With speculation: the tokens drafted this step, and what the step runs: the last token, then
-  // the draft.
+  // the draft; of all drafted tokens, those kept and those not (a draft not yet judged counts as
+  // not kept, so that a stream ending in the middle of a draft counts the rest so).
   std::vector<int32_t> draft, verify;
+  int64_t accepted_prediction = 0, rejected_prediction = 0;
 };
 
 int64_t max_logit_rows(const EngineOptions& options) {
@@ -387,12 +400,15 @@ int64_t Engine::draft(Sequence& seq, int64_t room) {
 void Engine::verify(Sequence& seq, const float* logits) {
   const int64_t drafted = int64_t(seq.verify.size()) - 1, vocab = served_.config().vocab_size;
   int64_t accepted = 0;
+  seq.rejected_prediction += drafted;
   for (int64_t i = 0; i <= drafted; ++i) {
     cache_.advance(seq.cache_id, std::span<const int32_t>(&seq.verify[i], 1));
     ++seq.cached;
     emit(seq, logits + i * vocab);
     if (seq.finished || i == drafted || seq.tokens.back() != seq.verify[i + 1]) break;
     ++accepted;
+    ++seq.accepted_prediction;
+    --seq.rejected_prediction;
   }
   metrics_.speculation(drafted, accepted);
 }
@@ -465,6 +481,7 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
 
 void Engine::end_stream(Sequence& seq, FinishReason reason, const std::string& error) {
   unfinished_.fetch_sub(1);
+  seq.out->count_predictions(seq.accepted_prediction, seq.rejected_prediction);
   seq.out->finish(reason, error);
 }
 

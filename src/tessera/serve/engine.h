@@ -77,6 +77,13 @@ struct GeneratedToken {
   TokenLogprobs logprobs;  // filled when the request asked for them
 };
 
+// A request's token counts, as its reply's usage states them: of its completion tokens, those a
+// speculative draft proposed and kept (accepted_prediction), and the drafted tokens that were
+// not kept (rejected_prediction), OpenAI's names for predicted outputs.
+struct TokenUsage {
+  int64_t prompt = 0, completion = 0, accepted_prediction = 0, rejected_prediction = 0;
+};
+
 // One request's output, shared by the engine, which appends to it, and the thread answering the
 // client, which takes from it.
 class RequestStream {
@@ -98,6 +105,7 @@ class RequestStream {
   int64_t prompt_tokens() const { return prompt_tokens_; }
   // Valid once wait has returned true.
   int64_t completion_tokens() const;
+  TokenUsage usage() const;
   FinishReason finish_reason() const;
   const std::string& error() const;  // why the engine failed the request (FinishReason::kError)
 
@@ -105,13 +113,14 @@ class RequestStream {
   friend class Engine;
   void append(GeneratedToken token);
   void finish(FinishReason reason, std::string error = {});
+  void count_predictions(int64_t accepted, int64_t rejected);
   void notify();
 
   const int64_t prompt_tokens_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<GeneratedToken> pending_;
-  int64_t completion_tokens_ = 0;
+  int64_t completion_tokens_ = 0, accepted_prediction_ = 0, rejected_prediction_ = 0;
   bool finished_ = false, cancelled_ = false;
   FinishReason finish_reason_ = FinishReason::kStop;
   std::string error_;

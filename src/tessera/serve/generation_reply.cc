@@ -38,7 +38,7 @@ std::string GenerationReply::end_events() const {
   } else {
     text = event(builder_.final_chunk(out.finish_reason()));
     if (include_usage_) {
-      text += event(builder_.usage_chunk(out.prompt_tokens(), out.completion_tokens()));
+      text += event(builder_.usage_chunk(out.usage()));
     }
   }
   return text + "data: [DONE]\n\n";
@@ -61,8 +61,7 @@ HttpResponse GenerationReply::response() const {
     r.headers = e.headers();
     return r;
   }
-  r.body = json_text(builder_.response(collected_, out.finish_reason(), out.prompt_tokens(),
-                                       out.completion_tokens()));
+  r.body = json_text(builder_.response(collected_, out.finish_reason(), out.usage()));
   return r;
 }
 

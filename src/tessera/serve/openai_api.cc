@@ -378,10 +378,15 @@ std::string json_text(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json usage_json(const TokenUsage& usage) {
+  json j = {{"prompt_tokens", usage.prompt},
+            {"completion_tokens", usage.completion},
+            {"total_tokens", usage.prompt + usage.completion}};
+  if (usage.accepted_prediction + usage.rejected_prediction > 0) {
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", usage.accepted_prediction},
+                                      {"rejected_prediction_tokens", usage.rejected_prediction}};
+  }
+  return j;
 }
 
 ResponseBuilder::ResponseBuilder(Endpoint endpoint, std::string model_name,
@@ -494,22 +499,22 @@ json ResponseBuilder::final_chunk(FinishReason reason) const {
   return j;
 }
 
-json ResponseBuilder::usage_chunk(int64_t prompt_tokens, int64_t completion_tokens) const {
+json ResponseBuilder::usage_chunk(const TokenUsage& usage) const {
   json j = envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion.chunk"
                                                             : "text_completion");
   j["choices"] = json::array();
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  j["usage"] = usage_json(usage);
   return j;
 }
 
 json ResponseBuilder::response(const std::vector<GeneratedToken>& tokens, FinishReason reason,
-                               int64_t prompt_tokens, int64_t completion_tokens) const {
+                               const TokenUsage& usage) const {
   json j =
       envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion" : "text_completion");
   json c = choice(tokens, /*delta=*/false);
   c["finish_reason"] = finish_reason_name(reason);
   j["choices"] = json::array({c});
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  j["usage"] = usage_json(usage);
   return j;
 }
 

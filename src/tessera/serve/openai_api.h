@@ -97,10 +97,10 @@ class ResponseBuilder {
   // The stream's last choice chunk, with the finish reason.
   nlohmann::json final_chunk(FinishReason reason) const;
   // The usage-only chunk sent when stream_options.include_usage is set.
-  nlohmann::json usage_chunk(int64_t prompt_tokens, int64_t completion_tokens) const;
+  nlohmann::json usage_chunk(const TokenUsage& usage) const;
   // A non-streamed response holding every token.
   nlohmann::json response(const std::vector<GeneratedToken>& tokens, FinishReason reason,
-                          int64_t prompt_tokens, int64_t completion_tokens) const;
+                          const TokenUsage& usage) const;
 
  private:
   nlohmann::json envelope(const char* object) const;
@@ -116,7 +116,8 @@ class ResponseBuilder {
   int64_t text_offset_ = 0;  // completions' logprobs.text_offset
 };
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// OpenAI's usage object; completion_tokens_details only when speculation drafted tokens.
+nlohmann::json usage_json(const TokenUsage& usage);
 
 // JSON text for the wire, with invalid UTF-8 (from a client's strings) replaced, never thrown on.
 std::string json_text(const nlohmann::json& j);
