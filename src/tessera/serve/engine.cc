@@ -396,21 +396,21 @@ int64_t Engine::draft(Sequence& seq, int64_t room) {
 
 // After a step ran seq.verify (its last token and a draft), takes the token each position
 // samples, in order, while the draft agrees: the keys and values of an accepted token are kept,
-// those after the first disagreement are overwritten by later steps.
+// those after the first disagreement are overwritten by later steps. The counts move before each
+// token goes out, so whoever sees a request end sees its drafts counted.
 void Engine::verify(Sequence& seq, const float* logits) {
   const int64_t drafted = int64_t(seq.verify.size()) - 1, vocab = served_.config().vocab_size;
-  int64_t accepted = 0;
   seq.rejected_prediction += drafted;
+  metrics_.drafted(drafted);
   for (int64_t i = 0; i <= drafted; ++i) {
     cache_.advance(seq.cache_id, std::span<const int32_t>(&seq.verify[i], 1));
     ++seq.cached;
     emit(seq, logits + i * vocab);
     if (seq.finished || i == drafted || seq.tokens.back() != seq.verify[i + 1]) break;
-    ++accepted;
     ++seq.accepted_prediction;
     --seq.rejected_prediction;
+    metrics_.draft_kept();
   }
-  metrics_.speculation(drafted, accepted);
 }
 
 // Frees seq's blocks and sends it back to the front of the queue; its tokens so far are

@@ -174,11 +174,11 @@ void ServeMetrics::prefix_cache_lookup(int64_t queried_tokens, int64_t hit_token
 
 void ServeMetrics::generated_tokens(int64_t n) { generated_tokens_.inc(double(n)); }
 void ServeMetrics::preemption() { preemptions_.inc(); }
-void ServeMetrics::speculation(int64_t drafted, int64_t accepted) {
+void ServeMetrics::drafted(int64_t tokens) {
   drafts_.inc();
-  draft_tokens_.inc(double(drafted));
-  accepted_tokens_.inc(double(accepted));
+  draft_tokens_.inc(double(tokens));
 }
+void ServeMetrics::draft_kept() { accepted_tokens_.inc(); }
 void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t pipeline_stages,
                               int64_t expert_parallel) {
   tensor_parallel_.set(double(tensor_parallel));

@@ -31,8 +31,9 @@ class ServeMetrics {
   void prefix_cache_lookup(int64_t queried_tokens, int64_t hit_tokens);
   void generated_tokens(int64_t n);
   void preemption();
-  // A verification of `drafted` speculated tokens, of which the first `accepted` were kept.
-  void speculation(int64_t drafted, int64_t accepted);
+  // A draft of `tokens` speculated tokens about to be verified, and then each of them kept.
+  void drafted(int64_t tokens);
+  void draft_kept();
   // The ranks that split the model (tensor parallel, pipeline stages, expert parallel); a model
   // step that took `seconds`, of which `communicating` in the exchanges between its ranks.
   void set_layout(int64_t tensor_parallel, int64_t pipeline_stages, int64_t expert_parallel);
