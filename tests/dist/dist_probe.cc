@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(mode, "exit") == 0 || std::strcmp(mode, "exit-at-start") == 0) {
       comm::set_timeout_seconds(60);
+      // "exit": every rank has finished starting (its stop handler installed) before rank 1
+      // dies; "exit-at-start" is the case of a rank that dies while the others start.
+      if (std::strcmp(mode, "exit") == 0) world.barrier();
       if (world.rank() == 1) _exit(3);
       world.barrier();
     } else if (std::strcmp(mode, "all-reduce") == 0 && argc > 2) {
