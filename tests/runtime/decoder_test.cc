@@ -177,6 +177,15 @@ TEST(Decode, RejectsChunksWithoutRoomOrPastTheContext) {
         decoder.check(cache.view(), {&bad_token, 1});
       },
       {"outside the vocabulary"});
+  // Logits for none of a chunk's rows, or for more rows than it has.
+  for (const int64_t logits : {0, 3}) {
+    const DecodeChunk odd{tokens.data(), 2, 0, one_block, logits};
+    testing::expect_error(
+        [&] {
+          decoder.check(cache.view(), {&odd, 1});
+        },
+        {"asks for the logits of " + std::to_string(logits)});
+  }
   const DecodeChunk two{tokens.data(), 2, 0, one_block};
   EXPECT_EQ(decoder.check(cache.view(), {&two, 1}), 2);
   Transformer training(c.config, 1, c.config.max_seq, /*training=*/true);

@@ -41,6 +41,9 @@ int64_t Decoder::check(const KvCacheView& cache, std::span<const DecodeChunk> ch
     const DecodeChunk& d = chunks[s];
     tessera::check(d.n >= 1 && d.start >= 0, "decode: sequence {} has {} new tokens at position {}",
                    s, d.n, d.start);
+    tessera::check(d.logits >= 1 && d.logits <= d.n,
+                   "decode: sequence {} asks for the logits of {} of its {} new tokens", s,
+                   d.logits, d.n);
     tessera::check(d.start + d.n <= c.max_seq,
                    "decode: sequence {} would reach {} tokens, past the model's context of {} "
                    "(model.max_seq)",
