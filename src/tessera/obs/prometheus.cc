@@ -141,9 +141,7 @@ Registry::Series& Registry::add(const std::string& name, const std::string& help
   auto family = std::find_if(families_.begin(), families_.end(),
                              [&](const Family& f) { return f.name == name; });
   if (family == families_.end()) {
-    check(std::none_of(aliases_.begin(), aliases_.end(),
-                       [&](const Alias& a) { return a.name == name; }),
-          "metric {} is already registered as another metric's alias", name);
+    check(!has_alias(name), "metric {} is already registered as another metric's alias", name);
     family = families_.insert(families_.end(), Family{name, help, type, {}});
   }
   family->series.push_back({labels, std::move(label_text), std::move(metric)});
@@ -206,15 +204,18 @@ const Registry::Family* Registry::family(const std::string& name) const {
   return f == families_.end() ? nullptr : &*f;
 }
 
+bool Registry::has_alias(const std::string& name) const {
+  return std::any_of(aliases_.begin(), aliases_.end(),
+                     [&](const Alias& a) { return a.name == name; });
+}
+
 void Registry::alias(const std::string& alias, const std::string& of, const std::string& help) {
   check(valid_name(alias, /*colons=*/true), "metric name '{}' must match [a-zA-Z_:][a-zA-Z0-9_:]*",
         alias);
   std::lock_guard lock(mutex_);
   check(family(of) != nullptr, "metric alias {}: no metric {} is registered", alias, of);
-  const bool taken =
-      family(alias) != nullptr || std::any_of(aliases_.begin(), aliases_.end(),
-                                              [&](const Alias& a) { return a.name == alias; });
-  check(!taken, "metric alias {}: the name is already registered", alias);
+  check(family(alias) == nullptr && !has_alias(alias),
+        "metric alias {}: the name is already registered", alias);
   aliases_.push_back({alias, help, of});
 }
 

@@ -112,6 +112,7 @@ class Registry {
 
   struct Snapshot;
   const Family* family(const std::string& name) const;
+  bool has_alias(const std::string& name) const;
   static void render_family(std::string& out, const Family& family, const std::string& name,
                             const std::string& help, const std::vector<Snapshot>& values);
 
