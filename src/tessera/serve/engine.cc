@@ -114,10 +114,10 @@ struct Engine::Sequence {
   TextStream text;
   Clock::time_point submitted, last_token;
   std::optional<FinishReason> finished;
-  // With speculation: the tokens drafted this step, and what the step runs: the last token, then
-  // the draft; of all drafted tokens, those kept and those not (a draft not yet judged counts as
-  // not kept, so that a stream ending in the middle of a draft counts the rest so).
-  std::vector<int32_t> draft, verify;
+  // With speculation: what the step runs, the last token and then the tokens drafted to follow; of
+  // all drafted tokens, those kept and those not (a draft not yet judged counts as not kept, so
+  // that a stream ending in the middle of a draft counts the rest so).
+  std::vector<int32_t> verify;
   int64_t accepted_prediction = 0, rejected_prediction = 0;
 };
 
@@ -387,11 +387,10 @@ int64_t Engine::draft(Sequence& seq, int64_t room) {
   const int64_t most =
       std::min({options_.draft_tokens, room, seq.request.max_tokens - seq.generated() - 1,
                 context_ - size - 1});
-  ngram_draft(seq.tokens, most, seq.draft);
-  if (seq.draft.empty()) return 0;
-  seq.verify.assign(1, seq.tokens.back());
-  seq.verify.insert(seq.verify.end(), seq.draft.begin(), seq.draft.end());
-  return int64_t(seq.draft.size());
+  ngram_draft(seq.tokens, most, seq.verify);
+  if (seq.verify.empty()) return 0;
+  seq.verify.insert(seq.verify.begin(), seq.tokens.back());
+  return int64_t(seq.verify.size()) - 1;
 }
 
 // After a step ran seq.verify (its last token and a draft), takes the token each position
