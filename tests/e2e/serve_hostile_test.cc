@@ -263,8 +263,11 @@ void attack_beside_a_normal_client(const std::string& args, int ranks) {
 
   EXPECT_EQ(normal.failures, 0);
   ASSERT_GE(loaded.size(), 50u);
-  EXPECT_LT(p99(loaded), 2 * p99(unloaded)) << "p99 time to first token: " << p99(loaded)
-                                            << " s under attack, " << p99(unloaded) << " s before";
+  // A server that a hostile client holds up delays the normal one by the 2-3 s of its
+  // timeouts; the 100 ms beside twice the quiet p99 absorbs the tests that share these cores.
+  EXPECT_LT(p99(loaded), 2 * p99(unloaded) + 0.1)
+      << "p99 time to first token: " << p99(loaded) << " s under attack, " << p99(unloaded)
+      << " s before";
   auto scraped = httplib::Client("127.0.0.1", port).Get("/metrics");
   ASSERT_TRUE(scraped);
   const std::string m = scraped->body;
