@@ -11,10 +11,11 @@
 // inter-token latency is the gap between reads that bring new tokens.
 // Exits 1 when any request failed, was truncated or dropped.
 // --prompt gives every request the same text after a tag of its own (so the prefix cache cannot
-// answer it), instead of Bible openings; --temperature 0 decodes greedily.
+// answer it), instead of Bible openings; --temperature 0 decodes greedily; --response-format
+// sends its JSON as every request's response_format.
 //   node serve_load.mjs --url http://127.0.0.1:8000 [--model NAME] [--api-key KEY]
 //                       [--clients 64] [--duration 30] [--max-tokens 64] [--temperature 1]
-//                       [--prompt TEXT]
+//                       [--prompt TEXT] [--response-format JSON]
 import { parseArgs } from 'node:util';
 
 const { values: opts } = parseArgs({
@@ -27,18 +28,20 @@ const { values: opts } = parseArgs({
     'max-tokens': { type: 'string', default: '64' },
     temperature: { type: 'string', default: '1' },
     prompt: { type: 'string' },
+    'response-format': { type: 'string' },
   },
 });
 if (!opts.url) {
   console.error('usage: node serve_load.mjs --url http://HOST:PORT [--model NAME] [--api-key KEY]' +
                 ' [--clients N] [--duration SECONDS] [--max-tokens N] [--temperature T]' +
-                ' [--prompt TEXT]');
+                ' [--prompt TEXT] [--response-format JSON]');
   process.exit(2);
 }
 const clients = Number(opts.clients);
 const durationMs = 1000 * Number(opts.duration);
 const maxTokens = Number(opts['max-tokens']);
 const temperature = Number(opts.temperature);
+const responseFormat = opts['response-format'] ? JSON.parse(opts['response-format']) : undefined;
 const headers = { 'Content-Type': 'application/json' };
 if (opts['api-key']) headers.Authorization = `Bearer ${opts['api-key']}`;
 
@@ -71,7 +74,7 @@ async function streamOnce(model, prompt, seed, stats) {
     headers,
     body: JSON.stringify({
       model, prompt, seed, max_tokens: maxTokens, temperature, logprobs: 0, stream: true,
-      stream_options: { include_usage: true },
+      stream_options: { include_usage: true }, response_format: responseFormat,
     }),
   });
   if (!response.ok) throw new LoadError('failed', `HTTP ${response.status} ${await response.text()}`);

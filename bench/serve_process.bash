@@ -29,6 +29,18 @@ stop_server() {
   fi
 }
 
+# Loads the started server with bench/serve_load.mjs (clients $1 for DURATION seconds, then the
+# further serve_load arguments given), keeps its output in $work/load.txt and the server's
+# /metrics in $work/metrics.txt (bench/served_figures.py reads both), and stops the server.
+load_and_scrape() {
+  local clients=$1
+  shift
+  node "$root/bench/serve_load.mjs" --url "$server_url" --clients "$clients" \
+    --duration "${DURATION:-15}" "$@" >"$work/load.txt"
+  curl -sf "$server_url/metrics" >"$work/metrics.txt"
+  stop_server
+}
+
 # The start of a serving benchmark: a scratch folder in $work (removed on exit, after the server
 # is stopped), the CPU it runs on, and in $work/run a model of the config $1 trained on Genesis
 # 1-10 by "$tessera" train with the --set settings that follow.

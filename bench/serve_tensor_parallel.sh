@@ -36,24 +36,18 @@ serve_and_load() {
   local label=$1
   shift
   start_server "$work/serve.log" "$@" --checkpoint "$work/run" --port 0
-  node "$root/bench/serve_load.mjs" --url "$server_url" --clients "$clients" \
-    --duration "${DURATION:-15}" --max-tokens "${MAX_TOKENS:-32}" >"$work/load.txt"
-  curl -sf "$server_url/metrics" >"$work/metrics.txt"
-  stop_server
-  python3 - "$label" "$work/load.txt" "$work/metrics.txt" <<'EOF'
+  load_and_scrape "$clients" --max-tokens "${MAX_TOKENS:-32}"
+  PYTHONPATH="$root/bench" python3 - "$label" "$work/load.txt" "$work/metrics.txt" <<'EOF'
 import re, sys
-label, load, metrics = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
-def metric(name):
-    m = re.search(r'^' + name + r'(?:\{[^}]*\})? ([0-9.e+-]+)$', metrics, re.M)
-    return float(m.group(1)) if m else 0.0
-tokens_per_s = float(re.search(r'([0-9.]+) tokens/s', load).group(1))
-ttft = re.search(r'time to first token\s+p50\s+([0-9.]+) ms\s+p99\s+([0-9.]+) ms', load)
-steps, step_s = metric('tessera_model_steps_total'), metric('tessera_model_step_seconds_total')
-comm_s = metric('tessera_model_communication_seconds_total')
-generated = metric('tessera_generation_tokens_total')
-prefill = metric('tessera_prefill_tokens_total')
+from served_figures import Served
+label, s = sys.argv[1], Served(sys.argv[2], sys.argv[3])
+ttft = re.search(r'time to first token\s+p50\s+([0-9.]+) ms\s+p99\s+([0-9.]+) ms', s.load)
+steps, step_s = s.metric('tessera_model_steps_total'), s.metric('tessera_model_step_seconds_total')
+comm_s = s.metric('tessera_model_communication_seconds_total')
+generated = s.metric('tessera_generation_tokens_total')
+prefill = s.metric('tessera_prefill_tokens_total')
 tokens_per_step = (generated + prefill) / steps
-print(f'{label:<20} {tokens_per_s:9.1f} {float(ttft.group(1)):9.1f} {float(ttft.group(2)):9.1f} '
+print(f'{label:<20} {s.tokens_per_s:9.1f} {float(ttft.group(1)):9.1f} {float(ttft.group(2)):9.1f} '
       f'{1e3 * step_s / steps:9.2f} {tokens_per_step:8.1f} {100 * comm_s / step_s:7.1f}% '
       f'{1e3 * comm_s / steps:9.3f} {1e6 * comm_s / generated:10.1f}')
 open(sys.argv[2] + '.step', 'w').write(f'{tokens_per_step} {1e3 * comm_s / steps}\n')

@@ -145,10 +145,18 @@ case "$name" in
     for format in f32 bf16 int8; do row "$format # # # # #% #"; done
     ;;
   speculation)
+    bench CONFIG="$tiny" STEPS=2 CLIENTS_LIST=2 DURATION=2 MAX_TOKENS=8 \
+      DRAFT_MODEL="--set model.d_model=64 --set model.n_layer=1"
+    row "clients prompt draft tok/s speedup kept tok/verify"
+    for prompt in repeating opening; do row "2 $prompt none # # - -"; done
+    row "2 repeating lookup # # #% #"
+    row "2 opening model # # #% #"
+    ;;
+  structured_output)
     bench CONFIG="$tiny" STEPS=2 CLIENTS_LIST=2 DURATION=2 MAX_TOKENS=8
-    row "clients draft tok/s speedup kept tok/verify"
-    row "2 0 # # - -"
-    row "2 4 # # #% #"
+    row "clients format tok/s ratio mask ms step ms overhead computed ms/computed"
+    row "2 text # # - # - - -"
+    row "2 schema # # # # #% # #"
     ;;
   serve_tensor_parallel)
     bench CONFIG="$tiny" CLIENTS=2 DURATION=2 MAX_TOKENS=8

@@ -15,7 +15,8 @@ mkdir -p "$out"
 # engine, and the OpenAI request parser with what it calls.
 tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tokenizer.cc src/tessera/tokenizer/bpe_vocab.cc src/tessera/tokenizer/gpt2_pretokenizer.cc src/tessera/tokenizer/gpt2_vocab_files.cc src/tessera/tokenizer/hf_tokenizer_file.cc src/tessera/tokenizer/llama3_pretokenizer.cc src/tessera/tokenizer/tessera_tokenizer_files.cc src/tessera/core/text_corpus.cc src/tessera/tokenizer/tiktoken_ranks.cc src/tessera/tokenizer/token_index.cc src/tessera/tokenizer/unicode_classes.cc src/tessera/core/utf8.cc"
 chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/jinja/*.cc)"
-openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
+grammar_sources="$(echo src/tessera/grammar/*.cc)"
+openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/tool_calls.cc $grammar_sources src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 
 # Every target links the enum name tables (core/enum_names.cc): dtypes, devices and settings name
 # their values through them.
@@ -27,6 +28,7 @@ targets=(
   "safetensors_fuzz|25|src/tessera/interop/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
   "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc src/tessera/core/enum_names.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
   "openai_request_fuzz|15|$openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
+  "json_schema_fuzz|15|$grammar_sources src/tessera/core/enum_names.cc|-lfmt"
   "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt"
   "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
 )
@@ -76,6 +78,12 @@ PY
       echo '{"model": "tiny", "prompt": "In the", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true}, "seed": 3}' >"$dir/completion.json"
       echo '{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 4, "logprobs": true, "top_logprobs": 2}' >"$dir/chat.json"
       echo '{"model": "tiny", "prompt": [72, 105], "min_p": 0.1, "repetition_penalty": 1.2}' >"$dir/tokens.json"
+      ;;
+    json_schema_fuzz)
+      # Schemas of each kind, each with a value after the NUL byte.
+      printf '{"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"type":["integer","null"]},"c":{"type":"array","items":{"enum":["x","xy",1]},"maxItems":2}},"required":["a"]}\0{"a":"hi","b":-12,"c":["xy"]}' >"$dir/object.json"
+      printf '{"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"}}}}}}\0{"k":[{"k":[]}]}' >"$dir/recursive.json"
+      printf '{"anyOf":[{"type":"object","properties":{"x":{"const":true}}},{"type":"object"}]}\0{"q":[1.5e3,"\\u00e9",{}]}' >"$dir/any.json"
       ;;
     chat_template_fuzz)
       # Each shipped template test's templates, with a conversation after the NUL byte.

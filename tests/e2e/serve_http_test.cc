@@ -93,6 +93,31 @@ TEST_F(ServeHttp, GreedyTextEqualsTesseraGenerate) {
   EXPECT_EQ(body["usage"]["completion_tokens"], 48);
 }
 
+// --draft: the checkpoint drafting for itself keeps its drafts and gives the text plain decoding
+// gives; a draft model without --draft-tokens is refused naming the flag.
+TEST_F(ServeHttp, ADraftModelGivesTheSameGreedyText) {
+  const std::string body =
+      R"({"model": "tiny", "prompt": "And it was", "max_tokens": 40, "temperature": 0})";
+  std::string texts[2];
+  for (const int draft : {0, 1}) {
+    ServerProcess server(serve_args(draft ? "--draft " + *run_ + " --draft-tokens 3" : ""));
+    httplib::Client client("127.0.0.1", server.port());
+    auto r = client.Post("/v1/completions", kAuth, body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    texts[draft] = json::parse(r->body)["choices"][0]["text"];
+    if (draft) {
+      const std::string m = metrics(client);
+      EXPECT_GT(metric_value(m, "tessera_spec_decode_accepted_tokens_total"), 0) << m;
+    }
+  }
+  EXPECT_EQ(texts[1], texts[0]);
+  const CliResult refused = run_cli("serve --checkpoint " + *run_ + " --draft " + *run_);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--draft needs --draft-tokens"), std::string::npos)
+      << refused.output;
+}
+
 TEST_F(ServeHttp, AFullQueueAnswers429WithRetryAfter) {
   ServerProcess server(serve_args("--max-running 1 --max-queue 1"));
   const std::string body =

@@ -1,6 +1,7 @@
 // The official OpenAI client (npm `openai`) against `tessera serve`: completions and chat, whole
-// and streamed, and seeded text that holds under concurrent requests. The checks live in
-// tests/serve/openai_client/client_test.mjs; scripts/setup.sh --test installs node and the client.
+// and streamed, seeded text that holds under concurrent requests, and tool calls. The checks live
+// in tests/serve/openai_client/client_test.mjs; scripts/setup.sh --test installs node and the
+// client.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -26,7 +27,7 @@ TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
                  << " is missing: run scripts/setup.sh --test";
   }
   TempDir dir("serve-openai-client");
-  const std::string run = train_servable_checkpoint(dir, /*max_seq=*/128);
+  const std::string run = train_servable_checkpoint(dir, /*max_seq=*/1024);
   // One rank, then the model split over two tensor-parallel ranks under mpirun.
   for (const int ranks : {1, 2}) {
     SCOPED_TRACE(fmt::format("{} rank(s)", ranks));
@@ -38,7 +39,8 @@ TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
                                          "' http://127.0.0.1:" + std::to_string(server.port()) +
                                          "/v1 client-test-key tiny-lm");
     EXPECT_EQ(client.exit_code, 0) << client.output << "\n--- server ---\n" << server.output();
-    EXPECT_EQ(checks_passed(client.output), 6u) << client.output;
+    EXPECT_EQ(checks_passed(client.output), 8u) << client.output;
+    std::printf("%s", client.output.c_str());
     server.expect_clean_stop();
   }
 }

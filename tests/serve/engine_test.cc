@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <thread>
 
 #include "tessera/model/serving_memory.h"
@@ -16,8 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // A byte-level Llama small enough that a few hundred decode steps take milliseconds.
-ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
-                        const model::ModelOptions& options = {}) {
+model::ModelConfig small_config(int64_t max_seq) {
   model::ModelConfig c;
   c.arch = model::Architecture::kLlama;
   c.vocab_size = 256;
@@ -26,12 +27,22 @@ ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
   c.n_kv_head = 2;
   c.d_model = 32;
   c.max_seq = max_seq;
+  return c;
+}
+
+ServedModel served_model(const model::ModelConfig& c, int64_t max_step_tokens, uint64_t seed,
+                         const model::ModelOptions& options = {}) {
   ServedModel served;
   served.model = std::make_unique<model::Transformer>(
       c, model::inference_max_batch(c, max_step_tokens), c.max_seq, false, options);
-  served.model->init_weights(7);
+  served.model->init_weights(seed);
   served.tokenizer = tokenizer::load_tokenizer("byte");
   return served;
+}
+
+ServedModel small_model(int64_t max_step_tokens, int64_t max_seq = 96,
+                        const model::ModelOptions& options = {}) {
+  return served_model(small_config(max_seq), max_step_tokens, 7, options);
 }
 
 struct Result {
@@ -104,63 +115,180 @@ TEST(Engine, BatchedGreedyEqualsRecomputingEachSequenceAlone) {
   EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0);
 }
 
-// Speculative decoding by prompt lookup gives every request the tokens it gets without, greedy
-// and sampled, for 32 prompts batched together (half of them repeating themselves, so drafts
-// are taken), and counts what it drafted and kept.
+// A draft model for small_model(64, 160): the same weights (whose greedy drafts the target
+// keeps whenever it samples greedily), or a smaller model of its own.
+ServedModel draft_model(bool same_weights) {
+  if (same_weights) return small_model(64, 160);
+  model::ModelConfig c = small_config(160);
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.d_model = 16;
+  ServedModel served = served_model(c, 64, 3);
+  // Scaled up so that its drafts part from the target's (freshly initialised models of either
+  // size mostly repeat the last token).
+  for (float& w : served.model->params()) w *= 2.5f;
+  return served;
+}
+
+// Speculative decoding, by prompt lookup and by a draft model (the target's own weights, or a
+// smaller model), gives every request the tokens it gets without, greedy and sampled, for 32
+// prompts batched together (half of them repeating themselves, so drafts are taken), and counts
+// what it drafted and kept.
 TEST(Engine, SpeculationGivesTheSameTokensGreedyAndSampled) {
   ServedModel served = small_model(64, 160);
-  std::vector<std::string> prompts;
-  for (int i = 0; i < 32; ++i) {
-    prompts.push_back(i % 2 == 0 ? "the cat sat on the mat " + std::to_string(i) +
-                                       ". the cat sat on the mat. the cat sat"
-                                 : "And God said " + std::string(size_t(i), 'x'));
-  }
-  for (const double temperature : {0.0, 0.8}) {
-    SCOPED_TRACE(temperature == 0 ? "greedy" : "sampled");
-    std::vector<Result> plain, speculated;
-    ServeMetrics plain_metrics, metrics;
-    for (const int64_t draft_tokens : {0, 4}) {
-      Engine engine(served, {.max_running = 8, .max_step_tokens = 64, .draft_tokens = draft_tokens},
-                    draft_tokens == 0 ? plain_metrics : metrics);
-      std::vector<std::shared_ptr<RequestStream>> outs;
+  for (const char* drafter :
+       {"prompt lookup", "draft model, same weights", "smaller draft model"}) {
+    SCOPED_TRACE(drafter);
+    std::optional<ServedModel> draft;
+    if (drafter[0] != 'p') draft = draft_model(drafter[13] == 's');
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 32; ++i) {
+      prompts.push_back(i % 2 == 0 ? "the cat sat on the mat " + std::to_string(i) +
+                                         ". the cat sat on the mat. the cat sat"
+                                   : "And God said " + std::string(size_t(i), 'x'));
+    }
+    for (const double temperature : {0.0, 0.8}) {
+      SCOPED_TRACE(temperature == 0 ? "greedy" : "sampled");
+      std::vector<Result> plain, speculated;
+      ServeMetrics plain_metrics, metrics;
+      for (const int64_t draft_tokens : {0, 4}) {
+        Engine engine(served,
+                      {.max_running = 8, .max_step_tokens = 64, .draft_tokens = draft_tokens},
+                      draft_tokens == 0 ? plain_metrics : metrics,
+                      draft && draft_tokens > 0 ? &*draft : nullptr);
+        std::vector<std::shared_ptr<RequestStream>> outs;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          outs.push_back(engine.submit(request(prompts[i], 40, temperature, 11 + i)));
+        }
+        int64_t kept = 0, rejected = 0;
+        for (auto& out : outs) {
+          (draft_tokens == 0 ? plain : speculated).push_back(collect(*out));
+          kept += out->usage().accepted_prediction;
+          rejected += out->usage().rejected_prediction;
+        }
+        // Each request's usage counts its own drafts; together they are the server's.
+        const std::string m = (draft_tokens == 0 ? plain_metrics : metrics).render();
+        EXPECT_EQ(kept, metric_value(m, "tessera_spec_decode_accepted_tokens_total"));
+        EXPECT_EQ(kept + rejected, metric_value(m, "tessera_spec_decode_draft_tokens_total"));
+      }
       for (size_t i = 0; i < prompts.size(); ++i) {
-        outs.push_back(engine.submit(request(prompts[i], 40, temperature, 11 + i)));
+        EXPECT_EQ(speculated[i].tokens, plain[i].tokens) << prompts[i];
+        EXPECT_EQ(speculated[i].reason, plain[i].reason) << prompts[i];
       }
-      int64_t kept = 0, rejected = 0;
-      for (auto& out : outs) {
-        (draft_tokens == 0 ? plain : speculated).push_back(collect(*out));
-        kept += out->usage().accepted_prediction;
-        rejected += out->usage().rejected_prediction;
+      const std::string m = metrics.render();
+      const double drafted = metric_value(m, "vllm:spec_decode_num_draft_tokens_total");
+      const double accepted = metric_value(m, "vllm:spec_decode_num_accepted_tokens_total");
+      EXPECT_GT(metric_value(m, "tessera_spec_decode_drafts_total"), 0) << m;
+      // The smaller model's drafts are all refused, and each refusal cut back its cache.
+      if (std::string(drafter) != "smaller draft model") EXPECT_GT(accepted, 0) << m;
+      EXPECT_LE(accepted, drafted) << m;
+      std::printf("%s: %.0f of %.0f drafted tokens kept (%.0f%%), %.2f tokens per verifying step\n",
+                  temperature == 0 ? "greedy" : "sampled", accepted, drafted,
+                  100 * accepted / drafted,
+                  (accepted + metric_value(m, "tessera_spec_decode_drafts_total")) /
+                      metric_value(m, "tessera_spec_decode_drafts_total"));
+      // Every token is generated once, whether a draft proposed it or not.
+      EXPECT_EQ(metric_value(m, "tessera_generation_tokens_total"), 32 * 40);
+      EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
+      // The target's own greedy drafts are what it samples greedily: nearly all are kept (those
+      // cut by max_tokens are not).
+      if (temperature == 0 && std::string(drafter) == "draft model, same weights") {
+        EXPECT_GT(accepted / drafted, 0.9) << m;
       }
-      // Each request's usage counts its own drafts; together they are the server's.
-      const std::string m = (draft_tokens == 0 ? plain_metrics : metrics).render();
-      EXPECT_EQ(kept, metric_value(m, "tessera_spec_decode_accepted_tokens_total"));
-      EXPECT_EQ(kept + rejected, metric_value(m, "tessera_spec_decode_draft_tokens_total"));
     }
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(speculated[i].tokens, plain[i].tokens) << prompts[i];
-      EXPECT_EQ(speculated[i].reason, plain[i].reason) << prompts[i];
-    }
-    const std::string m = metrics.render();
-    const double drafted = metric_value(m, "vllm:spec_decode_num_draft_tokens_total");
-    const double accepted = metric_value(m, "vllm:spec_decode_num_accepted_tokens_total");
-    EXPECT_GT(metric_value(m, "tessera_spec_decode_drafts_total"), 0) << m;
-    EXPECT_GT(accepted, 0) << m;
-    EXPECT_LE(accepted, drafted) << m;
-    std::printf("%s: %.0f of %.0f drafted tokens kept (%.0f%%), %.2f tokens per verifying step\n",
-                temperature == 0 ? "greedy" : "sampled", accepted, drafted,
-                100 * accepted / drafted,
-                (accepted + metric_value(m, "tessera_spec_decode_drafts_total")) /
-                    metric_value(m, "tessera_spec_decode_drafts_total"));
-    // Every token is generated once, whether a draft proposed it or not.
-    EXPECT_EQ(metric_value(m, "tessera_generation_tokens_total"), 32 * 40);
-    EXPECT_EQ(metric_value(m, "tessera_kv_cache_blocks_used"), 0) << m;
   }
 }
 
-// In bf16 and int8 the batch changes rounding, so each token is checked against the same
-// format's full recomputation of the engine's own prefix: it must be the most likely token or
-// within rounding of it.
+// Sampled speculation follows the target's distribution: 2,000 seeded three-token requests with
+// the target's own weights drafting. The first token comes from the prompt's step; after the
+// most likely one, the draft is the most likely second token, kept only when the second
+// position samples it. The second token's counts, and the third's after the kept draft, are each
+// checked against softmax(logits / T) by a chi-squared test over the tokens expected at least 5
+// times (the rest pooled), failing above dof + 4 sqrt(2 dof): about 1 in 30,000 for a correct
+// sampler.
+TEST(Engine, SampledSpeculationFollowsTheTargetDistribution) {
+  ServedModel served = small_model(64, 160);
+  ServedModel draft = draft_model(/*same_weights=*/true);
+  // Weights scaled up so that the distributions depend on the context more than a freshly
+  // initialised model's, which mostly repeats the last token.
+  for (ServedModel* m : {&served, &draft}) {
+    for (float& w : m->model->params()) w *= 6;
+  }
+  const double temperature = 1.0;
+  const std::string prompt = "the cat sat on the mat";
+  constexpr int kSamples = 2000;
+  std::vector<std::vector<int32_t>> samples;
+  {
+    ServeMetrics metrics;
+    Engine engine(
+        served,
+        {.max_running = 16, .max_step_tokens = 64, .max_queue = kSamples, .draft_tokens = 2},
+        metrics, &draft);
+    std::vector<std::shared_ptr<RequestStream>> outs;
+    for (int i = 0; i < kSamples; ++i) {
+      outs.push_back(engine.submit(request(prompt, 3, temperature, uint64_t(1000 + i))));
+    }
+    for (auto& out : outs) samples.push_back(collect(*out).tokens);
+    EXPECT_GT(metric_value(metrics.render(), "tessera_spec_decode_accepted_tokens_total"), 100);
+  }
+  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  const auto next = [&] {
+    const float* logits = served.model->next_token_logits(context.data(), int64_t(context.size()));
+    std::vector<double> p(256);
+    const float top = *std::max_element(logits, logits + 256);
+    double sum = 0;
+    for (int t = 0; t < 256; ++t) sum += p[t] = std::exp((logits[t] - top) / temperature);
+    for (double& x : p) x /= sum;
+    return p;
+  };
+  const auto chi_squared_holds = [](const std::vector<int64_t>& counts,
+                                    const std::vector<double>& p, int64_t n) {
+    double statistic = 0, pooled_count = 0, pooled_p = 0;
+    int64_t bins = 0;
+    for (size_t t = 0; t < p.size(); ++t) {
+      const double e = p[t] * double(n);
+      if (e < 5) {
+        pooled_count += double(counts[t]);
+        pooled_p += p[t];
+        continue;
+      }
+      statistic += (double(counts[t]) - e) * (double(counts[t]) - e) / e;
+      ++bins;
+    }
+    if (pooled_p * double(n) >= 5) {
+      const double e = pooled_p * double(n);
+      statistic += (pooled_count - e) * (pooled_count - e) / e;
+      ++bins;
+    }
+    const double dof = double(bins - 1), limit = dof + 4 * std::sqrt(2 * dof);
+    std::printf("chi-squared %.1f over %lld bins (limit %.1f) from %lld samples\n", statistic,
+                (long long)bins, limit, (long long)n);
+    return bins >= 2 && statistic < limit;
+  };
+  const auto most_likely = [](const std::vector<double>& p) {
+    return int32_t(std::max_element(p.begin(), p.end()) - p.begin());
+  };
+  // After the most likely first token: the speculated second position, then the third after
+  // the draft was kept.
+  context.push_back(most_likely(next()));
+  for (int position = 1; position <= 2; ++position) {
+    const std::vector<double> p = next();
+    std::vector<int64_t> counts(256);
+    int64_t n = 0;
+    for (const std::vector<int32_t>& s : samples) {
+      ASSERT_EQ(s.size(), 3u);
+      if (std::equal(s.begin(), s.begin() + position, context.end() - position)) {
+        ++counts[size_t(s[size_t(position)])];
+        ++n;
+      }
+    }
+    ASSERT_GT(n, 100) << "position " << position;
+    EXPECT_TRUE(chi_squared_holds(counts, p, n)) << "position " << position;
+    context.push_back(most_likely(p));
+  }
+}
+
 TEST(Engine, ServesBf16AndInt8Weights) {
   for (const model::ModelOptions options :
        {model::ModelOptions{.precision = model::Precision::kBf16},

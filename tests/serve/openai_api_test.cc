@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/serve/response_builder.h"
 #include "tessera/tokenizer/bpe_tokenizer.h"
 
 namespace tessera::serve {
@@ -72,22 +73,44 @@ TEST(OpenAiApi, RefusesBadChatRequests) {
        400, "messages[0].content"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3})",
        400, "top_logprobs"},
-      // Structured outputs and tools are refused by name, never answered as plain text.
+      // Formats and tool requests the server cannot follow are refused by name, never answered
+      // as plain text.
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-           "response_format": {"type": "json_object"}})",
+           "response_format": {"type": "yaml"}})",
        400, "response_format"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
            "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
        400, "response_format"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+           "response_format": {"type": "json_schema", "json_schema": {"name": "x",
+             "schema": {"type": "object", "properties": {"a": {"type": "string",
+               "format": "email"}}}}}})",
+       400, "response_format"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "f g"}}]})",
        400, "tools"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "f", "parameters":
+             {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}}}]})",
+       400, "tools"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+       400, "tool_choice"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
            "tool_choice": "required"})",
        400, "tool_choice"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+           "response_format": {"type": "json_object"}})",
+       400, "response_format"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
            "functions": [{"name": "f"}]})",
        400, "functions"},
+      {R"({"model": "tiny", "messages": [{"role": "tool", "content": "4"}]})", 400,
+       "messages[0].tool_call_id"},
+      {R"({"model": "tiny", "messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]})",
+       400, "messages[0].tool_calls"},
   };
   for (const auto& [body, status, param] : cases) {
     EXPECT_EQ(error_of(Endpoint::kChatCompletions, body), std::make_pair(status, param)) << body;
@@ -223,11 +246,11 @@ TEST(OpenAiApi, BuildsResponsesAndStreamChunksInOpenAisShape) {
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(whole["usage"],
             json({{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}}));
-  const json first = chat.chunk(tokens);
+  const json first = *chat.chunk(tokens);
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_FALSE(chat.chunk(tokens)["choices"][0]["delta"].contains("role"));
-  EXPECT_EQ(chat.final_chunk(FinishReason::kStop)["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE((*chat.chunk(tokens))["choices"][0]["delta"].contains("role"));
+  EXPECT_EQ(chat.final_chunks(FinishReason::kStop).back()["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(chat.usage_chunk({3, 2})["choices"].empty());
   // Speculative decoding's drafts are counted as OpenAI counts predicted outputs.
   EXPECT_EQ(chat.usage_chunk({3, 9, 6, 2})["usage"],

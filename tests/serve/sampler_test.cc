@@ -248,7 +248,7 @@ TEST(Sampler, RejectsAHistoryOutsideTheVocabulary) {
 std::pair<std::string, std::string> error_of(const SamplerParams& params) {
   try {
     validate(params);
-  } catch (const SamplerParamError& e) {
+  } catch (const ParamError& e) {
     return {e.param(), e.what()};
   }
   return {"", ""};
@@ -288,7 +288,7 @@ TEST(Sampler, InvalidParamsNameTheParameter) {
     EXPECT_EQ(named, param) << message;
     EXPECT_EQ(message.rfind(param + " ", 0), 0u) << message;
   }
-  EXPECT_THROW(Sampler(10, {.top_p = -1.0}), SamplerParamError);
+  EXPECT_THROW(Sampler(10, {.top_p = -1.0}), ParamError);
 }
 
 TEST(Sampler, RejectsInvalidLogits) {

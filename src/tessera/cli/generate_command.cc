@@ -54,7 +54,7 @@ int generate_command(int argc, char** argv) {
   if (!command.flags(generate_flags(), flags).parse(argc, argv)) return 0;
   try {
     serve::validate(flags.sampling);
-  } catch (const serve::SamplerParamError& e) {
+  } catch (const serve::ParamError& e) {
     std::string flag = e.param();
     std::replace(flag.begin(), flag.end(), '_', '-');
     fail("tessera generate: --{}: {}", flag, e.what());

@@ -144,8 +144,19 @@ int serve_command(int argc, char** argv) {
   flags.routes.api_key = flags.api_key.value_or(env_key != nullptr ? env_key : "");
   flags.http.max_connections = connection_cap(flags.http.max_connections);
 
+  std::optional<serve::ServedModel> draft;
+  if (!flags.draft.empty()) {
+    check(flags.engine.draft_tokens > 0, "--draft needs --draft-tokens K (1 to 64)");
+    serve::ServingFormat alone = flags.format;
+    alone.tp = alone.pp = alone.ep = 1;
+    alone.mesh = nullptr;
+    draft = serve::load_served_model(flags.draft, flags.engine.max_step_tokens, alone);
+    serve::check_same_tokenizer(*draft->tokenizer, *served.tokenizer);
+    spdlog::info("speculative decoding: {} drafts {} tokens per step", flags.draft,
+                 flags.engine.draft_tokens);
+  }
   serve::ServeMetrics metrics(limits.model_name);
-  serve::Engine engine(served, flags.engine, metrics);
+  serve::Engine engine(served, flags.engine, metrics, draft ? &*draft : nullptr);
   serve::ApiService service(served, engine, metrics, flags.routes);
   serve::HttpServer server(service, metrics, flags.http);
   print_banner(flags, served, engine, server.bind());

@@ -31,9 +31,9 @@ Settings<serve::EngineOptions> engine_flags() {
            at_least(0)),
       prefix_cache,
       flag("--draft-tokens", "K", &E::draft_tokens,
-           "speculative decoding: tokens drafted per step for each decoding sequence by prompt "
-           "lookup (the tokens after the last earlier match of its last 1-3 tokens) and verified "
-           "in the same step; 0: none",
+           "speculative decoding: tokens drafted per step for each decoding sequence, by --draft's "
+           "model or else by prompt lookup (the tokens after the last earlier match of its last "
+           "1-3 tokens), and verified in the same step; 0: none",
            within(0, 64)),
   };
 }
@@ -115,6 +115,10 @@ Settings<ServeFlags> serve_flags() {
           flag("--chat-template", "FILE", &S::chat_template,
                "a Jinja chat template for /v1/chat/completions, instead of the model's own "
                "(tokenizer_config.json's chat_template)"),
+          flag("--draft", "DIR", &S::draft,
+               "speculative decoding by a smaller model with the same tokenizer (a run, step or "
+               "Hugging Face folder), drafting --draft-tokens tokens per step greedily; without "
+               "it, --draft-tokens drafts by prompt lookup"),
           flag("--model-name", "NAME", &S::model_name,
                "the model id clients ask for (default: the checkpoint's folder name)"),
           flag("--max-tokens-cap", "N", &S::max_tokens_cap,

@@ -23,6 +23,7 @@ Settings<serve::ServingFormat> serving_format_flags();
 struct ServeFlags {
   std::string checkpoint;
   std::string chat_template;
+  std::string draft;  // a draft model's checkpoint for speculative decoding, or none
   std::optional<std::string> api_key;     // default: TESSERA_API_KEY, else none
   std::optional<std::string> model_name;  // default: the checkpoint's folder name
   std::optional<int64_t> max_tokens_cap;  // default: the model's context

@@ -23,7 +23,11 @@ HttpResponse error_response(const ApiError& error) {
 
 ApiService::ApiService(ServedModel& served, Engine& engine, ServeMetrics& metrics,
                        RouteOptions options)
-    : served_(served), engine_(engine), metrics_(metrics), options_(std::move(options)) {}
+    : served_(served),
+      engine_(engine),
+      metrics_(metrics),
+      options_(std::move(options)),
+      formats_(*served.tokenizer, served.config().vocab_size) {}
 
 ApiReply ApiService::handle(const HttpRequest& request) {
   try {
@@ -76,6 +80,11 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
   ApiRequest api = std::move(*routed.api);
   const bool stream = api.stream, include_usage = api.include_usage;
   const Endpoint endpoint = api.endpoint;
+  std::vector<std::string> tool_names =
+      api.tools.calls() ? api.tools.names : std::vector<std::string>();
+  if (api.response_grammar) {
+    api.generation.grammar = formats_.bind(api.response_key, *api.response_grammar);
+  }
   GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, options_.limits,
                                       served_.chat_template_or_null());
   const bool with_logprobs = g.top_logprobs >= 0;
@@ -94,7 +103,9 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
     throw ApiError(400, e.what());
   }
   return std::make_shared<GenerationReply>(
-      out, ResponseBuilder(endpoint, options_.limits.model_name, *served_.tokenizer, with_logprobs),
+      out,
+      ResponseBuilder(endpoint, options_.limits.model_name, *served_.tokenizer, with_logprobs,
+                      std::move(tool_names)),
       stream, include_usage);
 }
 

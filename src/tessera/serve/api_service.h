@@ -9,6 +9,7 @@
 #include "tessera/serve/engine.h"
 #include "tessera/serve/generation_reply.h"
 #include "tessera/serve/http_message.h"
+#include "tessera/serve/response_formats.h"
 #include "tessera/serve/serve_metrics.h"
 
 namespace tessera::serve {
@@ -44,6 +45,7 @@ class ApiService {
   Engine& engine_;
   ServeMetrics& metrics_;
   const RouteOptions options_;
+  ResponseFormats formats_;
   std::atomic<bool> draining_ = false;
 };
 

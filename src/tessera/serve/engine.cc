@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "tessera/core/threading.h"
 #include "tessera/serve/ngram_draft.h"
@@ -99,7 +100,9 @@ struct Engine::Sequence {
         tokens(request.prompt),
         sampler(tokenizer.vocab_size(), request.sampling),
         text(tokenizer, request.stop),
-        submitted(request.arrival) {}
+        submitted(request.arrival) {
+    if (request.grammar) request.grammar->start(matched);
+  }
 
   int64_t generated() const { return int64_t(tokens.size() - request.prompt.size()); }
 
@@ -119,6 +122,10 @@ struct Engine::Sequence {
   // that a stream ending in the middle of a draft counts the rest so).
   std::vector<int32_t> verify;
   int64_t accepted_prediction = 0, rejected_prediction = 0;
+  // With a draft model: its sequence in the draft model's cache, and the tokens it drafted.
+  int64_t draft_id = -1;
+  std::vector<int32_t> drafted;
+  grammar::MatchState matched;  // with a grammar: where the tokens so far leave it
 };
 
 int64_t max_logit_rows(const EngineOptions& options) {
@@ -140,7 +147,8 @@ int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& m
                                            EngineOptions::kDefaultKvCacheBytes / per_token));
 }
 
-Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics)
+Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics,
+               ServedModel* draft)
     : served_(served),
       options_(options),
       metrics_(metrics),
@@ -159,6 +167,17 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
         "draft tokens must be from 0 to fewer than a step's {} tokens, not {}",
         options.max_step_tokens, options.draft_tokens);
   check(ranks_.leader(), "the engine runs on the leading rank; the others follow it (DecodeRanks)");
+  masked_.resize(size_t(served.config().vocab_size));
+  if (draft != nullptr) {
+    check(draft->config().vocab_size == served.config().vocab_size,
+          "the draft model's vocabulary has {} tokens, the served model's {}: a draft model "
+          "must share the served model's tokenizer",
+          draft->config().vocab_size, served.config().vocab_size);
+    check(options.draft_tokens > 0, "a draft model needs --draft-tokens K of at least 1");
+    drafter_ = std::make_unique<DraftModel>(*draft, options.max_running * context_,
+                                            options.max_step_tokens, options.block_tokens);
+    draft_jobs_.reserve(size_t(options.max_running));
+  }
   chunks_.reserve(options.max_running);
   planned_.reserve(options.max_running);
   metrics_.set_layout(ranks_.tensor_parallel(), ranks_.pipeline_stages(),
@@ -202,6 +221,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   check(longest <= capacity,
         "the request may grow to {} tokens but the whole KV cache holds {} (--kv-cache-tokens)",
         longest, capacity);
+  check(!request.grammar || request.grammar->vocabulary().size() == served_.config().vocab_size,
+        "the request's grammar is bound to a vocabulary of {} tokens, the model's has {}",
+        request.grammar ? request.grammar->vocabulary().size() : 0, served_.config().vocab_size);
   auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer);
   std::shared_ptr<RequestStream> out = seq->out;
   {
@@ -248,6 +270,7 @@ void Engine::step() {
   planned_.clear();
   // Decodes first, oldest first, then prompts (new or preempted) in what the step has left.
   int64_t budget = options_.max_step_tokens;
+  if (drafter_) draft_with_model();
   for (const bool decoding : {true, false}) {
     // plan may preempt younger sequences, or this one, which removes them from running_.
     for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -315,6 +338,7 @@ void Engine::drop_cancelled() {
   std::lock_guard lock(queue_mutex_);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if ((*it)->out->cancelled()) {
+      if ((*it)->draft_id >= 0) drafter_->release((*it)->draft_id);  // preempted earlier
       end_stream(**it, FinishReason::kCancelled);
       metrics_.request_finished(finish_reason_name(FinishReason::kCancelled));
       it = waiting_.erase(it);
@@ -379,15 +403,36 @@ bool Engine::plan(Sequence& seq, int64_t n) {
   return true;
 }
 
-// Drafts up to `room` tokens to follow seq's last (none without speculation, or past its
-// max_tokens or the context) into seq.verify, after that last token. Returns how many.
+// The most tokens seq may draft: none under a grammar, none past its max_tokens or the context.
+int64_t Engine::draft_room(const Sequence& seq) const {
+  if (seq.request.grammar) return 0;
+  return std::min({options_.draft_tokens, seq.request.max_tokens - seq.generated() - 1,
+                   context_ - int64_t(seq.tokens.size()) - 1});
+}
+
+// The draft model drafts for every decoding sequence at once, before the step is planned.
+void Engine::draft_with_model() {
+  draft_jobs_.clear();
+  for (const auto& seq : running_) {
+    if (int64_t(seq->tokens.size()) - seq->cached != 1) continue;
+    draft_jobs_.push_back({&seq->draft_id, seq->tokens, draft_room(*seq), &seq->drafted});
+  }
+  drafter_->draft(draft_jobs_);
+}
+
+// Drafts up to `room` tokens to follow seq's last (none without speculation) into seq.verify,
+// after that last token. Returns how many.
 int64_t Engine::draft(Sequence& seq, int64_t room) {
   if (options_.draft_tokens == 0) return 0;
-  const int64_t size = int64_t(seq.tokens.size());
-  const int64_t most =
-      std::min({options_.draft_tokens, room, seq.request.max_tokens - seq.generated() - 1,
-                context_ - size - 1});
-  ngram_draft(seq.tokens, most, seq.verify);
+  const int64_t most = std::min(draft_room(seq), room);
+  if (drafter_) {
+    seq.verify.assign(
+        seq.drafted.begin(),
+        seq.drafted.begin() + std::clamp<int64_t>(most, 0, int64_t(seq.drafted.size())));
+    seq.drafted.clear();
+  } else {
+    ngram_draft(seq.tokens, most, seq.verify);
+  }
   if (seq.verify.empty()) return 0;
   seq.verify.insert(seq.verify.begin(), seq.tokens.back());
   return int64_t(seq.verify.size()) - 1;
@@ -427,10 +472,36 @@ void Engine::preempt(Sequence& seq) {
   waiting_.push_front(std::move(owned));
 }
 
+// The row of logits with every token seq's grammar does not allow next at -inf.
+const float* Engine::constrain(Sequence& seq, const float* logits) {
+  const Clock::time_point start = Clock::now();
+  grammar::TokenGrammar& grammar = *seq.request.grammar;
+  const int64_t computed = grammar.masks_computed();
+  const grammar::TokenMask& allowed = grammar.allowed(seq.matched);
+  bool any = false;
+  for (size_t id = 0; id < masked_.size(); ++id) {
+    const bool allows = grammar::allows(allowed, int64_t(id));
+    masked_[id] = allows ? logits[id] : -std::numeric_limits<float>::infinity();
+    any = any || allows;
+  }
+  metrics_.masked_token(std::chrono::duration<double>(Clock::now() - start).count(),
+                        grammar.masks_computed() > computed);
+  return any ? masked_.data() : nullptr;
+}
+
 void Engine::emit(Sequence& seq, const float* logits) {
   const int64_t position = int64_t(seq.tokens.size());
+  const float* sampled = seq.request.grammar ? constrain(seq, logits) : logits;
+  if (sampled == nullptr) {
+    finish(seq, FinishReason::kError);
+    end_stream(seq, FinishReason::kError,
+               "no token of the vocabulary continues the requested format from here");
+    return;
+  }
   const int32_t id =
-      seq.sampler.sample(logits, position, seq.tokens, int64_t(seq.request.prompt.size()));
+      seq.sampler.sample(sampled, position, seq.tokens, int64_t(seq.request.prompt.size()));
+  const bool complete = seq.request.grammar && seq.request.grammar->advance(seq.matched, id) &&
+                        seq.matched.complete();
   GeneratedToken token;
   token.id = id;
   if (seq.request.top_logprobs >= 0) {
@@ -454,7 +525,7 @@ void Engine::emit(Sequence& seq, const float* logits) {
   }
   seq.last_token = now;
   metrics_.generated_tokens(1);
-  if (ends || seq.text.stopped()) {
+  if (ends || complete || seq.text.stopped()) {
     finish(seq, FinishReason::kStop);
   } else if (seq.generated() == seq.request.max_tokens || position + 1 == context_) {
     finish(seq, FinishReason::kLength);
@@ -470,6 +541,8 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
   seq.finished = reason;
   cache_.release(seq.cache_id);
   seq.cache_id = -1;
+  if (seq.draft_id >= 0) drafter_->release(seq.draft_id);
+  seq.draft_id = -1;
   // Before the count of finished requests and before the client hears of the end, so whoever
   // sees either finds the blocks back and the sequence gone from the batch in /metrics.
   publish_gauges();

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/grammar/token_masks.h"
 #include "tessera/serve/decode_ranks.h"
+#include "tessera/serve/draft_model.h"
 #include "tessera/serve/kv_cache.h"
 #include "tessera/serve/logprobs.h"
 #include "tessera/serve/sampler.h"
@@ -38,10 +40,11 @@ struct EngineOptions {
   // Full KV blocks are shared between sequences whose prompts start alike, and kept after their
   // sequences end until the room is needed (PagedKvCache).
   bool prefix_caching = true;
-  // Speculative decoding: up to draft_tokens tokens drafted for each decoding sequence by prompt
-  // lookup (ngram_draft) and verified in the step that computes its next token; 0: none. The
-  // output is the same token for token: each position samples from the model's own logits, and
-  // drafts are kept only while they equal what was sampled.
+  // Speculative decoding: up to draft_tokens tokens drafted for each decoding sequence, by a
+  // draft model when the engine has one, else by prompt lookup (ngram_draft), and verified in the
+  // step that computes its next token; 0: none. The output is the same token for token: each
+  // position samples from the model's own logits, and drafts are kept only while they equal what
+  // was sampled.
   int64_t draft_tokens = 0;
 };
 
@@ -57,6 +60,10 @@ struct GenerationRequest {
   // -1: no log-probabilities; 0 to kMaxTopLogprobs: the sampled token's and that many of the
   // most likely alternatives.
   int64_t top_logprobs = -1;
+  // When set, every token is one the grammar allows next (the others' logits are masked before
+  // sampling), and the request ends, "stop", once the grammar's value is complete. Such a
+  // sequence is never drafted for.
+  std::shared_ptr<grammar::TokenGrammar> grammar;
   // When the request arrived, from which its queue time and time to first token count.
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
@@ -145,7 +152,10 @@ class QueueFull : public Error {
 // positions, so its text does not depend on what else runs beside it.
 class Engine {
  public:
-  Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics);
+  // draft: a smaller model with the same vocabulary that drafts for speculative decoding (on
+  // this rank alone), or null.
+  Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& metrics,
+         ServedModel* draft = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -177,11 +187,14 @@ class Engine {
   void admit();
   void drop_cancelled();
   bool plan(Sequence& seq, int64_t n);
+  int64_t draft_room(const Sequence& seq) const;
+  void draft_with_model();
   int64_t draft(Sequence& seq, int64_t room);
   void verify(Sequence& seq, const float* logits);
   void preempt(Sequence& seq);
   void reuse_cached_prefix(Sequence& seq, bool joining);
   void emit(Sequence& seq, const float* logits);
+  const float* constrain(Sequence& seq, const float* logits);
   void finish(Sequence& seq, FinishReason reason);
   void end_stream(Sequence& seq, FinishReason reason, const std::string& error = {});
   void retire_finished();
@@ -194,9 +207,12 @@ class Engine {
   const int64_t context_;
   DecodeRanks ranks_;  // before the cache, whose size the ranks agree on
   PagedKvCache cache_;
+  std::unique_ptr<DraftModel> drafter_;  // null: drafts come from prompt lookup
+  std::vector<DraftModel::Job> draft_jobs_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<runtime::DecodeChunk> chunks_;        // of the step in progress
   std::vector<PlannedChunk> planned_;
+  std::vector<float> masked_;  // a row of logits with what a grammar refuses at -inf
   int64_t next_admission_ = 0;
 
   mutable std::mutex queue_mutex_;

@@ -26,17 +26,19 @@ GenerationReply::GenerationReply(std::shared_ptr<RequestStream> stream, Response
       include_usage_(include_usage) {}
 
 std::string GenerationReply::events(const std::vector<GeneratedToken>& tokens) {
-  return tokens.empty() ? std::string() : event(builder_.chunk(tokens));
+  if (tokens.empty()) return "";
+  const std::optional<json> chunk = builder_.chunk(tokens);
+  return chunk ? event(*chunk) : std::string();
 }
 
-std::string GenerationReply::end_events() const {
+std::string GenerationReply::end_events() {
   std::string text;
   const RequestStream& out = *stream_;
   if (out.finish_reason() == FinishReason::kError ||
       out.finish_reason() == FinishReason::kShutdown) {
     text = event(generation_error(out).body());
   } else {
-    text = event(builder_.final_chunk(out.finish_reason()));
+    for (const json& chunk : builder_.final_chunks(out.finish_reason())) text += event(chunk);
     if (include_usage_) {
       text += event(builder_.usage_chunk(out.usage()));
     }

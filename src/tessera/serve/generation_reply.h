@@ -7,6 +7,7 @@
 #include "tessera/serve/engine.h"
 #include "tessera/serve/http_message.h"
 #include "tessera/serve/openai_api.h"
+#include "tessera/serve/response_builder.h"
 
 namespace tessera::serve {
 
@@ -25,7 +26,7 @@ class GenerationReply {
   std::string events(const std::vector<GeneratedToken>& tokens);
   // Streaming, once the stream has finished: the finish chunk (or, when generation failed or the
   // server ended it, an error event), the usage chunk when asked, and `data: [DONE]`.
-  std::string end_events() const;
+  std::string end_events();
   // Whole: keeps these tokens for the response.
   void collect(std::vector<GeneratedToken>& tokens);
   // Whole, once the stream has finished: the JSON response, or an error when it failed.

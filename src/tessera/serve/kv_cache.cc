@@ -83,6 +83,15 @@ void PagedKvCache::advance(int64_t seq, std::span<const int32_t> tokens) {
   }
 }
 
+void PagedKvCache::truncate(int64_t seq, int64_t length) {
+  Sequence& s = sequence(seq);
+  check(!pool_.prefix_caching(), "KV cache: a cache with prefix caching cannot be truncated");
+  check(length >= 0 && length <= s.length,
+        "KV cache: sequence {} holds {} tokens and cannot be truncated to {}", seq, s.length,
+        length);
+  s.length = length;
+}
+
 int64_t PagedKvCache::attach_cached_prefix(int64_t seq, std::span<const int32_t> tokens) {
   Sequence& s = sequence(seq);
   if (!pool_.prefix_caching() || s.length != int64_t(s.blocks.size()) * block_tokens_) return 0;

@@ -46,6 +46,10 @@ class PagedKvCache {
   // Counts the tokens whose keys and values the model has just written into reserved room,
   // publishing each block they fill.
   void advance(int64_t seq, std::span<const int32_t> tokens);
+  // Forgets the sequence's tokens from `length` on (speculated ones a verification refused);
+  // their room stays reserved and is written again. Only without prefix caching, whose published
+  // blocks never change.
+  void truncate(int64_t seq, int64_t length);
   // For a sequence whose blocks are all full, appends cached blocks that hold the next tokens of
   // `tokens` (the sequence's whole token list), stopping before its last token, whose logits
   // still have to be computed. Returns how many tokens the sequence gained.

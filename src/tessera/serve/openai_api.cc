@@ -1,7 +1,5 @@
 #include "tessera/serve/openai_api.h"
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 
 #include "tessera/core/json_nesting.h"
@@ -172,9 +170,45 @@ void parse_sampling(const json& body, ApiRequest& r) {
   s.seed = uint64_t(integer_field(body, "seed", INT64_MIN, INT64_MAX).value_or(0));
   try {
     validate(s);
-  } catch (const SamplerParamError& e) {
+  } catch (const ParamError& e) {
     bad(e.param(), e.what());
   }
+}
+
+// response_format: text (no constraint), json_object (any object), or json_schema, whose schema
+// is read again from the body keeping its properties' order, in which the reply writes them.
+void parse_response_format(const json& body, const nlohmann::ordered_json& ordered_body,
+                           ApiRequest& r) {
+  const json* format = field(body, "response_format");
+  if (format == nullptr) return;
+  const json* named = format->is_object() ? field(*format, "type") : nullptr;
+  const std::string type = named != nullptr && named->is_string() ? named->get<std::string>() : "";
+  if (type == "text") return;
+  if (type == "json_object") {
+    r.response_grammar = std::make_shared<grammar::JsonGrammar>(grammar::any_json_object());
+    r.response_key = type;
+    return;
+  }
+  if (type != "json_schema") {
+    bad("response_format",
+        "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+        "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+  }
+  const json* wrapper = field(*format, "json_schema");
+  if (wrapper == nullptr || !wrapper->is_object() || !wrapper->contains("schema")) {
+    bad("response_format", "'response_format.json_schema' must be an object with a 'schema'");
+  }
+  if (const json* strict = field(*wrapper, "strict"); strict != nullptr && !strict->is_boolean()) {
+    bad("response_format", "'response_format.json_schema.strict' must be true or false");
+  }
+  const nlohmann::ordered_json& schema = ordered_body["response_format"]["json_schema"]["schema"];
+  try {
+    r.response_grammar =
+        std::make_shared<grammar::JsonGrammar>(grammar::compile_json_schema(schema));
+  } catch (const grammar::SchemaError& e) {
+    bad("response_format", fmt::format("'response_format.json_schema' {}", e.what()));
+  }
+  r.response_key = "json_schema " + schema.dump();
 }
 
 void refuse_unsupported(const json& body) {
@@ -187,30 +221,35 @@ void refuse_unsupported(const json& body) {
   if (const json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty()) {
     bad("logit_bias", "'logit_bias' is not supported");
   }
-  // Structured outputs and tool calls change what a reply may hold; answering as if they were
-  // absent would hand the client text it did not ask for.
-  if (const json* format = field(body, "response_format");
-      format != nullptr && !(format->is_object() && format->value("type", json()) == "text")) {
-    bad("response_format",
-        "'response_format' other than {\"type\": \"text\"} is not supported: this server does "
-        "not constrain its output to JSON");
-  }
-  if (const json* tools = field(body, "tools"); tools != nullptr && !tools->empty()) {
-    bad("tools", "'tools' is not supported: this server does not make tool calls");
-  }
-  if (const json* choice = field(body, "tool_choice"); choice != nullptr && *choice != "none") {
-    bad("tool_choice", "'tool_choice' other than \"none\" is not supported");
-  }
+  // The calls before tools; answering as if they were absent would hand the client text it did
+  // not ask for.
   for (const char* legacy : {"functions", "function_call"}) {
     if (field(body, legacy) != nullptr) {
-      bad(legacy,
-          fmt::format("'{}' is not supported: this server does not make tool calls", legacy));
+      bad(legacy, fmt::format("'{}' is not supported: give 'tools' and 'tool_choice'", legacy));
     }
   }
 }
 
+// An assistant message's tool_calls checked, their arguments parsed for the chat template.
+json checked_tool_calls(const json& calls, size_t index) {
+  const std::string param = fmt::format("messages[{}].tool_calls", index);
+  if (!calls.is_array()) bad(param, fmt::format("'{}' must be an array of calls", param));
+  for (const json& call : calls) {
+    const json* function = call.is_object() ? field(call, "function") : nullptr;
+    if (function == nullptr || !function->is_object() ||
+        !function->value("name", json()).is_string() ||
+        !function->value("arguments", json()).is_string()) {
+      bad(param, fmt::format("each of '{}' must be {{\"id\", \"type\": \"function\", "
+                             "\"function\": {{\"name\", \"arguments\": JSON text}}}}",
+                             param));
+    }
+  }
+  return calls_for_template(calls);
+}
+
 // The conversation checked: a non-empty array of messages with a known role and text content,
-// each reduced to {"role", "content": text}.
+// each reduced to {"role", "content": text}, with an assistant's tool_calls and a tool message's
+// tool_call_id.
 json chat_messages(const json& messages) {
   if (!messages.is_array() || messages.empty()) {
     bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
@@ -223,25 +262,53 @@ json chat_messages(const json& messages) {
     const json* role = field(m, "role");
     if (role == nullptr || !role->is_string()) bad(param, fmt::format("'{}' is required", param));
     const std::string r = role->get<std::string>();
-    if (r != "system" && r != "developer" && r != "user" && r != "assistant") {
-      bad(param, fmt::format("'{}' is {}; use system, developer, user or assistant", param,
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
+      bad(param, fmt::format("'{}' is {}; use system, developer, user, assistant or tool", param,
                              describe(*role)));
     }
-    checked.push_back({{"role", r}, {"content", message_content(m, i)}});
+    const json* calls = r == "assistant" ? field(m, "tool_calls") : nullptr;
+    const json* content = field(m, "content");
+    const bool calls_only = calls != nullptr && (content == nullptr || content->is_null());
+    json message = {{"role", r}, {"content", calls_only ? "" : message_content(m, i)}};
+    if (calls != nullptr) message["tool_calls"] = checked_tool_calls(*calls, i);
+    if (r == "tool") {
+      const json* id = field(m, "tool_call_id");
+      if (id == nullptr || !id->is_string()) {
+        bad(fmt::format("messages[{}].tool_call_id", i),
+            "a tool message needs the 'tool_call_id' of the call it answers");
+      }
+      message["tool_call_id"] = *id;
+      if (const json* name = field(m, "name"); name != nullptr && name->is_string()) {
+        message["name"] = *name;
+      }
+    }
+    checked.push_back(std::move(message));
   }
   return checked;
 }
 
 }  // namespace
 
-std::string render_chat(const json& messages) {
+std::string render_chat(const json& messages, const nlohmann::ordered_json& tools) {
   std::string text;
+  if (!tools.is_null()) {
+    text =
+        "System: To call a tool, answer with {\"name\": ..., \"arguments\": {...}} and "
+        "nothing else. Tools: " +
+        tools.dump() + "\n";
+  }
   for (const json& m : messages) {
     const std::string& role = m["role"].get_ref<const std::string&>();
     const char* speaker = role == "system" || role == "developer" ? "System"
                           : role == "user"                        ? "User"
+                          : role == "tool"                        ? "Tool"
                                                                   : "Assistant";
-    text += fmt::format("{}: {}\n", speaker, m["content"].get_ref<const std::string&>());
+    std::string said = m["content"].get<std::string>();
+    for (const json& call : m.value("tool_calls", json::array())) {
+      said += json{{"name", call["function"]["name"]}, {"arguments", call["function"]["arguments"]}}
+                  .dump();
+    }
+    text += fmt::format("{}: {}\n", speaker, said);
   }
   return text + "Assistant:";
 }
@@ -296,6 +363,28 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
           : "max_tokens";
   r.max_tokens = integer_field(body, max_name, 1, limits.max_tokens_cap);
   parse_sampling(body, r);
+  const bool ordered_needed =
+      field(body, "response_format") != nullptr || field(body, "tools") != nullptr;
+  const nlohmann::ordered_json ordered =
+      ordered_needed ? nlohmann::ordered_json::parse(body_text) : nlohmann::ordered_json();
+  parse_response_format(body, ordered, r);
+  if (endpoint == Endpoint::kChatCompletions) {
+    try {
+      r.tools = parse_tools(body, ordered);
+    } catch (const ParamError& e) {
+      bad(e.param(), e.what());
+    }
+  } else if (field(body, "tools") != nullptr) {
+    bad("tools", "'tools' is for /v1/chat/completions");
+  }
+  if (r.tools.call_grammar) {
+    if (r.response_grammar) {
+      bad("response_format",
+          "'response_format' cannot hold a reply that 'tool_choice' requires to be a tool call");
+    }
+    r.response_grammar = r.tools.call_grammar;
+    r.response_key = r.tools.call_key;
+  }
   r.generation.stop = stop_strings(body);
   if (endpoint == Endpoint::kChatCompletions) {
     if (bool_field(body, "logprobs").value_or(false)) {
@@ -319,10 +408,15 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
 std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokenizer& tokenizer,
                                    const ChatTemplate* chat_template) {
   if (!request.messages.is_null()) {
-    if (chat_template == nullptr) return tokenizer.encode(render_chat(request.messages));
+    if (chat_template == nullptr) {
+      return tokenizer.encode(render_chat(request.messages, request.tools.tools));
+    }
     std::string text;
     try {
-      text = chat_template->render(request.messages, request.add_generation_prompt);
+      const nlohmann::ordered_json extra =
+          request.tools.tools.is_null() ? nlohmann::ordered_json()
+                                        : nlohmann::ordered_json{{"tools", request.tools.tools}};
+      text = chat_template->render(request.messages, request.add_generation_prompt, extra);
     } catch (const Error& e) {
       bad("messages",
           fmt::format("the model's chat template refuses the conversation: {}", e.what()));
@@ -376,146 +470,6 @@ GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& 
 
 std::string json_text(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-json usage_json(const TokenUsage& usage) {
-  json j = {{"prompt_tokens", usage.prompt},
-            {"completion_tokens", usage.completion},
-            {"total_tokens", usage.prompt + usage.completion}};
-  if (usage.accepted_prediction + usage.rejected_prediction > 0) {
-    j["completion_tokens_details"] = {{"accepted_prediction_tokens", usage.accepted_prediction},
-                                      {"rejected_prediction_tokens", usage.rejected_prediction}};
-  }
-  return j;
-}
-
-ResponseBuilder::ResponseBuilder(Endpoint endpoint, std::string model_name,
-                                 const tokenizer::Tokenizer& tokenizer, bool with_logprobs)
-    : endpoint_(endpoint),
-      model_name_(std::move(model_name)),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()),
-      tokenizer_(tokenizer),
-      with_logprobs_(with_logprobs) {
-  static std::atomic<uint64_t> counter = 0;
-  id_ = fmt::format("{}-{:x}{:06x}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
-                    created_, counter++);
-}
-
-json ResponseBuilder::envelope(const char* object) const {
-  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_name_}};
-}
-
-namespace {
-
-// JSON has no -inf (a masked token); OpenAI writes -9999 instead.
-double finite_logprob(double logprob) { return std::max(logprob, -9999.0); }
-
-}  // namespace
-
-json ResponseBuilder::logprobs(const std::vector<GeneratedToken>& tokens) const {
-  auto token_text = [&](int32_t id) { return tokenizer_.decode(std::span<const int32_t>(&id, 1)); };
-  auto bytes = [](const std::string& s) {
-    json b = json::array();
-    for (unsigned char c : s) b.push_back(int(c));
-    return b;
-  };
-  if (endpoint_ == Endpoint::kChatCompletions) {
-    json content = json::array();
-    for (const GeneratedToken& t : tokens) {
-      const std::string text = token_text(t.id);
-      json top = json::array();
-      for (const TokenLogprob& alt : t.logprobs.top) {
-        const std::string alt_text = token_text(alt.token);
-        top.push_back({{"token", alt_text},
-                       {"logprob", finite_logprob(alt.logprob)},
-                       {"bytes", bytes(alt_text)}});
-      }
-      content.push_back({{"token", text},
-                         {"logprob", finite_logprob(t.logprobs.chosen.logprob)},
-                         {"bytes", bytes(text)},
-                         {"top_logprobs", top}});
-    }
-    return {{"content", content}};
-  }
-  json lp = {{"tokens", json::array()},
-             {"token_logprobs", json::array()},
-             {"top_logprobs", json::array()},
-             {"text_offset", json::array()}};
-  int64_t offset = text_offset_;
-  for (const GeneratedToken& t : tokens) {
-    const std::string text = token_text(t.id);
-    lp["tokens"].push_back(text);
-    lp["token_logprobs"].push_back(finite_logprob(t.logprobs.chosen.logprob));
-    json top = json::object();
-    for (const TokenLogprob& alt : t.logprobs.top)
-      top[token_text(alt.token)] = finite_logprob(alt.logprob);
-    lp["top_logprobs"].push_back(top);
-    lp["text_offset"].push_back(offset);
-    offset += int64_t(text.size());
-  }
-  return lp;
-}
-
-json ResponseBuilder::choice(const std::vector<GeneratedToken>& tokens, bool delta) const {
-  std::string text;
-  for (const GeneratedToken& t : tokens) text += t.text;
-  json c = {{"index", 0}, {"finish_reason", nullptr}};
-  c["logprobs"] = with_logprobs_ ? logprobs(tokens) : json(nullptr);
-  if (endpoint_ == Endpoint::kCompletions) {
-    c["text"] = text;
-  } else if (delta) {
-    c["delta"] = {{"content", text}};
-  } else {
-    c["message"] = {{"role", "assistant"}, {"content", text}};
-  }
-  return c;
-}
-
-json ResponseBuilder::chunk(const std::vector<GeneratedToken>& tokens) {
-  json j = envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion.chunk"
-                                                            : "text_completion");
-  json c = choice(tokens, /*delta=*/true);
-  if (endpoint_ == Endpoint::kChatCompletions && !role_sent_) {
-    c["delta"]["role"] = "assistant";
-    role_sent_ = true;
-  }
-  for (const GeneratedToken& t : tokens) {
-    text_offset_ += int64_t(tokenizer_.decode(std::span<const int32_t>(&t.id, 1)).size());
-  }
-  j["choices"] = json::array({c});
-  return j;
-}
-
-json ResponseBuilder::final_chunk(FinishReason reason) const {
-  json j = envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion.chunk"
-                                                            : "text_completion");
-  json c = choice({}, /*delta=*/true);
-  c["finish_reason"] = finish_reason_name(reason);
-  if (endpoint_ == Endpoint::kChatCompletions) c["delta"] = json::object();
-  c["logprobs"] = nullptr;
-  j["choices"] = json::array({c});
-  return j;
-}
-
-json ResponseBuilder::usage_chunk(const TokenUsage& usage) const {
-  json j = envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion.chunk"
-                                                            : "text_completion");
-  j["choices"] = json::array();
-  j["usage"] = usage_json(usage);
-  return j;
-}
-
-json ResponseBuilder::response(const std::vector<GeneratedToken>& tokens, FinishReason reason,
-                               const TokenUsage& usage) const {
-  json j =
-      envelope(endpoint_ == Endpoint::kChatCompletions ? "chat.completion" : "text_completion");
-  json c = choice(tokens, /*delta=*/false);
-  c["finish_reason"] = finish_reason_name(reason);
-  j["choices"] = json::array({c});
-  j["usage"] = usage_json(usage);
-  return j;
 }
 
 }  // namespace tessera::serve

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/grammar/json_schema.h"
 #include "tessera/serve/chat_template.h"
 #include "tessera/serve/engine.h"
+#include "tessera/serve/tool_calls.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
@@ -55,6 +57,11 @@ struct ApiRequest {
   GenerationRequest generation;  // every field but prompt and max_tokens
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // response_format json_object or json_schema, compiled; response_key names it (the same
+  // format, the same key) so requests alike share one grammar's token masks.
+  std::shared_ptr<const grammar::JsonGrammar> response_grammar;
+  std::string response_key;
+  ToolUse tools;  // chat only
 };
 
 // How deeply a request body's arrays and objects may nest (a chat message's text parts sit at
@@ -80,44 +87,13 @@ GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& 
                                 const ChatTemplate* chat_template = nullptr);
 
 // The built-in chat form, for a model without a chat template: each message as "System: ...",
-// "User: ..." or "Assistant: ..." on its own line, then "Assistant:" for the model to continue.
-// Such chats also stop at "\nUser:" and "\nSystem:", so the model answers one turn.
-std::string render_chat(const nlohmann::json& messages);
+// "User: ...", "Assistant: ..." (its tool calls as JSON) or "Tool: ..." on its own line, then
+// "Assistant:" for the model to continue; tools, when given, first in a system line that tells
+// how to call them. Such chats also stop at "\nUser:" and "\nSystem:", so the model answers one
+// turn.
+std::string render_chat(const nlohmann::json& messages,
+                        const nlohmann::ordered_json& tools = nlohmann::ordered_json());
 inline const std::vector<std::string> kChatStops = {"\nUser:", "\nSystem:"};
-
-// Builds the response objects of one request, streamed as chunks or whole.
-class ResponseBuilder {
- public:
-  ResponseBuilder(Endpoint endpoint, std::string model_name, const tokenizer::Tokenizer& tokenizer,
-                  bool with_logprobs);
-
-  // A stream chunk carrying tokens' text (and log-probabilities); the first chat chunk also
-  // carries the assistant role.
-  nlohmann::json chunk(const std::vector<GeneratedToken>& tokens);
-  // The stream's last choice chunk, with the finish reason.
-  nlohmann::json final_chunk(FinishReason reason) const;
-  // The usage-only chunk sent when stream_options.include_usage is set.
-  nlohmann::json usage_chunk(const TokenUsage& usage) const;
-  // A non-streamed response holding every token.
-  nlohmann::json response(const std::vector<GeneratedToken>& tokens, FinishReason reason,
-                          const TokenUsage& usage) const;
-
- private:
-  nlohmann::json envelope(const char* object) const;
-  nlohmann::json choice(const std::vector<GeneratedToken>& tokens, bool delta) const;
-  nlohmann::json logprobs(const std::vector<GeneratedToken>& tokens) const;
-
-  Endpoint endpoint_;
-  std::string model_name_, id_;
-  int64_t created_;
-  const tokenizer::Tokenizer& tokenizer_;
-  bool with_logprobs_;
-  bool role_sent_ = false;
-  int64_t text_offset_ = 0;  // completions' logprobs.text_offset
-};
-
-// OpenAI's usage object; completion_tokens_details only when speculation drafted tokens.
-nlohmann::json usage_json(const TokenUsage& usage);
 
 // JSON text for the wire, with invalid UTF-8 (from a client's strings) replaced, never thrown on.
 std::string json_text(const nlohmann::json& j);

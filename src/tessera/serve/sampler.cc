@@ -13,7 +13,7 @@ namespace {
 
 template <typename T>
 void require(bool ok, const char* param, T value, const char* requirement) {
-  if (!ok) throw SamplerParamError(param, fmt::format("{} {} {}", param, value, requirement));
+  if (!ok) throw ParamError(param, fmt::format("{} {} {}", param, value, requirement));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/serve/param_error.h"
 
 namespace tessera::serve {
 
@@ -23,19 +24,7 @@ struct SamplerParams {
   uint64_t seed = 0;
 };
 
-// An invalid sampling parameter. param() is its SamplerParams field name, which is also its
-// OpenAI JSON name, so the CLI can name its flag and the HTTP API its "param".
-class SamplerParamError : public Error {
- public:
-  SamplerParamError(std::string param, const std::string& message)
-      : Error(message), param_(std::move(param)) {}
-  const std::string& param() const { return param_; }
-
- private:
-  std::string param_;
-};
-
-// Throws a SamplerParamError for the first invalid field, e.g. "temperature -1 must be a finite
+// Throws a ParamError for the first invalid field, e.g. "temperature -1 must be a finite
 // number >= 0"; the caller prefixes where the value came from.
 void validate(const SamplerParams& params);
 

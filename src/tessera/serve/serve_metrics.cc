@@ -118,7 +118,19 @@ ServeMetrics::ServeMetrics(const std::string& model_name)
                                       "Speculated tokens verified", labels())),
       accepted_tokens_(registry_.counter(
           "tessera_spec_decode_accepted_tokens_total",
-          "Speculated tokens kept: each equal to the token its position sampled", labels())) {
+          "Speculated tokens kept: each equal to the token its position sampled", labels())),
+      masked_tokens_(registry_.counter("tessera_structured_output_tokens_total",
+                                       "Tokens sampled under a response format's grammar",
+                                       labels())),
+      mask_seconds_(registry_.counter(
+          "tessera_structured_output_mask_seconds_total",
+          "Seconds spent finding and applying the tokens a response format allows next", labels())),
+      masks_computed_(registry_.counter(
+          "tessera_structured_output_masks_computed_total",
+          "Grammar states whose allowed tokens were computed rather than found kept", labels())),
+      mask_compute_seconds_(registry_.counter(
+          "tessera_structured_output_mask_compute_seconds_total",
+          "Of the mask seconds, those of masks computed rather than found kept", labels())) {
   registry_.gauge_callback(
       "tessera_prefix_cache_hit_rate",
       "Share of looked-up prompt tokens found in the prefix cache since start (0-1)",
@@ -179,6 +191,14 @@ void ServeMetrics::drafted(int64_t tokens) {
   draft_tokens_.inc(double(tokens));
 }
 void ServeMetrics::draft_kept() { accepted_tokens_.inc(); }
+void ServeMetrics::masked_token(double seconds, bool computed) {
+  masked_tokens_.inc();
+  mask_seconds_.inc(seconds);
+  if (computed) {
+    masks_computed_.inc();
+    mask_compute_seconds_.inc(seconds);
+  }
+}
 void ServeMetrics::set_layout(int64_t tensor_parallel, int64_t pipeline_stages,
                               int64_t expert_parallel) {
   tensor_parallel_.set(double(tensor_parallel));

@@ -34,6 +34,8 @@ class ServeMetrics {
   // A draft of `tokens` speculated tokens about to be verified, and then each of them kept.
   void drafted(int64_t tokens);
   void draft_kept();
+  // A token sampled under a grammar, whose mask took `seconds` and was `computed` (not kept).
+  void masked_token(double seconds, bool computed);
   // The ranks that split the model (tensor parallel, pipeline stages, expert parallel); a model
   // step that took `seconds`, of which `communicating` in the exchanges between its ranks.
   void set_layout(int64_t tensor_parallel, int64_t pipeline_stages, int64_t expert_parallel);
@@ -52,7 +54,8 @@ class ServeMetrics {
   obs::Histogram &queue_time_, &ttft_, &itl_, &latency_;
   obs::Counter &prompt_tokens_, &prefill_tokens_, &prefix_queries_, &prefix_hits_,
       &generated_tokens_, &preemptions_, &steps_, &step_seconds_, &communication_, &drafts_,
-      &draft_tokens_, &accepted_tokens_;
+      &draft_tokens_, &accepted_tokens_, &masked_tokens_, &mask_seconds_, &masks_computed_,
+      &mask_compute_seconds_;
 };
 
 }  // namespace tessera::serve

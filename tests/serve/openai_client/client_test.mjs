@@ -1,6 +1,7 @@
 // Drives a running `tessera serve` with the official OpenAI client: completions and chat
-// completions, whole and streamed, and seeded sampling that gives the same text alone and under
-// concurrent load. Prints one line per check; exits 1 at the first failure.
+// completions, whole and streamed, seeded sampling that gives the same text alone and under
+// concurrent load, and tool calls, whole and streamed. Prints one line per check; exits 1 at the
+// first failure.
 //   node client_test.mjs BASE_URL API_KEY MODEL      (BASE_URL ends in /v1)
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -135,4 +136,76 @@ await check('seeded completion beside 8 concurrent requests gives the same text'
   answers.forEach((a, i) => checkAnswer(a, 16 + 4 * i));
   assert.equal(loaded.text, alone.text, 'the text changed when other requests ran beside it');
   return `${JSON.stringify(loaded.text.slice(0, 20))}... both times`;
+});
+
+// Tool calls: the reply must call get_weather (tool_choice names it), whole and streamed; the
+// arguments the client receives parse and follow the function's parameters.
+const weatherTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city over the next days',
+    parameters: {
+      type: 'object',
+      properties: {
+        city: { type: 'string', maxLength: 10 },
+        days: { type: 'integer' },
+        unit: { enum: ['celsius', 'fahrenheit'] },
+      },
+      required: ['city', 'days', 'unit'],
+      additionalProperties: false,
+    },
+  },
+};
+const toolParams = {
+  model,
+  messages: [{ role: 'user', content: 'Weather in Oslo?' }],
+  tools: [weatherTool],
+  tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  max_completion_tokens: 200,
+  temperature: 1,
+  seed: 3,
+};
+
+function checkCall(call, finish) {
+  assert.equal(finish, 'tool_calls', `finish_reason is ${finish}`);
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_/);
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.deepEqual(Object.keys(args), ['city', 'days', 'unit']);
+  assert.equal(typeof args.city, 'string');
+  assert.ok([...args.city].length <= 10, `city ${args.city} is longer than 10`);
+  assert.ok(Number.isInteger(args.days), `days ${args.days} is not an integer`);
+  assert.ok(['celsius', 'fahrenheit'].includes(args.unit), `unit ${args.unit}`);
+  return call.function.arguments;
+}
+
+let wholeCall;
+await check('tool call', async () => {
+  const r = await client.chat.completions.create(toolParams);
+  const message = r.choices[0].message;
+  assert.equal(message.content, null, 'a tool call has no content');
+  assert.equal(message.tool_calls.length, 1);
+  wholeCall = message.tool_calls[0];
+  return checkCall(wholeCall, r.choices[0].finish_reason);
+});
+await check('streamed tool call carries the same arguments', async () => {
+  const stream = await client.chat.completions.create({ ...toolParams, stream: true });
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      for (const delta of c.delta?.tool_calls ?? []) {
+        calls[delta.index] ??= { id: delta.id, type: delta.type, function: { name: '', arguments: '' } };
+        calls[delta.index].function.name += delta.function?.name ?? '';
+        calls[delta.index].function.arguments += delta.function?.arguments ?? '';
+      }
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  assert.equal(calls.length, 1);
+  const detail = checkCall(calls[0], finish);
+  assert.equal(calls[0].function.arguments, wholeCall.function.arguments);
+  return detail;
 });
