@@ -100,8 +100,12 @@ Vocabulary::Trie Vocabulary::build_trie(std::vector<int32_t> ids) const {
   return trie;
 }
 
-TokenGrammar::TokenGrammar(JsonGrammar grammar, std::shared_ptr<const Vocabulary> vocabulary)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), matcher_(grammar_) {}
+TokenGrammar::TokenGrammar(JsonGrammar grammar, std::shared_ptr<const Vocabulary> vocabulary,
+                           int64_t max_walk_steps)
+    : grammar_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      matcher_(grammar_),
+      max_walk_steps_(max_walk_steps) {}
 
 const TokenMask& TokenGrammar::allowed(const MatchState& state) {
   std::lock_guard lock(mutex_);
@@ -112,7 +116,7 @@ const TokenMask& TokenGrammar::allowed(const MatchState& state) {
   }
   if (int64_t(masks_.size()) >= kMaxCachedStates) masks_.clear();
   ++computed_;
-  walk_steps_left_ = kMaxWalkSteps;
+  walk_steps_left_ = max_walk_steps_;
   TokenMask& mask = masks_[key_];
   const Vocabulary& v = *vocabulary_;
   if (const int64_t room = matcher_.string_room(state); room >= 0) {

@@ -65,7 +65,8 @@ class TokenGrammar {
   // tokens, never a token the grammar refuses, and a bounded stall of the engine.
   static constexpr int64_t kMaxWalkSteps = 1'000'000;
 
-  TokenGrammar(JsonGrammar grammar, std::shared_ptr<const Vocabulary> vocabulary);
+  TokenGrammar(JsonGrammar grammar, std::shared_ptr<const Vocabulary> vocabulary,
+               int64_t max_walk_steps = kMaxWalkSteps);
   TokenGrammar(const TokenGrammar&) = delete;
   TokenGrammar& operator=(const TokenGrammar&) = delete;
 
@@ -92,6 +93,7 @@ class TokenGrammar {
   std::string key_;
   std::deque<MatchState> depth_states_;  // the walk's state after each byte of a token
   int64_t computed_ = 0, reused_ = 0;
+  const int64_t max_walk_steps_;
   int64_t walk_steps_left_ = 0;
 };
 
