@@ -49,7 +49,7 @@ class DraftModel {
 };
 
 // Throws unless the draft model's tokenizer is the served model's: the same ids for the same
-// bytes, special tokens included.
+// bytes (an id one of them lacks is no token to the other either), special tokens included.
 void check_same_tokenizer(const tokenizer::Tokenizer& draft, const tokenizer::Tokenizer& served);
 
 }  // namespace tessera::serve
