@@ -196,7 +196,7 @@ case "$name" in
     fi
     ;;
   train_step)
-    bench REPEATS=1 MATMUL_REPEATS=1 toy
+    bench REPEATS=1 MATMUL_REPEATS=1 toy toy-docs
     peer='# # #' vs_f32='#'
     if left_out "the PyTorch peer" '^PEER VOID: '; then
       peer='- - -' vs_f32=''
@@ -206,6 +206,8 @@ case "$name" in
     row "config prec ours tok/s of matmul torch f32 torch bf16 ours/torch ours/torch f32"
     row "toy f32 # #% $peer"
     row "toy bf16 # #% $peer $vs_f32"
+    row "toy-docs f32 # #% $peer"
+    row "toy-docs bf16 # #% $peer $vs_f32"
     ;;
   tensor_parallel)
     bench CONFIG="$tiny" BATCH=4 SEQ=64 STEPS=2

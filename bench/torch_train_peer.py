@@ -7,7 +7,8 @@ untied head), on random token ids drawn once from a seeded generator, a full ste
 forward, cross-entropy, backward, AdamW (lr 3e-4, betas 0.9/0.999, no weight decay, as
 train_step_bench), gradients set to None between steps. f32, or bf16 under torch.autocast (whose
 matmuls go to oneDNN, on AMX where the CPU has it). Attention is the explicit masked softmax:
-Debian's PyTorch 1.13 has no fused attention on the CPU.
+Debian's PyTorch 1.13 has no fused attention on the CPU. With --documents L every L-th token is
+the separator 0 and the mask is block-diagonal causal: a document does not see the ones before.
 
 Run it through bench/torch_env.sh, which checks that the peer can run at its best and sets the
 environment it is fastest in. Prints one 'RESULT {...}' JSON line: tokens/s over the timed steps
@@ -110,8 +111,11 @@ class Model(nn.Module):
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 nn.init.normal_(p, 0.0, 0.02)
-        self.register_buffer("mask", torch.ones(a.seq, a.seq, dtype=torch.bool).triu(1),
-                             persistent=False)
+        mask = torch.ones(a.seq, a.seq, dtype=torch.bool).triu(1)
+        if a.documents:
+            document = torch.arange(a.seq) // a.documents
+            mask |= document[:, None] != document[None, :]
+        self.register_buffer("mask", mask, persistent=False)
         self.rope = None
         if not self.gpt2:
             hd = a.d_model // a.n_head
@@ -146,6 +150,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--documents", type=int, default=0,
+                    help="tokens per packed document, its last the separator 0; 0: one per row")
     a = ap.parse_args()
     a.kv_heads = a.kv_heads or a.n_head
     if not a.ffn:
@@ -155,7 +161,9 @@ def main():
     model = Model(a)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=0.0)
-    pool = torch.randint(0, a.vocab, (64, a.seq + 1), generator=torch.Generator().manual_seed(42))
+    pool = torch.randint(1, a.vocab, (64, a.seq + 1), generator=torch.Generator().manual_seed(42))
+    if a.documents:
+        pool[:, a.documents - 1::a.documents] = 0
     B, T = a.batch, a.seq
     times, losses = [], []
     for step in range(a.warmup + a.steps):

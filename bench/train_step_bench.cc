@@ -43,12 +43,15 @@ using namespace tessera;
 
 namespace {
 
+constexpr int32_t kSeparator = 0;  // with --documents, ends each packed document
+
 struct BenchOptions {
   std::string comm = "overlap", device = "cpu";
   double bucket_mb = 4;
   model::ModelConfig mc;
   model::ModelOptions model;
   int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, sp = 0, probe_bytes = 0;
+  int64_t documents = 0;  // tokens per packed document, its last the separator; 0: one per row
   bool profile = false, limits = false;
 };
 
@@ -70,7 +73,8 @@ BenchOptions parse_flags(int argc, char** argv) {
                                                   {"--zero", &o.zero},
                                                   {"--tp", &o.tp},
                                                   {"--sp", &o.sp},
-                                                  {"--probe-allreduce", &o.probe_bytes}};
+                                                  {"--probe-allreduce", &o.probe_bytes},
+                                                  {"--documents", &o.documents}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--precision") {
@@ -101,6 +105,8 @@ BenchOptions parse_flags(int argc, char** argv) {
   check(o.comm == "none" || o.comm == "overlap" || o.comm == "after",
         "--comm must be none, overlap or after, got {}", o.comm);
   check(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got {}", o.device);
+  check(o.documents >= 0, "--documents must be at least 0, got {}", o.documents);
+  if (o.documents > 0) o.model.document_separator = kSeparator;
   return o;
 }
 
@@ -129,7 +135,10 @@ Timings run_steps(const BenchOptions& o, model::Transformer& model, train::Train
   const int64_t B = o.B, T = o.T;
   CounterRng rng(42, 0);
   std::vector<int32_t> pool(64 * (T + 1));
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(rng.below(i, o.mc.vocab_size));
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const bool ends_document = o.documents > 0 && int64_t(i % (T + 1) + 1) % o.documents == 0;
+    pool[i] = ends_document ? kSeparator : int32_t(1 + rng.below(i, o.mc.vocab_size - 1));
+  }
   std::vector<int32_t> x(B * T), y(B * T);
   Timings t;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {

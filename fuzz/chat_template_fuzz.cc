@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "tessera/core/error.h"
-#include "tessera/serve/chat_template.h"
+#include "tessera/jinja/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     messages = nlohmann::ordered_json::parse(input.substr(split + 1), nullptr, false);
   }
   try {
-    const tessera::serve::ChatTemplate chat(source, "<s>", "</s>");
+    const tessera::jinja::ChatTemplate chat(source, "<s>", "</s>");
     chat.render(messages, true);
     chat.render(messages, false);
   } catch (const tessera::Error&) {

@@ -14,7 +14,7 @@ mkdir -p "$out"
 # Sources that several targets link: the tokenizer files' readers, the chat templates' Jinja
 # engine, and the OpenAI request parser with what it calls.
 tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tokenizer.cc src/tessera/tokenizer/bpe_vocab.cc src/tessera/tokenizer/gpt2_pretokenizer.cc src/tessera/tokenizer/gpt2_vocab_files.cc src/tessera/tokenizer/hf_tokenizer_file.cc src/tessera/tokenizer/llama3_pretokenizer.cc src/tessera/tokenizer/tessera_tokenizer_files.cc src/tessera/core/text_corpus.cc src/tessera/tokenizer/tiktoken_ranks.cc src/tessera/tokenizer/token_index.cc src/tessera/tokenizer/unicode_classes.cc src/tessera/core/utf8.cc"
-chat_template_sources="src/tessera/serve/chat_template.cc $(echo src/tessera/jinja/*.cc)"
+chat_template_sources="src/tessera/jinja/chat_template.cc $(echo src/tessera/jinja/*.cc)"
 grammar_sources="$(echo src/tessera/grammar/*.cc)"
 openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/tool_calls.cc $grammar_sources src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 

@@ -11,31 +11,12 @@
 #include "tessera/core/error.h"
 #include "tessera/data/dataset.h"
 #include "tessera/tokenizer/byte_tokenizer.h"
+#include "tests/data/byte_special_tokenizer.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera::data {
 namespace {
-
-// Bytes as ids plus an end-of-text id 256, so a dataset's tokens spell out its text.
-class EotTokenizer final : public tokenizer::Tokenizer {
- public:
-  std::vector<int32_t> encode(std::string_view text) const override {
-    return tokenizer::ByteTokenizer().encode(text);
-  }
-  std::string decode(std::span<const int32_t> ids) const override {
-    return tokenizer::ByteTokenizer().decode(ids);
-  }
-  int64_t vocab_size() const override { return 257; }
-  std::optional<int32_t> end_of_text() const override { return 256; }
-  std::string kind() const override { return "test-eot"; }
-  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const override {
-    return special_;
-  }
-
- private:
-  std::vector<std::pair<std::string, int32_t>> special_ = {{"<|endoftext|>", 256}};
-};
 
 std::vector<int32_t> all_tokens(const TokenStream& s) {
   std::vector<int32_t> out(s.size());
@@ -93,11 +74,11 @@ TEST_F(PrepareTest, FilesAreDocumentsSeparatedByEndOfTextAndTheTailIsHeldOut) {
   write("b.txt", "bravo\n");
   write("c.txt", "");  // skipped, no empty document
   write("d.txt", "delta one\ndelta two\ndelta three\n");
-  const DatasetManifest m = prepare_dataset(EotTokenizer(), "test", options("ds"));
+  const DatasetManifest m = prepare_dataset(testing::ByteSpecialTokenizer(), "test", options("ds"));
   const Dataset d = open_dataset(root_ / "ds");
   EXPECT_EQ(d.manifest.inputs, m.inputs);
   ASSERT_EQ(m.inputs.size(), 4u);
-  EXPECT_EQ(m.tokenizer_kind, "test-eot");
+  EXPECT_EQ(m.tokenizer_kind, "test-byte-special");
   EXPECT_EQ(m.end_of_text, 256);
   EXPECT_TRUE(m.tokenizer_copy.empty());
   // 58 bytes in all; the held-out quarter starts at the first line start at or after byte 43.

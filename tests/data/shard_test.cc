@@ -10,6 +10,7 @@
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 #include "tessera/core/mapped_file.h"
+#include "tessera/core/targets.h"
 
 namespace tessera::data {
 namespace {
@@ -54,6 +55,39 @@ TEST(Shard, RoundTripsSmallAndLargeVocabularies) {
   EXPECT_EQ(middle, (std::vector<int32_t>{65536, 100276}));
 
   EXPECT_EQ(parse_shard(encode_shard({}, 256), "empty").size(), 0);
+}
+
+// A loss mask travels with the tokens (version 2), crosses byte boundaries and is checksummed;
+// a version-1 shard trains on every token.
+TEST(Shard, CarriesALossMask) {
+  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const std::vector<uint8_t> trained = {0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0};
+  std::vector<uint8_t> bytes = encode_shard(tokens, 256, trained);
+  EXPECT_EQ(bytes.size(), kShardHeaderBytes + 2 * tokens.size() + 2);
+  const ShardView view = parse_shard(bytes, "masked");
+  EXPECT_TRUE(view.has_loss_mask());
+  EXPECT_EQ(read_all(view), tokens);
+  std::vector<int32_t> targets(8);
+  view.copy(3, 8, targets.data());
+  view.mark_untrained(3, 8, targets.data());
+  EXPECT_EQ(targets, (std::vector<int32_t>{kIgnoredTarget, kIgnoredTarget, kIgnoredTarget,
+                                           kIgnoredTarget, kIgnoredTarget, 13, 14,
+                                           kIgnoredTarget}));
+
+  const ShardView plain = parse_shard(encode_shard(tokens, 256), "plain");
+  EXPECT_FALSE(plain.has_loss_mask());
+  std::vector<int32_t> all(tokens.size());
+  plain.copy(0, 11, all.data());
+  plain.mark_untrained(0, 11, all.data());
+  EXPECT_EQ(all, tokens);
+
+  std::vector<uint8_t> flipped = bytes;
+  flipped.back() ^= 1;
+  EXPECT_NE(error_of(flipped).find("payload checksum"), std::string::npos) << error_of(flipped);
+  std::vector<uint8_t> short_mask = bytes;
+  short_mask.pop_back();
+  EXPECT_NE(error_of(short_mask).find("loss mask"), std::string::npos) << error_of(short_mask);
+  EXPECT_THROW(encode_shard(tokens, 256, std::vector<uint8_t>(3, 1)), Error);
 }
 
 TEST(Shard, WritesAFileThatMapsBack) {
@@ -103,9 +137,10 @@ TEST_F(BadShard, WrongMagic) {
 }
 
 TEST_F(BadShard, WrongVersion) {
-  bytes_[8] = 2;
+  bytes_[8] = 3;
   reseal_header(bytes_);
-  EXPECT_EQ(error_of(bytes_), "s.bin: unsupported token shard version 2 (this build reads 1)");
+  EXPECT_EQ(error_of(bytes_),
+            "s.bin: unsupported token shard version 3 (this build reads 1 and 2)");
 }
 
 TEST_F(BadShard, FlippedHeaderByte) {

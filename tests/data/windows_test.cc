@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/targets.h"
 #include "tests/data/memory_stream.h"
 
 namespace tessera::data {
@@ -95,6 +96,23 @@ TEST(FillBatches, WindowsCrossShardBoundariesAndTargetsAreShifted) {
         EXPECT_EQ(tg[b * seq + t], in[b * seq] + t + 1);
       }
     }
+  }
+}
+
+// A target the loss mask leaves out is ignored, across shard boundaries; inputs stay whole.
+TEST(FillBatches, TargetsOutsideTheLossMaskAreIgnored) {
+  testing::MemoryStream tokens({7, 0, 30, 13, 50}, true);
+  const int64_t batch = 3, seq = 10;
+  TrainWindows w(tokens.stream().size(), seq, 4);
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  fill_train_batch(tokens.stream(), w, 0, batch, seq, in.data(), tg.data());
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    const int32_t next = in[i] + 1;
+    EXPECT_EQ(tg[i], next % 3 != 0 ? next : kIgnoredTarget) << i;
+  }
+  fill_eval_batch(tokens.stream(), batch, seq, 1, 2, in.data(), tg.data());
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    EXPECT_EQ(tg[i], (in[i] + 1) % 3 != 0 ? in[i] + 1 : kIgnoredTarget) << i;
   }
 }
 

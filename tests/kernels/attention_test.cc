@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "tessera/core/error.h"
 #include "tessera/core/rng.h"
 #include "tessera/kernels/ops.h"
 
@@ -29,18 +31,21 @@ std::vector<double> random_values(int64_t n, uint64_t stream) {
   return v;
 }
 
-// out, lse and dqkv from the definition: p_ij = softmax_j<=i(q_i . k_j / sqrt(hd)).
+// out, lse and dqkv from the definition: p_ij = softmax_j<=i(q_i . k_j / sqrt(hd)) over the keys
+// j from query i's document start (doc_start[b, i], or 0 without one).
 void direct(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout,
-            std::vector<double>& out, std::vector<double>& lse, std::vector<double>& dqkv) {
+            std::vector<double>& out, std::vector<double>& lse, std::vector<double>& dqkv,
+            const std::vector<int32_t>& doc_start = {}) {
   const double scale = 1 / std::sqrt(double(s.hd));
   for (int64_t b = 0; b < s.B; ++b) {
     const double* x = qkv.data() + b * s.T * s.ld();
     double* dx = dqkv.data() + b * s.T * s.ld();
     for (int64_t h = 0; h < s.H; ++h) {
       for (int64_t i = 0; i < s.T; ++i) {
+        const int64_t first = doc_start.empty() ? 0 : doc_start[b * s.T + i];
         std::vector<double> p(i + 1), dp(i + 1);
         double max = -INFINITY, sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < s.hd; ++c) {
             dot += x[i * s.ld() + s.q(h) + c] * x[j * s.ld() + s.k(h) + c];
@@ -48,12 +53,12 @@ void direct(const Shape& s, const std::vector<double>& qkv, const std::vector<do
           p[j] = dot * scale;
           max = std::max(max, p[j]);
         }
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - max);
+        for (int64_t j = first; j <= i; ++j) sum += std::exp(p[j] - max);
         lse[(b * s.H + h) * s.T + i] = max + std::log(sum);
-        for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(p[j] - max) / sum;
+        for (int64_t j = first; j <= i; ++j) p[j] = std::exp(p[j] - max) / sum;
         const double* g = dout.data() + (b * s.T + i) * s.C() + h * s.hd;
         double p_dp = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           dp[j] = 0;
           for (int64_t c = 0; c < s.hd; ++c) {
             out[(b * s.T + i) * s.C() + h * s.hd + c] += p[j] * x[j * s.ld() + s.v(h) + c];
@@ -62,7 +67,7 @@ void direct(const Shape& s, const std::vector<double>& qkv, const std::vector<do
           }
           p_dp += p[j] * dp[j];
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           const double ds = p[j] * (dp[j] - p_dp) * scale;
           for (int64_t c = 0; c < s.hd; ++c) {
             dx[i * s.ld() + s.q(h) + c] += ds * x[j * s.ld() + s.k(h) + c];
@@ -90,6 +95,40 @@ TEST(CausalAttention, ManyQueryBlocksGiveTheDirectFormulaForwardAndBackward) {
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], want_lse[i], 1e-12) << i;
     for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(dqkv[i], want_dqkv[i], 1e-11) << i;
   }
+}
+
+// Documents packed into rows: each query sees only its own document's keys, and the documents'
+// boundaries fall inside, on and across query blocks.
+TEST(CausalAttention, PackedDocumentsAttendOnlyWithinThemselves) {
+  const Shape s{2, 300, 4, 2, 8};
+  const std::vector<std::vector<int32_t>> boundaries = {{50, 128, 129, 200}, {1, 255, 299}};
+  std::vector<int32_t> doc_start(s.B * s.T);
+  for (int64_t b = 0; b < s.B; ++b) {
+    int32_t start = 0;
+    for (int64_t t = 0; t < s.T; ++t) {
+      if (std::ranges::find(boundaries[b], t) != boundaries[b].end()) start = int32_t(t);
+      doc_start[b * s.T + t] = start;
+    }
+  }
+  const std::vector<double> qkv = random_values(s.B * s.T * s.ld(), 3);
+  const std::vector<double> dout = random_values(s.B * s.T * s.C(), 4);
+  std::vector<double> out(dout.size()), lse(s.B * s.H * s.T), dqkv(qkv.size(), 99.0);
+  std::vector<double> scratch(attention_scratch_size(s.T) * omp_get_max_threads());
+  attention_forward(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(), s.B, s.T, s.H,
+                    s.KVH, s.hd, doc_start.data());
+  attention_backward(kCpuContext, dout.data(), qkv.data(), lse.data(), dqkv.data(), scratch.data(),
+                     s.B, s.T, s.H, s.KVH, s.hd, doc_start.data());
+  std::vector<double> want_out(out.size()), want_lse(lse.size()), want_dqkv(qkv.size());
+  direct(s, qkv, dout, want_out, want_lse, want_dqkv, doc_start);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want_out[i], 1e-12) << i;
+  for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], want_lse[i], 1e-12) << i;
+  for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(dqkv[i], want_dqkv[i], 1e-11) << i;
+
+  std::vector<int32_t> backwards = doc_start;
+  backwards[5] = 7;
+  EXPECT_THROW(attention_forward(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(),
+                                 s.B, s.T, s.H, s.KVH, s.hd, backwards.data()),
+               Error);
 }
 
 }  // namespace

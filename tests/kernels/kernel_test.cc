@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/kernels/cpu/vec_math.h"
@@ -56,6 +57,39 @@ TEST(SoftmaxCrossEntropy, LossOfUniformLogitsIsLogV) {
   softmax_cross_entropy<float>(kCpuContext, logits.data(), target.data(), losses.data(), 1, V,
                                0.0f);
   EXPECT_NEAR(losses[0], std::log(1000.0), 1e-5);
+}
+
+// A row whose target is ignored adds no loss and no gradient, whole or over a vocabulary shard;
+// the other rows are as they would be alone.
+TEST(SoftmaxCrossEntropy, IgnoredTargetsHaveNoLossAndNoGradient) {
+  const int64_t V = 50, M = 3;
+  std::vector<float> logits(M * V);
+  for (int64_t i = 0; i < M * V; ++i) logits[i] = float(std::sin(0.37 * double(i)));
+  const std::vector<int32_t> targets = {4, kIgnoredTarget, 9};
+  std::vector<float> grad = logits, losses(M);
+  softmax_cross_entropy<float>(kCpuContext, grad.data(), targets.data(), losses.data(), M, V,
+                               0.5f);
+  EXPECT_EQ(losses[1], 0.0f);
+  for (int64_t v = 0; v < V; ++v) EXPECT_EQ(grad[V + v], 0.0f) << v;
+  for (const int64_t m : {0, 2}) {
+    std::vector<float> row(logits.begin() + m * V, logits.begin() + (m + 1) * V), loss(1);
+    softmax_cross_entropy<float>(kCpuContext, row.data(), &targets[m], loss.data(), 1, V, 0.5f);
+    EXPECT_EQ(losses[m], loss[0]);
+    for (int64_t v = 0; v < V; ++v) EXPECT_EQ(grad[m * V + v], row[v]) << m << " " << v;
+  }
+  // A shard of the columns [10, 30), padded to 24.
+  const int64_t first = 10, local = 20, ld = 24;
+  std::vector<float> shard(M * ld, 1.0f), max(M), sums(M), target_logits(M);
+  for (int64_t m = 0; m < M; ++m) {
+    std::copy_n(logits.begin() + m * V + first, local, shard.begin() + m * ld);
+  }
+  vocab_shard_row_max<float>(kCpuContext, shard.data(), M, local, ld, max.data());
+  vocab_shard_exp_sums<float>(kCpuContext, shard.data(), max.data(), targets.data(), first, M,
+                              local, ld, sums.data(), target_logits.data(), true);
+  vocab_shard_softmax_grad<float>(kCpuContext, shard.data(), targets.data(), first, sums.data(), M,
+                                  local, ld, 0.5f);
+  for (int64_t c = 0; c < ld; ++c) EXPECT_EQ(shard[ld + c], 0.0f) << c;
+  EXPECT_NE(shard[0], 0.0f);
 }
 
 TEST(AdamW, MatchesTheClosedFormOfTwoSteps) {

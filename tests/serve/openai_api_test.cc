@@ -167,7 +167,7 @@ TEST(OpenAiApi, ChatFollowsTheModelsTemplateWithItsSpecialTokens) {
   tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab("byte");
   vocab.special_tokens = {{"<|im_start|>", 256}, {"<|im_end|>", 257}};
   const tokenizer::BpeTokenizer tokenizer(std::move(vocab), "hf-bpe", "test");
-  const ChatTemplate chatml(
+  const jinja::ChatTemplate chatml(
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "", "<|im_end|>");
@@ -190,7 +190,7 @@ TEST(OpenAiApi, ChatFollowsTheModelsTemplateWithItsSpecialTokens) {
   EXPECT_EQ(without, std::vector<int32_t>(expected.begin(), expected.end() - 11));
 
   // A template's raise_exception() is the client's 400, with its message.
-  const ChatTemplate strict(
+  const jinja::ChatTemplate strict(
       "{% if messages[0].role != 'system' %}{{ raise_exception('a system message comes first') }}"
       "{% endif %}",
       "", "");

@@ -167,7 +167,7 @@ TEST(ToolCalls, TheChatTemplateRendersTheTools) {
                      "/tests/serve/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
   std::stringstream source;
   source << file.rdbuf();
-  const ChatTemplate qwen(source.str(), "", "<|im_end|>");
+  const jinja::ChatTemplate qwen(source.str(), "", "<|im_end|>");
   auto tokenizer = tokenizer::load_tokenizer("byte");
   ApiRequest request = parse_request(Endpoint::kChatCompletions, R"({"model": "tiny",
     "messages": [{"role": "user", "content": "2+3?"},

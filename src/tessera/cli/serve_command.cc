@@ -16,6 +16,7 @@
 #include "tessera/core/threading.h"
 #include "tessera/kernels/device.h"
 #include "tessera/serve/http_server.h"
+#include "tessera/tokenizer/token_table.h"
 
 namespace tessera::cli {
 
@@ -151,7 +152,8 @@ int serve_command(int argc, char** argv) {
     alone.tp = alone.pp = alone.ep = 1;
     alone.mesh = nullptr;
     draft = serve::load_served_model(flags.draft, flags.engine.max_step_tokens, alone);
-    serve::check_same_tokenizer(*draft->tokenizer, *served.tokenizer);
+    tokenizer::check_same_tokenizer(*draft->tokenizer, "the draft model", *served.tokenizer,
+                                    "the served model");
     spdlog::info("speculative decoding: {} drafts {} tokens per step", flags.draft,
                  flags.engine.draft_tokens);
   }

@@ -42,18 +42,34 @@ TokenStream::TokenStream(const fs::path& dir, const std::vector<std::string>& sh
   offsets_ = prefix_offsets(shards_);
 }
 
-void TokenStream::copy(int64_t start, int64_t count, int32_t* out) const {
+template <typename Piece>
+void TokenStream::for_each_piece(int64_t start, int64_t count, Piece&& piece) const {
   // The last shard starting at or before `start`; empty shards are skipped by the loop below.
   size_t i = std::upper_bound(offsets_.begin(), offsets_.end(), start) - offsets_.begin() - 1;
-  while (count > 0) {
-    const int64_t offset = start - offsets_[i];
-    const int64_t n = std::min(count, shards_[i].size() - offset);
-    shards_[i].copy(offset, n, out);
-    out += n;
-    start += n;
-    count -= n;
+  int64_t done = 0;
+  while (done < count) {
+    const int64_t offset = start + done - offsets_[i];
+    const int64_t n = std::min(count - done, shards_[i].size() - offset);
+    piece(shards_[i], offset, n, done);
+    done += n;
     ++i;
   }
+}
+
+void TokenStream::copy(int64_t start, int64_t count, int32_t* out) const {
+  for_each_piece(start, count, [&](const ShardView& shard, int64_t offset, int64_t n, int64_t at) {
+    shard.copy(offset, n, out + at);
+  });
+}
+
+void TokenStream::mark_untrained(int64_t start, int64_t count, int32_t* targets) const {
+  for_each_piece(start, count, [&](const ShardView& shard, int64_t offset, int64_t n, int64_t at) {
+    shard.mark_untrained(offset, n, targets + at);
+  });
+}
+
+bool TokenStream::has_loss_mask() const {
+  return std::ranges::any_of(shards_, [](const ShardView& s) { return s.has_loss_mask(); });
 }
 
 Dataset open_dataset(const fs::path& dir) {

@@ -24,11 +24,21 @@ class TokenStream {
   int64_t size() const { return offsets_.back(); }
   // Copies tokens [start, start + count), which must lie inside the stream. Never allocates.
   void copy(int64_t start, int64_t count, int32_t* out) const;
+  // Sets targets[i] to kIgnoredTarget where token start + i is not trained on (shards with a
+  // loss mask); the range must lie inside the stream. Never allocates.
+  void mark_untrained(int64_t start, int64_t count, int32_t* targets) const;
+  // Whether any shard carries a loss mask (chat data).
+  bool has_loss_mask() const;
 
  private:
   std::vector<MappedFile> files_;
   std::vector<ShardView> shards_;
   std::vector<int64_t> offsets_;  // offsets_[i]: first token of shard i; back(): the total
+
+  // Calls piece(shard, offset in it, tokens, offset in the range) for each shard's part of
+  // tokens [start, start + count).
+  template <typename Piece>
+  void for_each_piece(int64_t start, int64_t count, Piece&& piece) const;
 };
 
 struct Dataset {

@@ -56,22 +56,31 @@ size_t line_start_at_or_after(const std::string& text, size_t at) {
   return at;
 }
 
-// Appends tokens to numbered shard files of at most shard_tokens tokens each.
+// Appends tokens, with their loss mask when `masked`, to numbered shard files of at most
+// shard_tokens tokens each.
 class SplitWriter {
  public:
-  SplitWriter(fs::path dir, std::string name, int64_t vocab_size, int64_t shard_tokens)
+  SplitWriter(fs::path dir, std::string name, int64_t vocab_size, int64_t shard_tokens,
+              bool masked = false)
       : dir_(std::move(dir)),
         name_(std::move(name)),
         vocab_size_(vocab_size),
-        shard_tokens_(shard_tokens) {}
+        shard_tokens_(shard_tokens),
+        masked_(masked) {}
 
-  void append(std::span<const int32_t> tokens, int64_t bytes) {
+  // trained: [tokens] for a masked split, else empty.
+  void append(std::span<const int32_t> tokens, int64_t bytes,
+              std::span<const uint8_t> trained = {}) {
     split_.bytes += bytes;
     split_.tokens += int64_t(tokens.size());
     while (!tokens.empty()) {
       const size_t n = std::min(tokens.size(), size_t(shard_tokens_) - buffer_.size());
       buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + n);
       tokens = tokens.subspan(n);
+      if (masked_) {
+        trained_.insert(trained_.end(), trained.begin(), trained.begin() + n);
+        trained = trained.subspan(n);
+      }
       if (int64_t(buffer_.size()) == shard_tokens_) flush();
     }
   }
@@ -84,14 +93,17 @@ class SplitWriter {
  private:
   void flush() {
     split_.shards.push_back(fmt::format("{}-{:06}.bin", name_, split_.shards.size()));
-    write_shard(dir_ / split_.shards.back(), buffer_, vocab_size_);
+    write_shard(dir_ / split_.shards.back(), buffer_, vocab_size_, trained_);
     buffer_.clear();
+    trained_.clear();
   }
 
   fs::path dir_;
   std::string name_;
   int64_t vocab_size_, shard_tokens_;
+  bool masked_;
   std::vector<int32_t> buffer_;
+  std::vector<uint8_t> trained_;
   DatasetSplit split_;
 };
 
@@ -244,20 +256,107 @@ void cut_into_chunks(const std::vector<fs::path>& files, int64_t val_begin, Wave
   }
 }
 
-}  // namespace
+// Chat examples: the non-blank lines of every file, encoded a wave at a time on `threads`
+// threads, each example after the first of its split preceded by an untrained end-of-text token.
+class ChatEncoder {
+ public:
+  ChatEncoder(const tokenizer::Tokenizer& tokenizer, const jinja::ChatTemplate& chat_template,
+              ChatLoss loss, const DatasetManifest& m, const PrepareOptions& o, int64_t total)
+      : tokenizer_(tokenizer),
+        chat_template_(chat_template),
+        loss_(loss),
+        threads_(o.threads > 0 ? o.threads : num_threads()),
+        separator_{*m.end_of_text},
+        train_(o.out_dir, "train", m.vocab_size, o.shard_tokens, true),
+        val_(o.out_dir, "val", m.vocab_size, o.shard_tokens, true),
+        bar_("prepare", total) {}
 
-DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
-                                const std::string& tokenizer_source, const PrepareOptions& o) {
+  // Encodes every line; the last val_lines go to the held-out split.
+  std::pair<DatasetSplit, DatasetSplit> encode(const std::vector<fs::path>& files,
+                                               const std::vector<std::string>& texts,
+                                               double val_fraction) {
+    for (size_t f = 0; f < files.size(); ++f) {
+      int64_t number = 0;
+      for (size_t pos = 0; pos < texts[f].size();) {
+        const size_t end = std::min(texts[f].find('\n', pos), texts[f].size());
+        const std::string_view line(texts[f].data() + pos, end - pos);
+        ++number;
+        if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
+          lines_.push_back({f, number, line});
+        }
+        pos = end + 1;
+      }
+    }
+    const auto n = int64_t(lines_.size());
+    check(n >= 2, "{}: {} chat examples; a training and a held-out split need at least 2",
+          files.front().string(), n);
+    const int64_t val_lines =
+        std::clamp<int64_t>(std::llround(double(n) * val_fraction), 1, n - 1);
+    for (int64_t first = 0; first < n; first += kChatWave) {
+      encode_wave(files, first, std::min(n, first + kChatWave), n - val_lines);
+    }
+    bar_.finish();
+    return {train_.finish(), val_.finish()};
+  }
+
+ private:
+  static constexpr int64_t kChatWave = 1024;
+  struct Line {
+    size_t file;
+    int64_t number;
+    std::string_view text;
+  };
+
+  void encode_wave(const std::vector<fs::path>& files, int64_t first, int64_t end,
+                   int64_t val_first) {
+    std::vector<ChatExample> examples(size_t(end - first));
+    std::vector<std::exception_ptr> errors(examples.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (int64_t i = first; i < end; ++i) {
+      try {
+        examples[i - first] = encode_chat_example(lines_[i].text, chat_template_, tokenizer_, loss_);
+      } catch (...) {
+        errors[i - first] = std::current_exception();
+      }
+    }
+    for (int64_t i = first; i < end; ++i) {
+      if (errors[i - first]) {
+        try {
+          std::rethrow_exception(errors[i - first]);
+        } catch (const Error& e) {
+          fail("{}:{}: {}", files[lines_[i].file].string(), lines_[i].number, e.what());
+        }
+      }
+      const ChatExample& example = examples[i - first];
+      SplitWriter& out = i >= val_first ? val_ : train_;
+      if (i != 0 && i != val_first) out.append(separator_, 0, kUntrained);
+      out.append(example.tokens, example.bytes, example.trained);
+      done_ += int64_t(lines_[i].text.size()) + 1;
+      bar_.update(done_);
+    }
+  }
+
+  static constexpr uint8_t kUntrained[1] = {0};
+  const tokenizer::Tokenizer& tokenizer_;
+  const jinja::ChatTemplate& chat_template_;
+  const ChatLoss loss_;
+  const int threads_;
+  const std::vector<int32_t> separator_;
+  SplitWriter train_, val_;
+  ProgressBar bar_;
+  std::vector<Line> lines_;
+  int64_t done_ = 0;
+};
+
+void check_options(const PrepareOptions& o) {
   check(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got {}",
         o.val_fraction);
   check(o.shard_tokens >= 1, "--shard-tokens must be at least 1, got {}", o.shard_tokens);
   check(!o.inputs.empty(), "prepare: no input files given");
-  const auto [files, total] = list_corpus(o.inputs);
-  create_empty_dir(o.out_dir);
-  DatasetManifest m = manifest_head(tokenizer, tokenizer_source, files, o.out_dir);
-  WaveEncoder encoder(tokenizer, m, o, files, total);
-  cut_into_chunks(files, total - std::llround(double(total) * o.val_fraction), encoder);
-  std::tie(m.train, m.val) = encoder.finish();
+}
+
+// Checks both splits hold tokens, writes the manifest and says what was prepared.
+void finish_dataset(const PrepareOptions& o, const DatasetManifest& m) {
   check(m.train.tokens > 0, "{}: the training split is empty; lower --val-fraction ({})",
         o.inputs.front().string(), o.val_fraction);
   check(m.val.tokens > 0, "{}: the held-out split is empty; raise --val-fraction ({})",
@@ -268,6 +367,39 @@ DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
       "{} tokenizer with {} tokens",
       o.out_dir.string(), m.train.tokens, double(m.train.bytes) / double(m.train.tokens),
       m.train.shards.size(), m.val.tokens, m.tokenizer_kind, m.vocab_size);
+}
+
+}  // namespace
+
+DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
+                                const std::string& tokenizer_source, const PrepareOptions& o) {
+  check_options(o);
+  const auto [files, total] = list_corpus(o.inputs);
+  create_empty_dir(o.out_dir);
+  DatasetManifest m = manifest_head(tokenizer, tokenizer_source, files, o.out_dir);
+  WaveEncoder encoder(tokenizer, m, o, files, total);
+  cut_into_chunks(files, total - std::llround(double(total) * o.val_fraction), encoder);
+  std::tie(m.train, m.val) = encoder.finish();
+  finish_dataset(o, m);
+  return m;
+}
+
+DatasetManifest prepare_chat_dataset(const tokenizer::Tokenizer& tokenizer,
+                                     const std::string& tokenizer_source,
+                                     const jinja::ChatTemplate& chat_template, ChatLoss loss,
+                                     const PrepareOptions& o) {
+  check_options(o);
+  check(tokenizer.end_of_text().has_value(),
+        "chat data: the {} tokenizer has no end-of-text token to end each example with",
+        tokenizer.kind());
+  const auto [files, total] = list_corpus(o.inputs);
+  std::vector<std::string> texts;
+  for (const fs::path& file : files) texts.push_back(read_text_file(file));
+  create_empty_dir(o.out_dir);
+  DatasetManifest m = manifest_head(tokenizer, tokenizer_source, files, o.out_dir);
+  ChatEncoder encoder(tokenizer, chat_template, loss, m, o, total);
+  std::tie(m.train, m.val) = encoder.encode(files, texts, o.val_fraction);
+  finish_dataset(o, m);
   return m;
 }
 

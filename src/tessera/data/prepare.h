@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/data/chat_examples.h"
 #include "tessera/data/dataset_manifest.h"
+#include "tessera/jinja/chat_template.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::data {
@@ -27,5 +29,14 @@ struct PrepareOptions {
 // into out_dir/tokenizer so the dataset is self-contained. Draws a progress bar on stderr.
 DatasetManifest prepare_dataset(const tokenizer::Tokenizer& tokenizer,
                                 const std::string& tokenizer_source, const PrepareOptions& options);
+
+// The same for chat data: every non-blank line of the inputs is an example (chat_examples.h)
+// rendered through chat_template, stored with its loss mask and ended by the tokenizer's
+// end-of-text token (which is not trained on). The last val_fraction of the examples is held
+// out. A bad line stops the preparation with an Error naming its file and line number.
+DatasetManifest prepare_chat_dataset(const tokenizer::Tokenizer& tokenizer,
+                                     const std::string& tokenizer_source,
+                                     const jinja::ChatTemplate& chat_template, ChatLoss loss,
+                                     const PrepareOptions& options);
 
 }  // namespace tessera::data

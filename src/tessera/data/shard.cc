@@ -9,6 +9,7 @@
 
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
+#include "tessera/core/targets.h"
 
 namespace tessera::data {
 namespace {
@@ -71,11 +72,15 @@ uint32_t load_token(const uint8_t* payload, int width, int64_t index) {
 
 int shard_token_bytes(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
-std::vector<uint8_t> encode_shard(std::span<const int32_t> tokens, int64_t vocab_size) {
+std::vector<uint8_t> encode_shard(std::span<const int32_t> tokens, int64_t vocab_size,
+                                  std::span<const uint8_t> trained) {
   check(vocab_size >= 1 && vocab_size <= std::numeric_limits<int32_t>::max(),
         "token shard: vocabulary size {} is outside [1, 2^31)", vocab_size);
+  check(trained.empty() || trained.size() == tokens.size(),
+        "token shard: a loss mask of {} entries for {} tokens", trained.size(), tokens.size());
   const int width = shard_token_bytes(vocab_size);
-  std::vector<uint8_t> bytes(kShardHeaderBytes + tokens.size() * width);
+  const size_t mask_bytes = trained.empty() ? 0 : (tokens.size() + 7) / 8;
+  std::vector<uint8_t> bytes(kShardHeaderBytes + tokens.size() * width + mask_bytes);
   uint8_t* payload = bytes.data() + kShardHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
     check(tokens[i] >= 0 && tokens[i] < vocab_size,
@@ -89,12 +94,16 @@ std::vector<uint8_t> encode_shard(std::span<const int32_t> tokens, int64_t vocab
       std::memcpy(payload + 4 * i, &v, 4);
     }
   }
+  uint8_t* mask = payload + tokens.size() * width;
+  for (size_t i = 0; i < trained.size(); ++i) {
+    if (trained[i] != 0) mask[i / 8] |= uint8_t(1u << (i % 8));
+  }
   uint8_t* h = bytes.data();
   std::memcpy(h, kShardMagic, sizeof(kShardMagic));
-  put_u32(h + 8, kShardVersion);
+  put_u32(h + 8, trained.empty() ? kShardVersion : kMaskedShardVersion);
   put_u32(h + 12, kShardHeaderBytes);
   put_u32(h + 16, uint32_t(width));
-  put_u32(h + 20, crc32(payload, tokens.size() * width));
+  put_u32(h + 20, crc32(payload, tokens.size() * width + mask_bytes));
   put_u64(h + 24, uint64_t(vocab_size));
   put_u64(h + 32, tokens.size());
   put_u32(h + 40, crc32(h, kHeaderChecksummed));
@@ -103,8 +112,8 @@ std::vector<uint8_t> encode_shard(std::span<const int32_t> tokens, int64_t vocab
 }
 
 void write_shard(const std::filesystem::path& path, std::span<const int32_t> tokens,
-                 int64_t vocab_size) {
-  const std::vector<uint8_t> bytes = encode_shard(tokens, vocab_size);
+                 int64_t vocab_size, std::span<const uint8_t> trained) {
+  const std::vector<uint8_t> bytes = encode_shard(tokens, vocab_size, trained);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
                                                        &std::fclose);
   if (!file) fail("{}: cannot create the shard ({})", path.string(), std::strerror(errno));
@@ -122,6 +131,14 @@ void ShardView::copy(int64_t start, int64_t count, int32_t* out) const {
   }
 }
 
+void ShardView::mark_untrained(int64_t start, int64_t count, int32_t* targets) const {
+  if (mask_ == nullptr) return;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t at = start + i;
+    if ((mask_[at / 8] >> (at % 8) & 1) == 0) targets[i] = kIgnoredTarget;
+  }
+}
+
 ShardView parse_shard(std::span<const uint8_t> bytes, const std::string& name) {
   check(bytes.size() >= kShardHeaderBytes,
         "{}: truncated token shard: {} bytes, shorter than the {}-byte header", name, bytes.size(),
@@ -130,8 +147,9 @@ ShardView parse_shard(std::span<const uint8_t> bytes, const std::string& name) {
   check(std::memcmp(h, kShardMagic, sizeof(kShardMagic)) == 0,
         "{}: not a token shard (the file does not start with \"TSRASHRD\")", name);
   const uint32_t version = get_u32(h + 8);
-  check(version == kShardVersion, "{}: unsupported token shard version {} (this build reads {})",
-        name, version, kShardVersion);
+  check(version == kShardVersion || version == kMaskedShardVersion,
+        "{}: unsupported token shard version {} (this build reads {} and {})", name, version,
+        kShardVersion, kMaskedShardVersion);
   const uint32_t header_crc = get_u32(h + 40);
   check(header_crc == crc32(h, kHeaderChecksummed),
         "{}: corrupted token shard: the header checksum does not match", name);
@@ -148,10 +166,12 @@ ShardView parse_shard(std::span<const uint8_t> bytes, const std::string& name) {
         "{}: token shard vocabulary size {} does not fit its 2-byte tokens", name, vocab_size);
   const uint64_t count = get_u64(h + 32);
   const uint64_t payload_bytes = bytes.size() - kShardHeaderBytes;
-  check(count <= payload_bytes / width && payload_bytes == count * width,
-        "{}: truncated or padded token shard: the header promises {} tokens of {} bytes but {} "
+  const bool masked = version == kMaskedShardVersion;
+  check(count <= payload_bytes / width &&
+            payload_bytes == count * width + (masked ? (count + 7) / 8 : 0),
+        "{}: truncated or padded token shard: the header promises {} tokens of {} bytes{} but {} "
         "bytes follow it",
-        name, count, width, payload_bytes);
+        name, count, width, masked ? " and their loss mask" : "", payload_bytes);
   const uint8_t* payload = h + kShardHeaderBytes;
   const uint32_t stored = get_u32(h + 20), actual = crc32(payload, payload_bytes);
   check(stored == actual,
@@ -164,6 +184,11 @@ ShardView parse_shard(std::span<const uint8_t> bytes, const std::string& name) {
          load_token(payload, int(width), bad), bad, vocab_size);
   }
   ShardView view;
+  if (masked) {
+    view.mask_ = payload + count * width;
+    check(count % 8 == 0 || view.mask_[count / 8] >> (count % 8) == 0,
+          "{}: token shard loss mask has bits set past its last token", name);
+  }
   view.payload_ = payload;
   view.token_count_ = int64_t(count);
   view.vocab_size_ = int64_t(vocab_size);

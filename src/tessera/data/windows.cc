@@ -19,6 +19,7 @@ void copy_window(const TokenStream& tokens, int64_t start, int64_t seq_len, int3
                  int32_t* targets) {
   tokens.copy(start, seq_len, inputs);
   tokens.copy(start + 1, seq_len, targets);
+  tokens.mark_untrained(start + 1, seq_len, targets);
 }
 
 }  // namespace

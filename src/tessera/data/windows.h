@@ -47,7 +47,8 @@ class TrainWindows {
 };
 
 // Fills rows b = 0 .. batch-1 with the window of sample first_sample + b: inputs then targets
-// shifted by one, batch * seq_len each. Never allocates.
+// shifted by one, batch * seq_len each, a target the loss mask leaves out being kIgnoredTarget.
+// Never allocates.
 void fill_train_batch(const TokenStream& tokens, const TrainWindows& windows, int64_t first_sample,
                       int64_t batch, int64_t seq_len, int32_t* inputs, int32_t* targets);
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tessera/core/targets.h"
 #include "tessera/kernels/context.h"
 
 namespace tessera::kernels {
@@ -136,18 +137,23 @@ void head_rmsnorm_backward(const Context& ctx, T* dqkv, const T* x, const T* q_g
 // GPT-2's multi-head layout, qkv = [q(C), k(C), v(C)]. Only the log-sum-exp of each score row,
 // lse[B,H,T], is kept for backward, which recomputes the probabilities: no T x T matrix outlives
 // a head's work. scratch: attention_scratch_size(T) elements for each of omp_get_max_threads()
-// threads.
+// threads. With doc_start[B, T] (documents packed into one row), query t of row b sees only the
+// keys from doc_start[b, t], the first position of its document, to t; doc_start must not
+// decrease along a row. Null: every query sees keys 0..t.
 int64_t attention_scratch_size(int64_t T_);
 template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
-                       int64_t T_, int64_t H, int64_t KVH, int64_t hd);
+                       int64_t T_, int64_t H, int64_t KVH, int64_t hd,
+                       const int32_t* doc_start = nullptr);
 template <typename T>
 void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
-                        T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd);
+                        T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
+                        const int32_t* doc_start = nullptr);
 
 // Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
 // When grad_scale is non-zero the logits are overwritten by their gradient,
-// grad_scale * (softmax - onehot(target)), so the [M,V] matrix is touched only twice.
+// grad_scale * (softmax - onehot(target)), so the [M,V] matrix is touched only twice. A row whose
+// target is kIgnoredTarget (a token not trained on) has loss 0 and a zero gradient.
 template <typename T>
 void softmax_cross_entropy(const Context& ctx, T* logits, const int32_t* targets, T* losses,
                            int64_t M, int64_t V, T grad_scale);

@@ -19,6 +19,11 @@ uint16_t* Allocator::halves(int64_t n) {
   return static_cast<uint16_t*>(arena_.allocate({n}, DType::bf16).data);
 }
 
+int32_t* Allocator::ints(int64_t n) {
+  bytes_ += 4 * n;
+  return arena_.allocate({n}, DType::i32).as<int32_t>();
+}
+
 namespace {
 
 // What a model's shape gives every buffer: rows, widths and formats.
@@ -192,13 +197,20 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
     }
     return saved;
   };
-  m.blocks = saved_blocks(false);
+  // A slot's blocks read its document starts.
+  auto with_doc_starts = [&](std::vector<BlockActivations> saved) {
+    if (!o.document_mask) return saved;
+    m.slot_doc_starts.push_back(a.ints(o.max_batch * o.max_seq));
+    for (BlockActivations& b : saved) b.doc_start = m.slot_doc_starts.back();
+    return saved;
+  };
+  m.blocks = with_doc_starts(saved_blocks(false));
   m.embedded = a.floats(R * C);
   m.stage_input = 4 * R * C;
   m.slot_blocks = {m.blocks};
   m.slot_inputs = {m.embedded};
   for (int64_t slot = 1; slot < o.in_flight; ++slot) {
-    m.slot_blocks.push_back(saved_blocks(!layout.has_head));
+    m.slot_blocks.push_back(with_doc_starts(saved_blocks(!layout.has_head)));
     m.slot_inputs.push_back(a.floats(R * C));
   }
   allocate_outside_blocks(c, layout, x, o, a, m);

@@ -29,6 +29,9 @@ struct ActivationOptions {
   // The backward runs as an input-gradient and a later weight-gradient pass (zero-bubble): each
   // slot's blocks also hold their linears' output gradients, and the inputs recomputation drops.
   bool split_backward = false;
+  // Documents are packed into rows: each slot keeps the first position of every token's
+  // document ([N] ints), which attention reads forward and backward.
+  bool document_mask = false;
 };
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
@@ -38,6 +41,7 @@ class Allocator {
   explicit Allocator(Arena& arena) : arena_(arena) {}
   float* floats(int64_t n);
   uint16_t* halves(int64_t n);
+  int32_t* ints(int64_t n);
   int64_t bytes() const { return bytes_; }
 
  private:
@@ -55,6 +59,7 @@ struct ModelActivations {
   // the head, that buffer holds the head's input gradient between forward and backward.
   std::vector<std::vector<BlockActivations>> slot_blocks;
   std::vector<float*> slot_inputs;
+  std::vector<int32_t*> slot_doc_starts;  // [in_flight] with document_mask, each [N]
   BlockWorkspace workspace;
   float* embedded = nullptr;  // [R, C]
   MatmulInput lnf;            // [R, C]

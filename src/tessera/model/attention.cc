@@ -37,7 +37,8 @@ void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const f
   qkv_.forward(p, normed, a.qkv, N);
   if (qk_norm_) qk_norm_->forward(p, a.qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   if (g_.rope) k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
-  k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_);
+  k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_,
+                       a.doc_start);
   format_.finish(ctx_, a.out, N * heads_ * head_dim_);
   proj_.forward(p, a.out, residual, out, N);
 }
@@ -67,7 +68,7 @@ const float* Attention::backward(const ParamAccess& p, const float* d_out,
   const int64_t N = B * T;
   proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
   k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
-                        head_dim_);
+                        head_dim_, a.doc_start);
   if (g_.rope) k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
   if (qk_norm_) qk_norm_->backward(p, d_qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);

@@ -21,6 +21,7 @@ struct AttentionActivations {
   MatmulInput out;
   float* qk_norm_input = nullptr;
   float* qk_norm_rstd = nullptr;
+  const int32_t* doc_start = nullptr;  // see kernels::attention_forward
 };
 
 // What the qkv and output projections hold until their weight gradients (HeldGradient).

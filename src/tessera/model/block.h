@@ -37,6 +37,7 @@ struct BlockWidths {
 struct BlockActivations {
   std::array<MatmulInput, kActivationIdCount> saved{};
   float* res_out = nullptr;
+  const int32_t* doc_start = nullptr;  // the slot's document starts, with packed documents
   AttentionHeld attention_held;
   MlpHeld mlp_held;
 
@@ -99,7 +100,7 @@ class Block {
   AttentionActivations attention_activations() const {
     return {a_[ActivationId::kQkv].f32, a_[ActivationId::kAttentionLse].f32,
             a_[ActivationId::kAttentionOutput], a_[ActivationId::kQkNormInput].f32,
-            a_[ActivationId::kQkNormRstd].f32};
+            a_[ActivationId::kQkNormRstd].f32, a_.doc_start};
   }
   MlpActivations mlp_activations() const {
     return {a_[ActivationId::kMlpHidden].f32, a_[ActivationId::kMlpActivation]};

@@ -40,7 +40,7 @@ void Head::logits_of_rows(const ParamAccess& p, int64_t first, int64_t rows) con
   projection_.forward(p, from, b_.logits, rows);
 }
 
-float Head::loss(const int32_t* targets, int64_t N, float grad_scale) const {
+double Head::loss_sum(const int32_t* targets, int64_t N, float grad_scale) const {
   float* losses = b_.losses;
   if (!tp_.active()) {
     k::softmax_cross_entropy(ctx_, b_.logits, targets, losses, N, vocab_.vocab_size, grad_scale);
@@ -59,7 +59,9 @@ float Head::loss(const int32_t* targets, int64_t N, float grad_scale) const {
     k::vocab_shard_exp_sums(ctx_, b_.logits, max, targets, v.begin, N, v.real(), v.local, sums,
                             target, grad_scale != 0.0f);
     tp_group_->all_reduce(sums, 2 * N);
-    for (int64_t i = 0; i < N; ++i) losses[i] = std::log(sums[i]) + max[i] - target[i];
+    for (int64_t i = 0; i < N; ++i) {
+      losses[i] = targets[i] == kIgnoredTarget ? 0.0f : std::log(sums[i]) + max[i] - target[i];
+    }
     if (grad_scale != 0.0f) {
       k::vocab_shard_softmax_grad(ctx_, b_.logits, targets, v.begin, sums, N, v.real(), v.local,
                                   grad_scale);
@@ -71,7 +73,7 @@ float Head::loss(const int32_t* targets, int64_t N, float grad_scale) const {
   }
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += losses[i];
-  return float(sum / N);
+  return sum;
 }
 
 void Head::backward(const ParamAccess& p, const float* x, float* d_res, int64_t N) {

@@ -42,9 +42,9 @@ class Head {
   // This rank's vocabulary slice of the logits of `rows` normed rows from `first` (sampling,
   // decode).
   void logits_of_rows(const ParamAccess& p, int64_t first, int64_t rows) const;
-  // The mean cross-entropy over N targets (checked); with grad_scale non-zero the logits become
-  // grad_scale * its gradient per token.
-  float loss(const int32_t* targets, int64_t N, float grad_scale) const;
+  // The summed cross-entropy over N targets, where kIgnoredTarget rows add 0; with grad_scale
+  // non-zero the logits become grad_scale * each trained row's gradient (0 in the others).
+  double loss_sum(const int32_t* targets, int64_t N, float grad_scale) const;
   // From the gradient in the logits: d_res (this rank's rows) = dL/d(x), written.
   void backward(const ParamAccess& p, const float* x, float* d_res, int64_t N);
 

@@ -35,14 +35,17 @@ ModelParallel with_defaults(const ModelParallel* p, Collectives* alone) {
   return out;
 }
 
-// What the options allow: micro-batches in flight and a split backward for training, int8
-// weights for a dense f32 inference model that keeps its own parameters.
+// What the options allow: micro-batches in flight, a split backward and packed documents for
+// training, int8 weights for a dense f32 inference model that keeps its own parameters.
 void check_options(const ModelConfig& config, const ModelOptions& options, bool training) {
   check(options.in_flight >= 1 && (training || options.in_flight == 1),
         "a model holds 1 or more micro-batches in flight, and only for training; got {}",
         options.in_flight);
   check(training || !options.split_backward,
         "a model built for inference has no backward to split");
+  check(training || !options.document_separator,
+        "packed documents are for training; a model built for inference decodes each sequence "
+        "in its own cache");
   if (options.weights != WeightFormat::kInt8) return;
   check(!training, "int8 weights are for inference: build the model with training=false");
   check(!config.is_moe(),
@@ -115,7 +118,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                                              scratch_threads_,
                                              parallel_.batch->size(),
                                              options_.in_flight,
-                                             options_.split_backward};
+                                             options_.split_backward,
+                                             options_.document_separator.has_value()};
   {
     Arena counting = Arena::counting();
     Allocator counter(counting);
@@ -125,6 +129,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       arena_ = Arena::over(device_activations_.data(), counting.used());
       device_tokens_ = k::DeviceArray<int32_t>(ctx_, 2 * N);
       host_losses_.resize(N);
+      if (options_.document_separator) host_doc_starts_.resize(N);
     } else {
       arena_ = Arena(counting.used());
     }
@@ -226,6 +231,18 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
   }
 }
 
+int64_t Transformer::trained_targets(const int32_t* targets, int64_t n) const {
+  int64_t trained = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets[i] == kIgnoredTarget) continue;
+    check(targets[i] >= 0 && targets[i] < config_.vocab_size,
+          "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i,
+          config_.vocab_size);
+    ++trained;
+  }
+  return trained;
+}
+
 const int32_t* Transformer::tokens_for_kernels(const int32_t* tokens, int64_t n, int64_t at) {
   if (!ctx_.on_cuda()) return tokens;
   int32_t* on_device = device_tokens_.data() + at;
@@ -304,6 +321,7 @@ void Transformer::end_pass() { release(0); }
 
 void Transformer::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
+  if (options_.document_separator) find_documents(inputs, B, T);
   if (embedding_ != nullptr) {
     check_tokens(inputs, B * T);
     const trace::Span span("embedding forward", "compute");
@@ -315,6 +333,22 @@ void Transformer::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
     return blocks_[l]->forward(*access_, input_of(l), B, T);
   });
   if (head_ != nullptr) head_->norm(*access_, stage_output(), tp_.rows(B * T));
+}
+
+void Transformer::find_documents(const int32_t* inputs, int64_t B, int64_t T) {
+  check(inputs != nullptr,
+        "packed documents: every pipeline stage needs the pass's tokens to find its documents");
+  int32_t* starts = ctx_.on_cuda() ? host_doc_starts_.data() : acts_.slot_doc_starts[slot_];
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t start = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (t > 0 && inputs[b * T + t - 1] == *options_.document_separator) start = int32_t(t);
+      starts[b * T + t] = start;
+    }
+  }
+  if (ctx_.on_cuda()) {
+    k::copy_to_device(ctx_, acts_.slot_doc_starts[slot_], starts, sizeof(int32_t) * B * T);
+  }
 }
 
 float* Transformer::stage_output(int64_t slot) {
@@ -338,8 +372,9 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
   if (head_ != nullptr) {
     head_->logits(*access_, B * T);
     if (targets != nullptr) {
-      check_tokens(targets, B * T);
-      loss = head_->loss(tokens_for_kernels(targets, B * T, max_tokens()), B * T, 0.0f);
+      const int64_t trained = std::max<int64_t>(trained_targets(targets, B * T), 1);
+      loss = float(head_->loss_sum(tokens_for_kernels(targets, B * T, max_tokens()), B * T, 0.0f) /
+                   double(trained));
     }
   }
   end_pass();
@@ -414,8 +449,10 @@ float Transformer::head_loss(const int32_t* targets, int64_t N, float loss_scale
         training_ ? "has no head (a pipeline stage before the last)" : "was built for inference");
   const trace::Span span("head and loss", "compute");
   head_->logits(*access_, N);
-  check_tokens(targets, N);
-  return head_->loss(tokens_for_kernels(targets, N, max_tokens()), N, loss_scale / float(N));
+  const int64_t trained = std::max<int64_t>(trained_targets(targets, N), 1);
+  return float(head_->loss_sum(tokens_for_kernels(targets, N, max_tokens()), N,
+                               loss_scale / float(trained)) /
+               double(trained));
 }
 
 void Transformer::head_backward(int64_t N) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct ModelOptions {
   // Whether backward_blocks may leave weight gradients for weight_backward_blocks (zero-bubble
   // schedules): each slot then also holds what they need.
   bool split_backward = false;
+  // Documents packed into rows for training: a token after this one starts a new document, and
+  // attention does not look past the start of a token's document. Every pipeline stage then
+  // needs the pass's tokens.
+  std::optional<int32_t> document_separator;
 };
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts,
@@ -80,7 +85,8 @@ class Transformer {
   // Zeroes the gradients of a model that keeps them itself.
   void zero_grad();
 
-  // Runs the model over inputs[B,T] in slot 0. With targets, returns the mean cross-entropy;
+  // Runs the model over inputs[B,T] in slot 0. With targets, returns the mean cross-entropy over
+  // the targets trained on (kIgnoredTarget marks the others);
   // without, returns 0 and leaves the logits readable. A pipeline stage runs its part: the first
   // reads the tokens, the others stage_input(0); all but the last return 0 and leave their output
   // in stage_output().
@@ -109,8 +115,8 @@ class Transformer {
   // The embedding (first stage) or stage_input(slot) (the others), every block, and on the last
   // stage the head's norm, over B x T tokens.
   void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
-  // The last stage's logits and mean cross-entropy over N rows, with the gradient of
-  // loss_scale x the loss fused into the logits.
+  // The last stage's logits and mean cross-entropy over the N rows' trained targets, with the
+  // gradient of loss_scale x the loss fused into the logits.
   float head_loss(const int32_t* targets, int64_t N, float loss_scale);
   // The head's gradients from the fused logits, and d(loss)/d(head input) in stage_gradient().
   void head_backward(int64_t N);
@@ -135,6 +141,9 @@ class Transformer {
 
   // Throws unless every one of tokens[n] is in the vocabulary.
   void check_tokens(const int32_t* tokens, int64_t n) const;
+  // The targets among targets[n] that are trained on (not kIgnoredTarget); throws unless each of
+  // them is in the vocabulary.
+  int64_t trained_targets(const int32_t* targets, int64_t n) const;
   // Wall seconds spent inside this model's collectives since it was built.
   double communication_seconds() const;
 
@@ -169,6 +178,7 @@ class Transformer {
   void acquire_block(int64_t l);
   void release_block(int64_t l);
   const float* input_of(int64_t l) const;
+  void find_documents(const int32_t* inputs, int64_t B, int64_t T);
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
@@ -190,6 +200,7 @@ class Transformer {
   Arena arena_;
   kernels::DeviceArray<int32_t> device_tokens_;  // [2 N]: inputs (or decode chunks), targets
   std::vector<float> host_losses_;               // [N], where another device's losses are summed
+  std::vector<int32_t> host_doc_starts_;         // [N], the document starts another device reads
   ModelActivations acts_;
   ActivationBytes activation_bytes_;
   std::unique_ptr<ResidentParameters> resident_;

@@ -1,10 +1,6 @@
 #include "tessera/serve/draft_model.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-
-#include "tessera/serve/response_formats.h"
 
 namespace tessera::serve {
 
@@ -59,23 +55,6 @@ void DraftModel::draft(std::span<const Job> jobs) {
     for (const Job* job : running_) {
       chunks_.push_back(cache_.chunk(*job->id, std::span<const int32_t>(&job->drafted->back(), 1)));
     }
-  }
-}
-
-void check_same_tokenizer(const tokenizer::Tokenizer& draft, const tokenizer::Tokenizer& served) {
-  check(draft.vocab_size() == served.vocab_size(),
-        "the draft model's tokenizer has {} tokens and the served model's {}: a draft model must "
-        "share the served model's tokenizer",
-        draft.vocab_size(), served.vocab_size());
-  check(draft.special_tokens() == served.special_tokens(),
-        "the draft model's tokenizer has other special tokens than the served model's");
-  const std::vector<std::string> drafts = token_bytes(draft, draft.vocab_size());
-  const std::vector<std::string> serves = token_bytes(served, served.vocab_size());
-  const auto [d, s] = std::mismatch(drafts.begin(), drafts.end(), serves.begin());
-  if (d != drafts.end()) {
-    throw Error(fmt::format(
-        "token {} is {:?} to the draft model's tokenizer and {:?} to the served model's",
-        d - drafts.begin(), *d, *s));
   }
 }
 

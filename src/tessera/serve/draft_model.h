@@ -48,8 +48,4 @@ class DraftModel {
   std::vector<float> host_logits_;
 };
 
-// Throws unless the draft model's tokenizer is the served model's: the same ids for the same
-// bytes (an id one of them lacks is no token to the other either), special tokens included.
-void check_same_tokenizer(const tokenizer::Tokenizer& draft, const tokenizer::Tokenizer& served);
-
 }  // namespace tessera::serve

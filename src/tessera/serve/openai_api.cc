@@ -406,7 +406,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
 }
 
 std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokenizer& tokenizer,
-                                   const ChatTemplate* chat_template) {
+                                   const jinja::ChatTemplate* chat_template) {
   if (!request.messages.is_null()) {
     if (chat_template == nullptr) {
       return tokenizer.encode(render_chat(request.messages, request.tools.tools));
@@ -434,7 +434,7 @@ std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokeniz
 }
 
 GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& tokenizer,
-                                const ApiLimits& limits, const ChatTemplate* chat_template) {
+                                const ApiLimits& limits, const jinja::ChatTemplate* chat_template) {
   GenerationRequest g = std::move(request.generation);
   const char* param = request.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
   g.prompt = prompt_tokens(request, tokenizer, chat_template);

@@ -10,7 +10,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/grammar/json_schema.h"
-#include "tessera/serve/chat_template.h"
+#include "tessera/jinja/chat_template.h"
 #include "tessera/serve/engine.h"
 #include "tessera/serve/tool_calls.h"
 #include "tessera/tokenizer/tokenizer.h"
@@ -78,13 +78,13 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLi
 // message text that spells a special token is that token). Without a template (nullptr) the
 // conversation takes the built-in form of render_chat. A template's raise_exception() is a 400.
 std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokenizer& tokenizer,
-                                   const ChatTemplate* chat_template);
+                                   const jinja::ChatTemplate* chat_template);
 
 // Tokenizes the prompt and fixes max_tokens against the context: a prompt that fills the context,
 // or an explicit max_tokens that runs past it, is a 400 (code context_length_exceeded).
 GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& tokenizer,
                                 const ApiLimits& limits,
-                                const ChatTemplate* chat_template = nullptr);
+                                const jinja::ChatTemplate* chat_template = nullptr);
 
 // The built-in chat form, for a model without a chat template: each message as "System: ...",
 // "User: ...", "Assistant: ..." (its tool calls as JSON) or "Tool: ..." on its own line, then

@@ -34,7 +34,4 @@ class ResponseFormats {
   std::list<std::pair<std::string, std::shared_ptr<grammar::TokenGrammar>>> used_;  // last first
 };
 
-// Each token id's bytes, empty for special tokens and ids the tokenizer lacks.
-std::vector<std::string> token_bytes(const tokenizer::Tokenizer& tokenizer, int64_t vocab_size);
-
 }  // namespace tessera::serve

@@ -8,7 +8,6 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/json_file.h"
-#include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/model/device_support.h"
 #include "tessera/model/serving_memory.h"
@@ -130,7 +129,7 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
           : read_json_if_present(tokenizer_dir / tokenizer::kHfTokenizerConfigFile);
   std::vector<int32_t>& stops = served.stop_tokens;
   if (config && config->is_object()) {
-    const std::string eos = special_token_text(*config, "eos_token");
+    const std::string eos = jinja::special_token_text(*config, "eos_token");
     for (const auto& [spelled, id] : served.tokenizer->special_tokens()) {
       if (!eos.empty() && spelled == eos) stops.push_back(id);
     }
@@ -145,22 +144,8 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
       }
     }
   }
-  if (!chat_template_file.empty()) {
-    nlohmann::json with_template =
-        config && config->is_object() ? *config : nlohmann::json::object();
-    with_template["chat_template"] = read_text_file(chat_template_file);
-    try {
-      served.chat_template = chat_template_from_tokenizer_config(with_template);
-    } catch (const Error& e) {
-      fail("--chat-template {}: {}", chat_template_file.string(), e.what());
-    }
-  } else if (config && config->is_object() && config->contains("chat_template")) {
-    try {
-      served.chat_template = chat_template_from_tokenizer_config(*config);
-    } catch (const Error& e) {
-      fail("{}: {}", (tokenizer_dir / tokenizer::kHfTokenizerConfigFile).string(), e.what());
-    }
-  }
+  served.chat_template = jinja::load_chat_template(
+      config, tokenizer_dir / tokenizer::kHfTokenizerConfigFile, chat_template_file);
 }
 
 }  // namespace

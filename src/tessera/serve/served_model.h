@@ -10,7 +10,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
-#include "tessera/serve/chat_template.h"
+#include "tessera/jinja/chat_template.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
@@ -52,7 +52,7 @@ struct ServedModel {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
   // one, chats take the built-in form (openai_api.h).
-  std::optional<ChatTemplate> chat_template;
+  std::optional<jinja::ChatTemplate> chat_template;
   // Tokens that end a generation besides the tokenizer's end of text: the eos tokens of the
   // tokenizer_config.json and generation_config.json, such as Llama 3's <|eot_id|>.
   std::vector<int32_t> stop_tokens;
@@ -61,7 +61,7 @@ struct ServedModel {
   const kernels::Context& context() const {
     return device != nullptr ? device->context() : kernels::kCpuContext;
   }
-  const ChatTemplate* chat_template_or_null() const {
+  const jinja::ChatTemplate* chat_template_or_null() const {
     return chat_template ? &*chat_template : nullptr;
   }
 };

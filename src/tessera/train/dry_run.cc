@@ -125,7 +125,8 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
                                .recompute = run.train.recompute,
                                .sequence_parallel = mesh.sequence_parallel,
                                .batch_ranks = mesh.dp,
-                               .split_backward = split_backward}};
+                               .split_backward = split_backward,
+                               .document_mask = run.train.document_mask}};
   plan.ranks.resize(world_size);
   for (int64_t rank = 0; rank < world_size; ++rank) {
     DryRunRank& r = plan.ranks[rank];

@@ -107,6 +107,9 @@ Settings<TrainConfig> train_settings() {
       setting("train.precision", &T::precision,
               "matmul operands' precision; master weights stay f32"),
       setting("train.recompute", &T::recompute, "activation recomputation"),
+      setting("train.document_mask", &T::document_mask,
+              "attention stays inside each document of a packed sequence: a token after the "
+              "dataset's end-of-text token starts a new one"),
       setting("train.zero", &T::zero,
               "ZeRO stage over the data-parallel ranks: 0 replicates everything, 1 shards the "
               "optimizer state, 2 also the gradients, 3 also the parameters",

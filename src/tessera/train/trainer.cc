@@ -120,6 +120,17 @@ data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, comm::Comm
   return d;
 }
 
+// The token that ends each packed document, when train.document_mask asks for them.
+std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dataset& dataset) {
+  if (!tc.document_mask) return std::nullopt;
+  check(dataset.manifest.end_of_text.has_value(),
+        "train.document_mask: the dataset {} has no end-of-text token to find its documents by "
+        "(its {} tokenizer separates them by line breaks); prepare it with a tokenizer that has "
+        "one",
+        dataset.dir.string(), dataset.manifest.tokenizer_kind);
+  return dataset.manifest.end_of_text;
+}
+
 std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
   return parallel::stage_boundaries(
       parallel::stage_blocks(rc.model, rc.mesh.pp * rc.mesh.pp_virtual, rc.mesh.pp_layers));
@@ -195,7 +206,8 @@ Run::Run(const Config& config, const fs::path& out_dir)
                                           {.context = &device_.context(),
                                            .precision = tc_.precision,
                                            .recompute = tc_.recompute,
-                                           .parallel = &groups_.parallel()},
+                                           .parallel = &groups_.parallel(),
+                                           .document_separator = document_separator(tc_, dataset_)},
                                           stage_stores(state_))),
       ckpt_dir_(out_dir / "checkpoints"),
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
@@ -302,11 +314,12 @@ TrainSummary Run::train() {
   checkpointer_.finish();
   summary.steps = tc_.steps;
   summary.checkpoint = ckpt::resolve(ckpt_dir_);
-  spdlog::info(
-      "held-out loss {:.4f} -> {:.4f} nats, {:.4f} bits/byte (ln(vocab) {:.4f}, unigram entropy "
-      "{:.4f})",
-      summary.first_val_loss, summary.final_val_loss, summary.final_val_bits_per_byte,
-      std::log(double(rc_.model.vocab_size)), unigram);
+  spdlog::info("held-out loss {:.4f} -> {:.4f} nats{} (ln(vocab) {:.4f}, unigram entropy {:.4f})",
+               summary.first_val_loss, summary.final_val_loss,
+               std::isnan(summary.final_val_bits_per_byte)
+                   ? ""
+                   : fmt::format(", {:.4f} bits/byte", summary.final_val_bits_per_byte),
+               std::log(double(rc_.model.vocab_size)), unigram);
   spdlog::info("checkpoint: {}", summary.checkpoint.string());
   const GoodputAccount g = goodput_->account();
   spdlog::info(
@@ -547,7 +560,9 @@ void Run::save(int64_t step) {
   checkpointer_.save(step, state_, checkpoint_metadata());
 }
 
-// Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte.
+// Loss per byte of text, comparable across tokenizers: nats per token times tokens per byte. A
+// loss mask (chat data) leaves the loss over the trained tokens, whose bytes are not counted:
+// their bits per byte are NaN.
 std::pair<double, double> Run::evaluate(int64_t step) {
   const auto t0 = Clock::now();
   const data::DatasetSplit& val_split = dataset_.manifest.val;
@@ -556,8 +571,13 @@ std::pair<double, double> Run::evaluate(int64_t step) {
       evaluator_->mean_loss([&](const int32_t* inputs, const int32_t* targets, int64_t B) {
         return batch_loss(inputs, targets, B);
       });
-  const double bits_per_byte = val * tokens_per_byte / std::log(2.0);
-  spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
+  const bool masked = dataset_.val.has_loss_mask();
+  const double bits_per_byte = masked ? std::nan("") : val * tokens_per_byte / std::log(2.0);
+  if (masked) {
+    spdlog::info("step {:>6} | held-out loss {:.4f} on the trained tokens", step, val);
+  } else {
+    spdlog::info("step {:>6} | held-out loss {:.4f} | {:.4f} bits/byte", step, val, bits_per_byte);
+  }
   report_.metrics().held_out(step, val, bits_per_byte);
   goodput_->add_eval(std::chrono::duration<double>(Clock::now() - t0).count());
   return {val, bits_per_byte};

@@ -1,8 +1,11 @@
 #include "tessera/train/training_data.h"
 
+#include <fmt/format.h>
+
 #include "tessera/core/error.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/data/prepare.h"
+#include "tessera/tokenizer/token_table.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/tokenizer/tokenizer_copy.h"
 
@@ -64,11 +67,16 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
         "no training data: pass --data PATH (a prepared dataset, a text file or a folder)");
   fs::path dir;
   if (data::is_dataset_dir(rc.data.path)) {
-    check(rc.data.tokenizer.empty(),
-          "data.tokenizer = {} is set, but data.path = {} is a prepared dataset that brings its "
-          "own tokenizer; unset data.tokenizer",
-          rc.data.tokenizer, rc.data.path);
     dir = rc.data.path;
+    // A prepared dataset brings its tokenizer; one also given (a fine-tuned model's) must be it.
+    if (!rc.data.tokenizer.empty()) {
+      const data::DatasetManifest m = data::read_dataset_manifest(dir);
+      tokenizer::check_same_tokenizer(
+          *tokenizer::load_tokenizer(data::dataset_tokenizer(dir, m)),
+          fmt::format("the dataset {}", rc.data.path),
+          *tokenizer::load_tokenizer(tokenizer_source(rc.data.tokenizer)),
+          fmt::format("data.tokenizer = {}", rc.data.tokenizer));
+    }
   } else {
     dir = prepared_text(rc, out_dir);
   }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/kernels/cpu/cpu_backend.h"
@@ -17,6 +18,11 @@ void softmax_cross_entropy(const Context&, T* logits, const int32_t* targets, T*
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = logits + m * V;
+    if (targets[m] == kIgnoredTarget) {
+      losses[m] = T(0);
+      if (grad_scale != T(0)) std::fill(row, row + V, T(0));
+      continue;
+    }
     T max = row[0];
 #pragma omp simd reduction(max : max)
     for (int64_t v = 0; v < V; ++v) max = std::max(max, row[v]);

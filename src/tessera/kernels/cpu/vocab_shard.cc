@@ -116,6 +116,10 @@ void vocab_shard_softmax_grad(const Context&, T* exponentials, const int32_t* ta
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = exponentials + m * ld;
+    if (targets[m] == kIgnoredTarget) {
+      std::fill(row, row + ld, T(0));
+      continue;
+    }
     const T factor = grad_scale / sums[m];
 #pragma omp simd
     for (int64_t v = 0; v < V; ++v) row[v] *= factor;

@@ -3,11 +3,11 @@
 // channels l, l + 32, ...), so every score is a warp-wide dot product whose butterfly sum leaves
 // the same bits in all lanes, and each key is visited in a fixed order: results repeat bit for bit
 // and no atomics are needed. Forward runs an online softmax (running max and sum in f32) over keys
-// 0..i and keeps only lse = max + log(sum) of the scaled scores, exactly the CPU's lse. Backward
+// j <= i (from the query's document start when documents are packed) and keeps only lse = max + log(sum) of the scaled scores, exactly the CPU's lse. Backward
 // has no forward output, so it recomputes the probabilities from lse: a kernel per query row
 // finds D_i = sum_j P_ij dP_ij in one pass over its keys and dq_i in a second, leaving D in the
 // scratch; a kernel per key row then gathers dk_j and dv_j over the query heads of its group and
-// the queries i >= j, so every gradient row has a single owner that writes it. Each score is thus
+// the queries i >= j that see it, so every gradient row has a single owner that writes it. Each score is thus
 // computed three times in backward: this is the plain reference a tensor-core kernel is to
 // replace, and it favours clarity over speed.
 #include <cuda_runtime.h>
@@ -79,11 +79,13 @@ struct HeadVector {
   }
 };
 
-// Where a batch's rows sit in qkv[B, T, (H + 2*KVH) * hd] and out/dout[B, T, H * hd].
+// Where a batch's rows sit in qkv[B, T, (H + 2*KVH) * hd] and out/dout[B, T, H * hd], and the
+// first key each query sees (doc_start[B, T], or 0 for all when null).
 struct Layout {
   int64_t T, H, KVH;
   int hd;
   float scale;
+  const int32_t* doc_start;
 
   __host__ __device__ int64_t group() const { return H / KVH; }
   __host__ __device__ int64_t ld() const { return (H + 2 * KVH) * hd; }
@@ -96,6 +98,9 @@ struct Layout {
   }
   __device__ const float* v(const float* qkv, int64_t b, int64_t g, int64_t j) const {
     return k(qkv, b, g, j) + KVH * hd;
+  }
+  __device__ int64_t first_key(int64_t b, int64_t i) const {
+    return doc_start != nullptr ? doc_start[b * T + i] : 0;
   }
 };
 
@@ -114,7 +119,7 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
     q.load(L.q(qkv, b, h, i), L.hd);
     acc.zero();
     float max = -INFINITY, sum = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = L.first_key(b, i); j <= i; ++j) {
       const float s = L.scale * q.dot(L.k(qkv, b, g, j), L.hd);
       float rescale = 1.0f, p = 1.0f;
       if (s > max) {
@@ -147,12 +152,13 @@ __global__ void attention_dq_kernel(const float* __restrict__ dout, const float*
     dO.load(dout + (b * L.T + i) * L.out_ld() + h * L.hd, L.hd);
     const float row_lse = lse[w];
     float d_i = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) {
+    const int64_t first = L.first_key(b, i);
+    for (int64_t j = first; j <= i; ++j) {
       const float p = expf(L.scale * q.dot(L.k(qkv, b, g, j), L.hd) - row_lse);
       d_i += p * dO.dot(L.v(qkv, b, g, j), L.hd);
     }
     dq.zero();
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = first; j <= i; ++j) {
       const float* k = L.k(qkv, b, g, j);
       const float p = expf(L.scale * q.dot(k, L.hd) - row_lse);
       const float ds = p * (dO.dot(L.v(qkv, b, g, j), L.hd) - d_i);
@@ -182,7 +188,9 @@ __global__ void attention_dkv_kernel(const float* __restrict__ dout, const float
     dv.zero();
     for (int64_t h = g * L.group(); h < (g + 1) * L.group(); ++h) {
       const int64_t stats = (b * L.H + h) * L.T;  // lse's and D's row (b, h, 0)
-      for (int64_t i = j; i < L.T; ++i) {
+      // First keys do not decrease along a row: the queries that see key j end at the first
+      // whose document starts after it.
+      for (int64_t i = j; i < L.T && L.first_key(b, i) <= j; ++i) {
         const float* q = L.q(qkv, b, h, i);
         const float* dO = dout + (b * L.T + i) * L.out_ld() + h * L.hd;
         const float p = expf(L.scale * k.dot(q, L.hd) - lse[stats + i]);
@@ -199,18 +207,20 @@ __global__ void attention_dkv_kernel(const float* __restrict__ dout, const float
 
 // The CPU's checks and scale (1 / sqrt(float(hd)), bit for bit); nothing when there is no work.
 std::optional<Layout> make_layout(const char* heads_message, const char* head_dim_message,
-                                  int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
+                                  int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
+                                  const int32_t* doc_start) {
   require(KVH > 0 && H % KVH == 0, heads_message);
   if (B == 0 || T_ == 0 || H == 0) return std::nullopt;
   require(hd > 0 && hd <= kMaxHeadDim, head_dim_message);
-  return Layout{T_, H, KVH, int(hd), 1.0f / std::sqrt(float(hd))};
+  return Layout{T_, H, KVH, int(hd), 1.0f / std::sqrt(float(hd)), doc_start};
 }
 
 void attention_forward(const Context& ctx, const float* qkv, float* out, float* lse, float*,
-                       int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd) {
+                       int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
+                       const int32_t* doc_start) {
   const std::optional<Layout> L =
       make_layout("attention_forward: the query heads must share the key/value heads evenly",
-                  "attention_forward: head_dim must be 1 to 256", B, T_, H, KVH, hd);
+                  "attention_forward: head_dim must be 1 to 256", B, T_, H, KVH, hd, doc_start);
   if (!L) return;
   launch::with_channels_per_lane(hd, [&](auto per_lane) {
     attention_forward_kernel<decltype(per_lane)::value>
@@ -224,10 +234,10 @@ void attention_forward(const Context& ctx, const float* qkv, float* out, float* 
 // (and any later kernel's use of the scratch) only after they finish.
 void attention_backward(const Context& ctx, const float* dout, const float* qkv, const float* lse,
                         float* dqkv, float*, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                        int64_t hd) {
+                        int64_t hd, const int32_t* doc_start) {
   const std::optional<Layout> L =
       make_layout("attention_backward: the query heads must share the key/value heads evenly",
-                  "attention_backward: head_dim must be 1 to 256", B, T_, H, KVH, hd);
+                  "attention_backward: head_dim must be 1 to 256", B, T_, H, KVH, hd, doc_start);
   if (!L) return;
   const int64_t batches_per_pass = int64_t(ctx.cuda->scratch_bytes / sizeof(float)) / (H * T_);
   require(batches_per_pass > 0,
@@ -240,14 +250,16 @@ void attention_backward(const Context& ctx, const float* dout, const float* qkv,
     const float* pass_dout = dout + b0 * T_ * C;
     const float* pass_lse = lse + b0 * H * T_;
     float* pass_dqkv = dqkv + b0 * T_ * ld;
+    Layout pass = *L;
+    if (pass.doc_start != nullptr) pass.doc_start += b0 * T_;
     launch::with_channels_per_lane(hd, [&](auto per_lane) {
       attention_dq_kernel<decltype(per_lane)::value>
           <<<kGrid.flat(nb * H * T_), kBlockThreads, 0, stream_of(ctx)>>>(
-              pass_dout, pass_qkv, pass_lse, pass_dqkv, D, nb, *L);
+              pass_dout, pass_qkv, pass_lse, pass_dqkv, D, nb, pass);
       check_launch("attention_dq_kernel");
       attention_dkv_kernel<decltype(per_lane)::value>
           <<<kGrid.flat(nb * KVH * T_), kBlockThreads, 0, stream_of(ctx)>>>(
-              pass_dout, pass_qkv, pass_lse, D, pass_dqkv, nb, *L);
+              pass_dout, pass_qkv, pass_lse, D, pass_dqkv, nb, pass);
       check_launch("attention_dkv_kernel");
     });
   }

@@ -42,8 +42,9 @@ __device__ float exp_sum(float* __restrict__ row, int64_t V, float max, bool kee
 }
 
 // The gradient pass recomputes the exponentials rather than storing them in the sum pass, which
-// saves a write of the row and gives the same bits. A target outside [0, V) (which the CPU would
-// read out of bounds) yields a NaN loss and no onehot, rather than a fault.
+// saves a write of the row and gives the same bits. An ignored target gives loss 0 and a zero
+// row; any other target outside [0, V) (which the CPU would read out of bounds) yields a NaN loss
+// and no onehot, rather than a fault.
 __global__ void softmax_cross_entropy_kernel(float* __restrict__ logits,
                                              const int32_t* __restrict__ targets,
                                              float* __restrict__ losses, int64_t M, int64_t V,
@@ -51,6 +52,12 @@ __global__ void softmax_cross_entropy_kernel(float* __restrict__ logits,
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     float* row = logits + m * V;
     const int64_t target = targets[m];
+    if (target == kIgnoredTarget) {
+      if (threadIdx.x == 0) losses[m] = 0.0f;
+      if (grad_scale == 0.0f) continue;
+      for (int64_t v = threadIdx.x; v < V; v += kThreads) row[v] = 0.0f;
+      continue;
+    }
     const bool target_here = target >= 0 && target < V;
     const float target_logit = target_here ? row[target] : NAN;
     const float max = row_max(row, V);
@@ -96,11 +103,12 @@ __global__ void vocab_shard_softmax_grad_kernel(float* __restrict__ exponentials
                                                 int64_t V, int64_t ld, float grad_scale) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     float* row = exponentials + m * ld;
+    const bool ignored = targets[m] == kIgnoredTarget;
     const int64_t id = int64_t(targets[m]) - first;
     const float factor = grad_scale / sums[m];
     for (int64_t v = threadIdx.x; v < ld; v += kThreads) {
       float g = 0.0f;
-      if (v < V) {
+      if (v < V && !ignored) {
         g = row[v] * factor;
         if (v == id) g -= grad_scale;
       }

@@ -1,12 +1,13 @@
-#include "tessera/serve/chat_template.h"
+#include "tessera/jinja/chat_template.h"
 
 #include <fmt/format.h>
 
 #include <utility>
 
 #include "tessera/core/error.h"
+#include "tessera/core/text_corpus.h"
 
-namespace tessera::serve {
+namespace tessera::jinja {
 
 namespace {
 
@@ -77,4 +78,25 @@ ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer
                       special_token_text(tokenizer_config, "eos_token"));
 }
 
-}  // namespace tessera::serve
+std::optional<ChatTemplate> load_chat_template(
+    const std::optional<nlohmann::json>& tokenizer_config,
+    const std::filesystem::path& config_file, const std::filesystem::path& template_file) {
+  const bool has_config = tokenizer_config && tokenizer_config->is_object();
+  if (!template_file.empty()) {
+    nlohmann::json with_template = has_config ? *tokenizer_config : nlohmann::json::object();
+    with_template["chat_template"] = read_text_file(template_file);
+    try {
+      return chat_template_from_tokenizer_config(with_template);
+    } catch (const Error& e) {
+      fail("--chat-template {}: {}", template_file.string(), e.what());
+    }
+  }
+  if (!has_config || !tokenizer_config->contains("chat_template")) return std::nullopt;
+  try {
+    return chat_template_from_tokenizer_config(*tokenizer_config);
+  } catch (const Error& e) {
+    fail("{}: {}", config_file.string(), e.what());
+  }
+}
+
+}  // namespace tessera::jinja

@@ -3,13 +3,15 @@
 // passes the template what transformers' apply_chat_template passes it.
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "tessera/jinja/template.h"
 
-namespace tessera::serve {
+namespace tessera::jinja {
 
 class ChatTemplate {
  public:
@@ -45,4 +47,11 @@ ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer
 // a {"content": ...} object; empty when absent. Any other form is an Error.
 std::string special_token_text(const nlohmann::json& tokenizer_config, const char* key);
 
-}  // namespace tessera::serve
+// The chat template a model is used with: the text of template_file when one is given, with the
+// special tokens of tokenizer_config (which may be absent), else the config's own template;
+// nullopt when neither gives one. An Error names the file at fault (config_file for the config).
+std::optional<ChatTemplate> load_chat_template(
+    const std::optional<nlohmann::json>& tokenizer_config,
+    const std::filesystem::path& config_file, const std::filesystem::path& template_file);
+
+}  // namespace tessera::jinja

@@ -2,7 +2,7 @@
 // @huggingface/jinja (the engine of Transformers.js), on real chat templates. The reference's
 // known differences from Python's jinja2 (tests/jinja/template_test.cc) appear in none of the real
 // templates with the conversations rendered here.
-#include "tessera/serve/chat_template.h"
+#include "tessera/jinja/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include "tessera/jinja/template.h"
 #include "tests/e2e/cli_runner.h"
 
-namespace tessera::serve {
+namespace tessera::jinja {
 namespace {
 
 namespace fs = std::filesystem;
@@ -311,4 +311,4 @@ TEST(ChatTemplate, StrftimeNowGivesTodaysDate) {
 }
 
 }  // namespace
-}  // namespace tessera::serve
+}  // namespace tessera::jinja
