@@ -10,9 +10,9 @@
 # and the ratios. Installs what is missing first (scripts/setup.sh --bench), unless INSTALL=0.
 #   [REPEATS=N] [THREADS=N] [BUILD=dir] [INSTALL=0] bench/train_step.sh [config ...]
 # configs: toy and toy-docs (seconds: CI's check that the benchmark runs), tiny, tiny-50k, 124m,
-# 124m-1k, 124m-1k-docs (1K-token rows packed with documents of 128 tokens that do not attend to
-# each other: ours train.document_mask, the peer a block-diagonal causal mask), llama-350m
-# (default: tiny-50k 124m 124m-1k).
+# 124m-1k, tiny-1k and tiny-1k-docs (the same 1K-token rows packed with documents of 128 tokens
+# that do not attend to each other: ours train.document_mask, the peer a block-diagonal causal
+# mask), llama-350m (default: tiny-50k 124m 124m-1k).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
@@ -28,7 +28,8 @@ configs=(
   "tiny-50k|--n-layer 4 --n-head 4 --d-model 256 --vocab 50257|--batch 8 --seq 256|--warmup 2 --steps 5"
   "124m|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 64|--warmup 2 --steps 5"
   "124m-1k|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 1024|--warmup 1 --steps 2"
-  "124m-1k-docs|--n-layer 12 --n-head 12 --d-model 768 --vocab 50257|--batch 4 --seq 1024 --documents 128|--warmup 1 --steps 2"
+  "tiny-1k|--n-layer 4 --n-head 4 --d-model 256 --vocab 50257|--batch 4 --seq 1024|--warmup 1 --steps 3"
+  "tiny-1k-docs|--n-layer 4 --n-head 4 --d-model 256 --vocab 50257|--batch 4 --seq 1024 --documents 128|--warmup 1 --steps 3"
   "llama-350m|--arch llama --n-layer 24 --n-head 16 --kv-heads 8 --d-model 1024 --vocab 32000|--batch 4 --seq 256|--warmup 1 --steps 2"
 )
 wanted=("$@")

@@ -14,7 +14,7 @@ mkdir -p "$out"
 # Sources that several targets link: the tokenizer files' readers, the chat templates' Jinja
 # engine, and the OpenAI request parser with what it calls.
 tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tokenizer.cc src/tessera/tokenizer/bpe_vocab.cc src/tessera/tokenizer/gpt2_pretokenizer.cc src/tessera/tokenizer/gpt2_vocab_files.cc src/tessera/tokenizer/hf_tokenizer_file.cc src/tessera/tokenizer/llama3_pretokenizer.cc src/tessera/tokenizer/tessera_tokenizer_files.cc src/tessera/core/text_corpus.cc src/tessera/tokenizer/tiktoken_ranks.cc src/tessera/tokenizer/token_index.cc src/tessera/tokenizer/unicode_classes.cc src/tessera/core/utf8.cc"
-chat_template_sources="src/tessera/jinja/chat_template.cc $(echo src/tessera/jinja/*.cc)"
+chat_template_sources="$(echo src/tessera/jinja/*.cc) src/tessera/core/text_corpus.cc"
 grammar_sources="$(echo src/tessera/grammar/*.cc)"
 openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/tool_calls.cc $grammar_sources src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
 
@@ -30,6 +30,7 @@ targets=(
   "openai_request_fuzz|15|$openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
   "json_schema_fuzz|15|$grammar_sources src/tessera/core/enum_names.cc|-lfmt"
   "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt"
+  "chat_example_fuzz|15|src/tessera/data/chat_examples.cc src/tessera/core/json_nesting.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc $tokenizer_sources $chat_template_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
   "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
 )
 
@@ -91,6 +92,11 @@ PY
         { cat "$template"; printf '\0[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Bye"}]}]'; } \
           >"$dir/$(basename "$template" .jinja)"
       done
+      ;;
+    chat_example_fuzz)
+      printf '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}], "tools": []}' >"$dir/messages.json"
+      printf '{"prompt": [{"role": "user", "content": "a"}], "completion": [{"role": "assistant", "content": null, "tool_calls": []}]}' >"$dir/listed.json"
+      printf '{"prompt": "2+2=", "completion": "4"}' >"$dir/text.json"
       ;;
     http_request_fuzz)
       # The first byte of each input sets the read size the parser is fed in.
@@ -182,7 +188,11 @@ ninja_file=$out/build.ninja
       if [[ $flag == -D* ]]; then defines+=("$flag"); else libraries+=("$flag"); fi
     done
     objects=()
+    declare -A in_target=()
     for source in "fuzz/$target.cc" $sources; do
+      # Source lists overlap (the tokenizer's, the templates'): each links once.
+      [[ -z ${in_target[$source]:-} ]] || continue
+      in_target[$source]=1
       key=$(printf '%s' "${defines[*]:-plain}" | tr -c 'A-Za-z0-9_=' '_')
       obj=$out/obj/$key/${source%.cc}.o
       objects+=("$obj")

@@ -96,6 +96,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                             ::testing::Values(8, 2)),
                          attention_shape_name);
 
+// Documents packed into rows, their boundaries inside and across the CPU's query blocks of 128.
+class CudaPackedAttention : public CudaTest {};
+
+TEST_F(CudaPackedAttention, ForwardAndBackwardMatchCpu) {
+  const int64_t B = 2, Tn = 300, H = 8, KVH = 2, hd = 64, ld = (H + 2 * KVH) * hd;
+  std::vector<int32_t> starts(B * Tn);
+  for (int64_t t = 0; t < Tn; ++t) {
+    starts[t] = t < 50 ? 0 : t < 129 ? 50 : t < 200 ? 129 : 200;
+    starts[Tn + t] = t < 1 ? 0 : t < 299 ? 1 : 299;
+  }
+  Twin<int32_t> doc_start(gpu(), starts);
+  Twin<float> scratch(gpu(),
+                      std::vector<float>(attention_scratch_size(Tn) * omp_get_max_threads()));
+  Twin<float> qkv(gpu(), random_vector<float>(B * Tn * ld, 221));
+  Twin<float> out(gpu(), random_vector<float>(B * Tn * H * hd, 222));
+  Twin<float> lse(gpu(), random_vector<float>(B * H * Tn, 223));
+  on_both(gpu(), [&](const Context& ctx) {
+    attention_forward<float>(ctx, qkv.on(ctx), out.on(ctx), lse.on(ctx), scratch.on(ctx), B, Tn, H,
+                             KVH, hd, doc_start.on(ctx));
+  });
+  EXPECT_TRUE(agrees(out, kF32Tensor)) << "out";
+  EXPECT_TRUE(agrees(lse, kF32Tensor)) << "lse";
+  lse.assign(lse.cpu());
+  Twin<float> dout(gpu(), random_vector<float>(B * Tn * H * hd, 224));
+  Twin<float> dqkv(gpu(), random_vector<float>(B * Tn * ld, 225));
+  on_both(gpu(), [&](const Context& ctx) {
+    attention_backward<float>(ctx, dout.on(ctx), qkv.on(ctx), lse.on(ctx), dqkv.on(ctx),
+                              scratch.on(ctx), B, Tn, H, KVH, hd, doc_start.on(ctx));
+  });
+  EXPECT_TRUE(agrees(dqkv, kF32Tensor)) << "dqkv";
+}
+
 // (query heads, key/value heads, head_dim).
 using PagedShape = std::tuple<int64_t, int64_t, int64_t>;
 

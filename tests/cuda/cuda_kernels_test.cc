@@ -318,6 +318,7 @@ TEST_F(CudaLoss, SoftmaxCrossEntropyMatchesCpuWithAndWithoutGradient) {
     std::vector<int32_t> targets = random_tokens(M, V, 101);
     targets.front() = 0;  // the first and the last column
     targets.back() = int32_t(V - 1);
+    targets[1] = kIgnoredTarget;  // no loss, a zero gradient row
     for (float grad_scale : {0.0f, 1.0f / float(M)}) {
       SCOPED_TRACE(::testing::Message() << "V=" << V << " M=" << M << " grad_scale=" << grad_scale);
       Twin<float> logits(gpu(), random_vector<float>(M * V, 102, 2.0));
@@ -350,8 +351,8 @@ TEST_F(CudaLoss, VocabShardPassesMatchCpuAndIgnorePadding) {
     }
     // Targets in the shard (its first and last id among them) and outside it on both sides.
     const int32_t first = int32_t(s.first), last = int32_t(s.first + s.V - 1);
-    Twin<int32_t> targets(
-        gpu(), std::vector<int32_t>{first, last, first + 17, first - 1, last + 1, 0, last + 5000});
+    Twin<int32_t> targets(gpu(), std::vector<int32_t>{first, last, first + 17, first - 1, last + 1,
+                                                      kIgnoredTarget, last + 5000});
 
     Twin<float> logits(gpu(), values);
     Twin<float> max(gpu(), random_vector<float>(M, 112));

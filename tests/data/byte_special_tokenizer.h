@@ -24,7 +24,8 @@ class ByteSpecialTokenizer final : public tokenizer::Tokenizer {
   }
   std::string decode(std::span<const int32_t> ids) const override {
     std::string text;
-    for (const int32_t id : ids) text += id < 256 ? std::string(1, char(id)) : specials_[id - 256].first;
+    for (const int32_t id : ids)
+      text += id < 256 ? std::string(1, char(id)) : specials_[id - 256].first;
     return text;
   }
   int64_t vocab_size() const override { return 256 + int64_t(specials_.size()); }

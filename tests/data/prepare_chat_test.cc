@@ -81,8 +81,8 @@ TEST(ChatExamples, TrainOnTheAssistantTurnsOnly) {
 }
 
 TEST(ChatExamples, PromptsAndCompletionsAsTextOrAsMessages) {
-  const ChatExample plain = encode_chat_example(R"({"prompt": "2+2=", "completion": "4"})", chatml(),
-                                                tokenizer(), ChatLoss::kAssistant);
+  const ChatExample plain = encode_chat_example(R"({"prompt": "2+2=", "completion": "4"})",
+                                                chatml(), tokenizer(), ChatLoss::kAssistant);
   EXPECT_EQ(texts(plain), std::make_pair(std::string("2+2=4"), std::string("4")));
 
   const ChatExample listed = encode_chat_example(
@@ -103,9 +103,9 @@ TEST(ChatExamples, BadLinesAreNamed) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": 3}]})").find("\"content\""),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": "x"}]})")
-                .find("no assistant turn"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"messages": [{"role": "user", "content": "x"}]})").find("no assistant turn"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"prompt": "x", "completion": ""})").find("empty"), std::string::npos);
   // A template that marks the last message renders no turn as a continuation of the others.
   const jinja::ChatTemplate marks_last(
@@ -150,8 +150,8 @@ std::string example_line(int i) {
 TEST_F(PrepareChatTest, ExamplesBecomeMaskedDocuments) {
   std::string jsonl;
   for (int i = 0; i < 8; ++i) jsonl += example_line(i) + (i == 3 ? "\n\n" : "\n");
-  const DatasetManifest m = prepare_chat_dataset(tokenizer(), "test", chatml(),
-                                                 ChatLoss::kAssistant, options(jsonl));
+  const DatasetManifest m =
+      prepare_chat_dataset(tokenizer(), "test", chatml(), ChatLoss::kAssistant, options(jsonl));
   const Dataset d = open_dataset(root_ / "ds");
   std::vector<int32_t> tokens(d.train.size()), targets(d.train.size());
   d.train.copy(0, d.train.size(), tokens.data());
@@ -166,8 +166,8 @@ TEST_F(PrepareChatTest, ExamplesBecomeMaskedDocuments) {
   std::string want_text, want_trained;
   for (int i = 0; i < 6; ++i) {
     if (i > 0) want_text += "<|endoftext|>";
-    want_text += "<|im_start|>user\nq" + std::to_string(i) + "<|im_end|>\n<|im_start|>assistant\na" +
-                 std::to_string(i) + "<|im_end|>\n";
+    want_text += "<|im_start|>user\nq" + std::to_string(i) +
+                 "<|im_end|>\n<|im_start|>assistant\na" + std::to_string(i) + "<|im_end|>\n";
     want_trained += "a" + std::to_string(i) + "<|im_end|>\n";
   }
   EXPECT_EQ(text, want_text);

@@ -70,9 +70,9 @@ TEST(Shard, CarriesALossMask) {
   std::vector<int32_t> targets(8);
   view.copy(3, 8, targets.data());
   view.mark_untrained(3, 8, targets.data());
-  EXPECT_EQ(targets, (std::vector<int32_t>{kIgnoredTarget, kIgnoredTarget, kIgnoredTarget,
-                                           kIgnoredTarget, kIgnoredTarget, 13, 14,
-                                           kIgnoredTarget}));
+  EXPECT_EQ(targets,
+            (std::vector<int32_t>{kIgnoredTarget, kIgnoredTarget, kIgnoredTarget, kIgnoredTarget,
+                                  kIgnoredTarget, 13, 14, kIgnoredTarget}));
 
   const ShardView plain = parse_shard(encode_shard(tokens, 256), "plain");
   EXPECT_FALSE(plain.has_loss_mask());

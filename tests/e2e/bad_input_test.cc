@@ -35,6 +35,17 @@ TEST_F(BadInput, UnknownSetKey) {
 
 TEST_F(BadInput, UnknownFlag) { expect_one_line_error(run_cli("train --epochs 3"), "--epochs"); }
 
+TEST_F(BadInput, ChatDataWithoutAChatTemplateOrMode) {
+  write_file(dir / "chat.jsonl", R"({"prompt": "a", "completion": "b"})" "\n");
+  const std::string out = " --out " + (dir / "ds") + " " + (dir / "chat.jsonl");
+  expect_one_line_error(run_cli("prepare --chat-template " + (dir / "x.jinja") + out), "--chat");
+  expect_one_line_error(run_cli("prepare --chat" + out), "no chat template");
+  write_file(dir / "bad.jinja", "{% for m in messages %}");
+  expect_one_line_error(run_cli("prepare --chat --chat-template " + (dir / "bad.jinja") + out),
+                        "bad.jinja");
+  expect_one_line_error(run_cli("prepare --chat --chat-loss prompts" + out), "--chat-loss");
+}
+
 TEST_F(BadInput, EmptyCorpus) {
   write_file(dir / "empty.txt", "");
   expect_one_line_error(run_cli("train --data " + (dir / "empty.txt")), "empty");

@@ -69,8 +69,8 @@ TEST(ChatFineTune, HeldOutAnswerLossFallsAndPromptsAreNotTrainedOn) {
                 .exit_code,
             0);
   const CliResult base =
-      run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") +
-              " --out " + (dir / "base") + kSmallModel +
+      run_cli("train --data " + (dir / "corpus.txt") + " --tokenizer " + (dir / "tok") + " --out " +
+              (dir / "base") + kSmallModel +
               " --set model.vocab_size=400 --set model.arch=llama --set model.tie_embeddings=false"
               " --set train.steps=60");
   ASSERT_EQ(base.exit_code, 0) << base.output;
@@ -85,8 +85,7 @@ TEST(ChatFineTune, HeldOutAnswerLossFallsAndPromptsAreNotTrainedOn) {
   ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
 
   const CliResult tuned = run_cli(
-      "train --config " + (dir / "hf") + " --data " + (dir / "chat") + " --out " +
-      (dir / "tuned") +
+      "train --config " + (dir / "hf") + " --data " + (dir / "chat") + " --out " + (dir / "tuned") +
       " --set train.batch_size=4 --set train.seq_len=32 --set train.steps=40 --set train.lr=3e-3"
       " --set train.warmup_steps=2 --set train.eval_every=40 --set train.eval_batches=4"
       " --set train.document_mask=true");
@@ -101,12 +100,12 @@ TEST(ChatFineTune, HeldOutAnswerLossFallsAndPromptsAreNotTrainedOn) {
   // The same examples trained on all their tokens score differently from the first evaluation
   // on: the prompts' tokens were left out of the assistant-only loss.
   ASSERT_EQ(run_cli("prepare --chat --chat-loss all --tokenizer " + (dir / "hf") +
-                    " --chat-template " + (dir / "template.jinja") +
-                    " --val-fraction 0.1 --out " + (dir / "chat_all") + " " + (dir / "chat.jsonl"))
+                    " --chat-template " + (dir / "template.jinja") + " --val-fraction 0.1 --out " +
+                    (dir / "chat_all") + " " + (dir / "chat.jsonl"))
                 .exit_code,
             0);
-  const CliResult all = run_cli("train --config " + (dir / "hf") + " --data " +
-                                (dir / "chat_all") + " --out " + (dir / "all") +
+  const CliResult all = run_cli("train --config " + (dir / "hf") + " --data " + (dir / "chat_all") +
+                                " --out " + (dir / "all") +
                                 " --set train.batch_size=4 --set train.seq_len=32"
                                 " --set train.steps=1 --set train.eval_batches=4");
   ASSERT_EQ(all.exit_code, 0) << all.output;
@@ -116,10 +115,10 @@ TEST(ChatFineTune, HeldOutAnswerLossFallsAndPromptsAreNotTrainedOn) {
 
   // train.document_mask needs the dataset's end-of-text token.
   ASSERT_EQ(run_cli("prepare --out " + (dir / "bytes") + " " + (dir / "corpus.txt")).exit_code, 0);
-  expect_one_line_error(run_cli("train --data " + (dir / "bytes") + " --out " +
-                                (dir / "byte_run") + kSmallModel +
-                                " --set train.steps=1 --set train.document_mask=true"),
-                        "train.document_mask");
+  expect_one_line_error(
+      run_cli("train --data " + (dir / "bytes") + " --out " + (dir / "byte_run") + kSmallModel +
+              " --set train.steps=1 --set train.document_mask=true"),
+      "train.document_mask");
 }
 
 }  // namespace

@@ -11,7 +11,6 @@ namespace fs = std::filesystem;
 namespace tessera::testing {
 namespace {
 
-
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
@@ -106,7 +105,13 @@ TEST_F(DataPipeline, BadDataIsAOneLineError) {
                                 " " + (dir / "corpus.txt")),
                         "notok");
   ASSERT_EQ(run_cli("prepare --out " + (dir / "ds") + " " + (dir / "corpus.txt")).exit_code, 0);
-  expect_one_line_error(train(dir / "ds", "r", "--set data.tokenizer=byte"), "data.tokenizer");
+  // A tokenizer given beside a prepared dataset must be the dataset's own.
+  ASSERT_EQ(run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok") + " " +
+                    (dir / "corpus.txt"))
+                .exit_code,
+            0);
+  expect_one_line_error(train(dir / "ds", "r", "--set data.tokenizer=" + (dir / "tok")),
+                        "tokens and data.tokenizer = " + (dir / "tok") + "'s");
   const std::string shard = dir / "ds/train-000000.bin";
   fs::resize_file(shard, fs::file_size(shard) - 1);
   expect_one_line_error(train(dir / "ds", "r", ""), shard + ": truncated");

@@ -109,6 +109,54 @@ TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
   }
 }
 
+// Chat data (targets outside the assistants' turns ignored, over vocabulary shards too) packed
+// into documents that do not attend to each other, on tensor-, sequence-, pipeline- and
+// data-parallel layouts.
+TEST_F(ModelParallelCli, ChatDataInPackedDocumentsFollowsTheSingleRankCurve) {
+  ASSERT_EQ(run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok") + " " +
+                    (dir / "corpus.txt"))
+                .exit_code,
+            0);
+  std::string jsonl;
+  for (int i = 0; i < 200; ++i) {
+    jsonl += R"({"messages": [{"role": "user", "content": "What was word )" + std::to_string(i) +
+             R"(?"}, {"role": "assistant", "content": "The word was )" + std::to_string(i % 7) +
+             R"(, and it was good."}]})" + "\n";
+  }
+  write_file(dir / "chat.jsonl", jsonl);
+  write_file(dir / "chat.jinja",
+             "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}");
+  const CliResult prepared =
+      run_cli("prepare --chat --tokenizer " + (dir / "tok") + " --chat-template " +
+              (dir / "chat.jinja") + " --out " + (dir / "chat") + " " + (dir / "chat.jsonl"));
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const auto chat_losses = [&](int ranks, const std::string& out, const std::string& mesh) {
+    const std::string args = "train --data " + (dir / "chat") + " --out " + (dir / out) + kGpt2 +
+                             " --set model.vocab_size=300 --set train.steps=10"
+                             " --set train.threads=1 --set train.document_mask=true " +
+                             mesh;
+    const CliResult r = ranks == 1 ? run_cli(args) : run_mpi(ranks, args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return training_losses(dir / out);
+  };
+  for (const std::string accum : {"1", "2"}) {
+    const std::string extra = " --set train.grad_accum=" + accum;
+    const std::vector<double> reference = chat_losses(1, "chat-one-" + accum, extra);
+    ASSERT_EQ(reference.size(), 10u);
+    const std::vector<std::string> meshes =
+        accum == "1" ? std::vector<std::string>{"--set mesh.tp=2 --set mesh.sequence_parallel=true",
+                                                "--set mesh.dp=2 --set train.zero=1"}
+                     : std::vector<std::string>{"--set mesh.pp=2"};
+    for (size_t i = 0; i < meshes.size(); ++i) {
+      SCOPED_TRACE(meshes[i] + extra);
+      std::printf("chat data, grad_accum %s, %s:\n", accum.c_str(), meshes[i].c_str());
+      expect_same_losses(
+          chat_losses(2, "chat-" + accum + "-" + std::to_string(i), extra + " " + meshes[i]),
+          reference);
+    }
+  }
+}
+
 TEST_F(ModelParallelCli, Bf16FollowsItsSingleRankCurveWithinTwoPercent) {
   const std::string bf16 = " --set train.precision=bf16";
   const std::vector<double> reference = losses(1, "bf16-one", kGpt2, bf16);

@@ -67,8 +67,7 @@ TEST(SoftmaxCrossEntropy, IgnoredTargetsHaveNoLossAndNoGradient) {
   for (int64_t i = 0; i < M * V; ++i) logits[i] = float(std::sin(0.37 * double(i)));
   const std::vector<int32_t> targets = {4, kIgnoredTarget, 9};
   std::vector<float> grad = logits, losses(M);
-  softmax_cross_entropy<float>(kCpuContext, grad.data(), targets.data(), losses.data(), M, V,
-                               0.5f);
+  softmax_cross_entropy<float>(kCpuContext, grad.data(), targets.data(), losses.data(), M, V, 0.5f);
   EXPECT_EQ(losses[1], 0.0f);
   for (int64_t v = 0; v < V; ++v) EXPECT_EQ(grad[V + v], 0.0f) << v;
   for (const int64_t m : {0, 2}) {

@@ -28,8 +28,8 @@ std::vector<int32_t> packed_rows(int32_t a) {
   return x;
 }
 
-std::vector<float> logits(const ModelConfig& c, const std::vector<int32_t>& x, int64_t B,
-                          int64_t T, bool document_mask) {
+std::vector<float> logits(const ModelConfig& c, const std::vector<int32_t>& x, int64_t B, int64_t T,
+                          bool document_mask) {
   ModelOptions o;
   if (document_mask) o.document_separator = kSeparator;
   Transformer model(c, 2, kT, /*training=*/true, o);

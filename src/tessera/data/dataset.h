@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/data/dataset_manifest.h"
 #include "tessera/core/mapped_file.h"
+#include "tessera/data/dataset_manifest.h"
 #include "tessera/data/shard.h"
 
 namespace tessera::data {

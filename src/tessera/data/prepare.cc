@@ -290,8 +290,7 @@ class ChatEncoder {
     const auto n = int64_t(lines_.size());
     check(n >= 2, "{}: {} chat examples; a training and a held-out split need at least 2",
           files.front().string(), n);
-    const int64_t val_lines =
-        std::clamp<int64_t>(std::llround(double(n) * val_fraction), 1, n - 1);
+    const int64_t val_lines = std::clamp<int64_t>(std::llround(double(n) * val_fraction), 1, n - 1);
     for (int64_t first = 0; first < n; first += kChatWave) {
       encode_wave(files, first, std::min(n, first + kChatWave), n - val_lines);
     }
@@ -314,7 +313,8 @@ class ChatEncoder {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
     for (int64_t i = first; i < end; ++i) {
       try {
-        examples[i - first] = encode_chat_example(lines_[i].text, chat_template_, tokenizer_, loss_);
+        examples[i - first] =
+            encode_chat_example(lines_[i].text, chat_template_, tokenizer_, loss_);
       } catch (...) {
         errors[i - first] = std::current_exception();
       }

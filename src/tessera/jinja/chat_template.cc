@@ -79,8 +79,8 @@ ChatTemplate chat_template_from_tokenizer_config(const nlohmann::json& tokenizer
 }
 
 std::optional<ChatTemplate> load_chat_template(
-    const std::optional<nlohmann::json>& tokenizer_config,
-    const std::filesystem::path& config_file, const std::filesystem::path& template_file) {
+    const std::optional<nlohmann::json>& tokenizer_config, const std::filesystem::path& config_file,
+    const std::filesystem::path& template_file) {
   const bool has_config = tokenizer_config && tokenizer_config->is_object();
   if (!template_file.empty()) {
     nlohmann::json with_template = has_config ? *tokenizer_config : nlohmann::json::object();

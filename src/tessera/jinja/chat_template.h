@@ -51,7 +51,7 @@ std::string special_token_text(const nlohmann::json& tokenizer_config, const cha
 // special tokens of tokenizer_config (which may be absent), else the config's own template;
 // nullopt when neither gives one. An Error names the file at fault (config_file for the config).
 std::optional<ChatTemplate> load_chat_template(
-    const std::optional<nlohmann::json>& tokenizer_config,
-    const std::filesystem::path& config_file, const std::filesystem::path& template_file);
+    const std::optional<nlohmann::json>& tokenizer_config, const std::filesystem::path& config_file,
+    const std::filesystem::path& template_file);
 
 }  // namespace tessera::jinja

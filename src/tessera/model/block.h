@@ -98,9 +98,9 @@ class Block {
   const kernels::Context& ctx_;
   void recompute_selected(const ParamAccess& p, const float* x, int64_t N);
   AttentionActivations attention_activations() const {
-    return {a_[ActivationId::kQkv].f32, a_[ActivationId::kAttentionLse].f32,
+    return {a_[ActivationId::kQkv].f32,         a_[ActivationId::kAttentionLse].f32,
             a_[ActivationId::kAttentionOutput], a_[ActivationId::kQkNormInput].f32,
-            a_[ActivationId::kQkNormRstd].f32, a_.doc_start};
+            a_[ActivationId::kQkNormRstd].f32,  a_.doc_start};
   }
   MlpActivations mlp_activations() const {
     return {a_[ActivationId::kMlpHidden].f32, a_[ActivationId::kMlpActivation]};

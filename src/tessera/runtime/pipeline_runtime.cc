@@ -145,10 +145,10 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
         break;
       case Kind::kForward: {
         const auto start = std::chrono::steady_clock::now();
-        const float f =
-            m.forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B, T, loss_scale);
+        const float f = m.forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B, T,
+                                  float(loss_scale * batch.share));
         forward_seconds_ += seconds_since(start);
-        if (a.stage == last) loss += f;
+        if (a.stage == last) loss += f * batch.share;
         aux_loss_ += m.model().aux_loss();
         break;
       }

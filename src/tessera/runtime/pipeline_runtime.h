@@ -21,6 +21,9 @@ namespace tessera::runtime {
 struct MicroBatch {
   const int32_t* inputs = nullptr;
   const int32_t* targets = nullptr;
+  // Its share of the step's loss: its mean loss counts `share` times in the step's, and its
+  // gradients are scaled by that much more (a step weighs micro-batches by their trained targets).
+  double share = 1;
 };
 
 // One pipeline rank's models for a table: one for each of its stages of the split `boundaries`
@@ -49,8 +52,8 @@ class PipelineRuntime {
                   std::span<model::Transformer* const> stages, std::span<const int> slots);
 
   // Runs this rank's actions over the table's micro-batches, each `B` x `T` tokens, their
-  // gradients scaled by loss_scale; returns the sum of their losses on the rank of the last
-  // stage, 0 on the others.
+  // gradients scaled by loss_scale x their share; returns the sum of their losses times their
+  // shares on the rank of the last stage, 0 on the others.
   double run(std::span<const MicroBatch> micro_batches, int64_t B, int64_t T, float loss_scale);
   // The MoE auxiliary losses of the last run's forwards on this rank, summed.
   double aux_loss() const { return aux_loss_; }

@@ -16,7 +16,8 @@ std::shared_ptr<grammar::TokenGrammar> ResponseFormats::bind(const std::string& 
     return used_.front().second;
   }
   if (!vocabulary_) {
-    vocabulary_ = std::make_shared<grammar::Vocabulary>(tokenizer::token_bytes(tokenizer_, vocab_size_));
+    vocabulary_ =
+        std::make_shared<grammar::Vocabulary>(tokenizer::token_bytes(tokenizer_, vocab_size_));
   }
   used_.emplace_front(key, std::make_shared<grammar::TokenGrammar>(grammar, vocabulary_));
   if (int64_t(used_.size()) > kMaxFormats) used_.pop_back();

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "tessera/comm/mesh.h"
+#include "tessera/jinja/chat_template.h"
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
-#include "tessera/jinja/chat_template.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {

@@ -36,8 +36,8 @@ void check_same_tokenizer(const Tokenizer& a, std::string_view a_owner, const To
   const std::vector<std::string> bs = token_bytes(b, b.vocab_size());
   const auto [x, y] = std::mismatch(as.begin(), as.end(), bs.begin());
   if (x != as.end()) {
-    throw Error(fmt::format("token {} is {:?} to {}'s tokenizer and {:?} to {}'s",
-                            x - as.begin(), *x, a_owner, *y, b_owner));
+    throw Error(fmt::format("token {} is {:?} to {}'s tokenizer and {:?} to {}'s", x - as.begin(),
+                            *x, a_owner, *y, b_owner));
   }
 }
 

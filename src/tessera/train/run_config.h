@@ -31,8 +31,8 @@ struct TrainConfig {
   model::Precision precision = model::Precision::kF32;
   model::Recompute recompute = model::Recompute::kNone;
   bool document_mask = false;  // packed documents do not attend to each other
-  int64_t zero = 0;           // ZeRO stage
-  double loss_scale = 65536;  // f16 only: the initial dynamic loss scale
+  int64_t zero = 0;            // ZeRO stage
+  double loss_scale = 65536;   // f16 only: the initial dynamic loss scale
   int64_t loss_scale_growth_interval = 1000;
   int64_t seed = 1337;
   kernels::DeviceKind device = kernels::DeviceKind::kCpu;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -70,7 +71,7 @@ class Run {
   StepResult run_step(int64_t step, double lr);
   // A step's micro-batches through the model (through the pipeline's schedule when there is
   // one): their summed cross-entropy and MoE auxiliary loss on every rank of the replica.
-  std::pair<double, double> forward_backward(StepResult& r, float loss_scale);
+  std::pair<double, double> forward_backward(StepResult& r, double backward_scale);
   void moe_statistics(StepResult& r);
   double batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B);
   int64_t roll_back(int64_t done, const std::string& reason);
@@ -97,7 +98,7 @@ class Run {
   runtime::StageModels models_;          // this rank's stages
   std::optional<runtime::PipelineRuntime> pipeline_;  // over pp ranks
   std::optional<runtime::TrainStep> step_;            // otherwise
-  std::vector<int32_t> micro_tokens_;                 // a pipelined step's inputs and targets
+  std::vector<int32_t> micro_tokens_;                 // a step's inputs and targets
   std::vector<runtime::MicroBatch> micro_batches_;
   const fs::path ckpt_dir_;
   Checkpointer checkpointer_;
@@ -118,17 +119,6 @@ data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, comm::Comm
   data::Dataset d = open_training_data(rc, out_dir);
   if (lead) world.barrier();
   return d;
-}
-
-// The token that ends each packed document, when train.document_mask asks for them.
-std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dataset& dataset) {
-  if (!tc.document_mask) return std::nullopt;
-  check(dataset.manifest.end_of_text.has_value(),
-        "train.document_mask: the dataset {} has no end-of-text token to find its documents by "
-        "(its {} tokenizer separates them by line breaks); prepare it with a tokenizer that has "
-        "one",
-        dataset.dir.string(), dataset.manifest.tokenizer_kind);
-  return dataset.manifest.end_of_text;
 }
 
 std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
@@ -219,14 +209,14 @@ Run::Run(const Config& config, const fs::path& out_dir)
                           rc_.fault.nan_gradient_steps.end()) {
   if (rc_.mesh.pp > 1) {
     pipeline_.emplace(table_, mesh_.pp(), models_.stages, models_.slots);
-    const int64_t n = local_batch_ * tc_.seq_len;
-    micro_tokens_.resize(size_t(2 * n * tc_.grad_accum));
-    for (int64_t m = 0; m < tc_.grad_accum; ++m) {
-      const int32_t* at = micro_tokens_.data() + 2 * n * m;
-      micro_batches_.push_back({at, at + n});
-    }
   } else {
     step_.emplace(*models_.stages.front());
+  }
+  const int64_t n = local_batch_ * tc_.seq_len;
+  micro_tokens_.resize(size_t(2 * n * tc_.grad_accum));
+  for (int64_t m = 0; m < tc_.grad_accum; ++m) {
+    const int32_t* at = micro_tokens_.data() + 2 * n * m;
+    micro_batches_.push_back({at, at + n});
   }
   comm::start_flight_recorder(out_dir / "flight");
 }
@@ -392,8 +382,7 @@ StepResult Run::run_step(int64_t step, double lr) {
   state_.zero_grad();
   r.optimizer = std::chrono::duration<double>(Clock::now() - zero_start).count();
   // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
-  const auto [loss, aux] =
-      forward_backward(r, float(backward_scale / double(tc_.grad_accum * dp_.size())));
+  const auto [loss, aux] = forward_backward(r, backward_scale);
   double losses[2] = {loss, aux};
   r.comm_wait = state_.reduce_gradients();
   if (dp_.size() > 1) {
@@ -403,7 +392,7 @@ StepResult Run::run_step(int64_t step, double lr) {
     r.comm_wait += std::chrono::duration<double>(Clock::now() - reduce_start).count();
   }
   if (rc_.model.is_moe()) moe_statistics(r);
-  r.loss = losses[0] / double(tc_.grad_accum * dp_.size());
+  r.loss = losses[0];
   r.aux_loss = losses[1] / double(tc_.grad_accum * dp_.size());
 
   // The rest of the optimizer's part: judging the gradients, their norm and the update.
@@ -435,7 +424,7 @@ StepResult Run::run_step(int64_t step, double lr) {
   return judged();
 }
 
-std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale) {
+std::pair<double, double> Run::forward_backward(StepResult& r, double backward_scale) {
   const auto phase_seconds = [&] {
     return pipeline_ ? pipeline_->phase_seconds() : step_->phase_seconds();
   };
@@ -450,35 +439,33 @@ std::pair<double, double> Run::forward_backward(StepResult& r, float loss_scale)
     r.backward = after.backward - before.backward -
                  (after.backward_communication - before.backward_communication);
   };
-  const auto next_batch = [&]() -> const data::Batch& {
+  const int64_t n = local_batch_ * tc_.seq_len;
+  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
     const trace::Span span("data wait", "step");
     const data::Batch& batch = loader_->next();
     r.data_wait += loader_->last_wait_seconds();
-    return batch;
-  };
+    int32_t* at = micro_tokens_.data() + 2 * n * micro;
+    std::copy_n(batch.inputs, n, at);
+    std::copy_n(batch.targets, n, at + n);
+  }
+  weigh_micro_batches(micro_batches_, n, dataset_.train.has_loss_mask(), dp_);
   if (!pipeline_) {
     double losses[2] = {0, 0};
     for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-      const data::Batch& batch = next_batch();
+      const runtime::MicroBatch& b = micro_batches_[size_t(micro)];
       state_.begin_micro_step(micro + 1 == tc_.grad_accum);
-      losses[0] += step_->forward_backward(batch.inputs, batch.targets, local_batch_, tc_.seq_len,
-                                           loss_scale);
+      losses[0] += b.share * step_->forward_backward(b.inputs, b.targets, local_batch_, tc_.seq_len,
+                                                     float(backward_scale * b.share));
       losses[1] += step_->model().aux_loss();
     }
     count_phases();
     return {losses[0], losses[1]};
   }
-  const int64_t n = local_batch_ * tc_.seq_len;
-  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-    const data::Batch& batch = next_batch();
-    int32_t* at = micro_tokens_.data() + 2 * n * micro;
-    std::copy_n(batch.inputs, n, at);
-    std::copy_n(batch.targets, n, at + n);
-  }
   state_.begin_micro_step(false);
   const auto start = Clock::now();
-  double losses[2] = {pipeline_->run(micro_batches_, local_batch_, tc_.seq_len, loss_scale),
-                      pipeline_->aux_loss()};
+  double losses[2] = {
+      pipeline_->run(micro_batches_, local_batch_, tc_.seq_len, float(backward_scale)),
+      pipeline_->aux_loss()};
   const double pipeline_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   count_phases();
   // What the schedule spent outside its stages' forwards and backwards: waiting for messages.

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tessera/core/error.h"
+#include "tessera/core/targets.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/data/prepare.h"
 #include "tessera/tokenizer/token_table.h"
@@ -98,6 +101,34 @@ nlohmann::json tokenizer_metadata(const data::Dataset& dataset, const fs::path& 
   if (dataset.manifest.tokenizer_copy.empty()) return dataset.manifest.tokenizer_kind;
   return {{"kind", dataset.manifest.tokenizer_kind},
           {"dir", fs::absolute(out_dir / kTokenizerDir).string()}};
+}
+
+std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dataset& dataset) {
+  if (!tc.document_mask) return std::nullopt;
+  check(dataset.manifest.end_of_text.has_value(),
+        "train.document_mask: the dataset {} has no end-of-text token to find its documents by "
+        "(its {} tokenizer separates them by line breaks); prepare it with a tokenizer that has "
+        "one",
+        dataset.dir.string(), dataset.manifest.tokenizer_kind);
+  return dataset.manifest.end_of_text;
+}
+
+void weigh_micro_batches(std::span<runtime::MicroBatch> micro_batches, int64_t tokens, bool masked,
+                         comm::Communicator& dp) {
+  if (!masked) {
+    for (runtime::MicroBatch& b : micro_batches) {
+      b.share = 1.0 / double(int64_t(micro_batches.size()) * dp.size());
+    }
+    return;
+  }
+  double total = 0;
+  for (runtime::MicroBatch& b : micro_batches) {
+    b.share = double(std::count_if(b.targets, b.targets + tokens,
+                                   [](int32_t t) { return t != kIgnoredTarget; }));
+    total += b.share;
+  }
+  if (dp.size() > 1) dp.all_reduce(&total, 1);
+  for (runtime::MicroBatch& b : micro_batches) b.share = total > 0 ? b.share / total : 0;
 }
 
 }  // namespace tessera::train

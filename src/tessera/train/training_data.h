@@ -1,9 +1,14 @@
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 
+#include "tessera/comm/communicator.h"
 #include "tessera/data/dataset.h"
+#include "tessera/runtime/pipeline_runtime.h"
 #include "tessera/train/run_config.h"
 
 namespace tessera::train {
@@ -15,6 +20,17 @@ namespace tessera::train {
 // against its own), so the run folder alone can decode what it trains. Errors when
 // model.vocab_size cannot hold the tokenizer's ids.
 data::Dataset open_training_data(const RunConfig& rc, const std::filesystem::path& out_dir);
+
+// The token that ends each packed document, when train.document_mask asks for them: the
+// dataset's end-of-text token, without which it is an error.
+std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dataset& dataset);
+
+// Each micro-batch's share of a training step's loss: its trained targets (`tokens` targets each)
+// over those of the whole step on every data-parallel rank, so that the step's gradients are
+// those of the mean loss over all of them, on any layout and however a loss mask spreads them.
+// Without a loss mask (`masked` false) each share is 1 / (micro-batches x data-parallel ranks).
+void weigh_micro_batches(std::span<runtime::MicroBatch> micro_batches, int64_t tokens, bool masked,
+                         comm::Communicator& dp);
 
 // How checkpoints name the tokenizer: "byte", or {"kind": ..., "dir": out_dir/tokenizer}.
 nlohmann::json tokenizer_metadata(const data::Dataset& dataset,

@@ -153,8 +153,7 @@ void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T
         T* dv = dk + KVH * hd;
         const T* dO = dout + (b * T_ + i0) * C + h * hd;
         T* dq = dqkv + (b * T_ + i0) * ld + h * hd;
-        const T kv_beta =
-            doc_start == nullptr && h == g * group && i0 == last_block ? T(0) : T(1);
+        const T kv_beta = doc_start == nullptr && h == g * group && i0 == last_block ? T(0) : T(1);
         gemm<T>(ctx, false, true, rows, keys, hd, scale, q, ld, k, ld, T(0), P, keys);
         causal_probabilities(P, lse + (b * H + h) * T_ + i0, blk);
         gemm<T>(ctx, false, true, rows, keys, hd, T(1), dO, C, v, ld, T(0), dP, keys);

@@ -3,13 +3,14 @@
 // channels l, l + 32, ...), so every score is a warp-wide dot product whose butterfly sum leaves
 // the same bits in all lanes, and each key is visited in a fixed order: results repeat bit for bit
 // and no atomics are needed. Forward runs an online softmax (running max and sum in f32) over keys
-// j <= i (from the query's document start when documents are packed) and keeps only lse = max + log(sum) of the scaled scores, exactly the CPU's lse. Backward
-// has no forward output, so it recomputes the probabilities from lse: a kernel per query row
-// finds D_i = sum_j P_ij dP_ij in one pass over its keys and dq_i in a second, leaving D in the
-// scratch; a kernel per key row then gathers dk_j and dv_j over the query heads of its group and
-// the queries i >= j that see it, so every gradient row has a single owner that writes it. Each score is thus
-// computed three times in backward: this is the plain reference a tensor-core kernel is to
-// replace, and it favours clarity over speed.
+// j <= i (from the query's document start when documents are packed) and keeps only lse = max +
+// log(sum) of the scaled scores, exactly the CPU's lse. Backward has no forward output, so it
+// recomputes the probabilities from lse: a kernel per query row finds D_i = sum_j P_ij dP_ij in one
+// pass over its keys and dq_i in a second, leaving D in the scratch; a kernel per key row then
+// gathers dk_j and dv_j over the query heads of its group and the queries i >= j that see it, so
+// every gradient row has a single owner that writes it. Each score is thus computed three times in
+// backward: this is the plain reference a tensor-core kernel is to replace, and it favours clarity
+// over speed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
