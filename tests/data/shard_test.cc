@@ -74,7 +74,8 @@ TEST(Shard, CarriesALossMask) {
             (std::vector<int32_t>{kIgnoredTarget, kIgnoredTarget, kIgnoredTarget, kIgnoredTarget,
                                   kIgnoredTarget, 13, 14, kIgnoredTarget}));
 
-  const ShardView plain = parse_shard(encode_shard(tokens, 256), "plain");
+  const std::vector<uint8_t> plain_bytes = encode_shard(tokens, 256);  // the view reads it
+  const ShardView plain = parse_shard(plain_bytes, "plain");
   EXPECT_FALSE(plain.has_loss_mask());
   std::vector<int32_t> all(tokens.size());
   plain.copy(0, 11, all.data());
