@@ -371,11 +371,7 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
   float loss = 0.0f;
   if (head_ != nullptr) {
     head_->logits(*access_, B * T);
-    if (targets != nullptr) {
-      const int64_t trained = std::max<int64_t>(trained_targets(targets, B * T), 1);
-      loss = float(head_->loss_sum(tokens_for_kernels(targets, B * T, max_tokens()), B * T, 0.0f) /
-                   double(trained));
-    }
+    if (targets != nullptr) loss = mean_loss(targets, B * T, 0.0f);
   }
   end_pass();
   return loss;
@@ -449,6 +445,10 @@ float Transformer::head_loss(const int32_t* targets, int64_t N, float loss_scale
         training_ ? "has no head (a pipeline stage before the last)" : "was built for inference");
   const trace::Span span("head and loss", "compute");
   head_->logits(*access_, N);
+  return mean_loss(targets, N, loss_scale);
+}
+
+float Transformer::mean_loss(const int32_t* targets, int64_t N, float loss_scale) {
   const int64_t trained = std::max<int64_t>(trained_targets(targets, N), 1);
   return float(head_->loss_sum(tokens_for_kernels(targets, N, max_tokens()), N,
                                loss_scale / float(trained)) /

@@ -179,6 +179,9 @@ class Transformer {
   void release_block(int64_t l);
   const float* input_of(int64_t l) const;
   void find_documents(const int32_t* inputs, int64_t B, int64_t T);
+  // The head's mean cross-entropy over the trained targets of N rows of logits, with the gradient
+  // of loss_scale x it fused into them when loss_scale is not 0.
+  float mean_loss(const int32_t* targets, int64_t N, float loss_scale);
   template <typename Body>
   void for_each_block(Body&& body);
   void check_batch(int64_t B, int64_t T) const;
