@@ -1,37 +1,26 @@
 #!/usr/bin/env bash
-# Builds each fuzz target with clang's libFuzzer (ASan + UBSan) from only the sources it needs and
-# runs it for a while on a corpus kept in build-fuzz/corpus/<target>; a crash fails the script.
+# Builds the fuzz targets of fuzz/ with the sanitizer build (scripts/sanitizer_build.sh: clang's
+# libFuzzer, ASan + UBSan) and runs each for a while on a corpus kept in
+# build-sanitize/fuzz/corpus/<target>; a crash fails the script.
 #   scripts/fuzz.sh [SECONDS]     (default: each target's own time, 15-30 s)
 #   FUZZ_TARGETS="shard_reader_fuzz" scripts/fuzz.sh 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=build-fuzz
-mkdir -p "$out"
+out=build-sanitize/fuzz
 
-# target | seconds | sources beside fuzz/<target>.cc | libraries and flags. toml++ is linked as
-# the same shared library the engine uses: its header-only form asserts on inputs that the
-# library itself rejects with a parse error. -D flags of a target apply to all its sources.
-# Sources that several targets link: the tokenizer files' readers, the chat templates' Jinja
-# engine, and the OpenAI request parser with what it calls.
-tokenizer_sources="src/tessera/tokenizer/base64.cc src/tessera/tokenizer/bpe_tokenizer.cc src/tessera/tokenizer/bpe_vocab.cc src/tessera/tokenizer/gpt2_pretokenizer.cc src/tessera/tokenizer/gpt2_vocab_files.cc src/tessera/tokenizer/hf_tokenizer_file.cc src/tessera/tokenizer/llama3_pretokenizer.cc src/tessera/tokenizer/tessera_tokenizer_files.cc src/tessera/core/text_corpus.cc src/tessera/tokenizer/tiktoken_ranks.cc src/tessera/tokenizer/token_index.cc src/tessera/tokenizer/unicode_classes.cc src/tessera/core/utf8.cc"
-chat_template_sources="$(echo src/tessera/jinja/*.cc) src/tessera/core/text_corpus.cc"
-grammar_sources="$(echo src/tessera/grammar/*.cc)"
-openai_api_sources="src/tessera/serve/openai_api.cc src/tessera/serve/tool_calls.cc $grammar_sources src/tessera/serve/sampler.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/json_nesting.cc $tokenizer_sources $chat_template_sources"
-
-# Every target links the enum name tables (core/enum_names.cc): dtypes, devices and settings name
-# their values through them.
+# target | seconds: the readers of bigger formats get longer.
 targets=(
-  "shard_reader_fuzz|25|src/tessera/data/shard.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
-  "vocab_reader_fuzz|30|$tokenizer_sources src/tessera/core/enum_names.cc|-lfmt"
-  "toml_config_fuzz|15|src/tessera/core/config.cc src/tessera/core/settings.cc src/tessera/core/enum_names.cc src/tessera/core/split_commas.cc src/tessera/train/run_config.cc src/tessera/model/model_config.cc src/tessera/model/model_config_keys.cc src/tessera/model/model_layout.cc src/tessera/model/block_spec.cc src/tessera/model/parameters.cc src/tessera/core/tensor.cc src/tessera/core/dtype.cc src/tessera/comm/mesh_shape.cc src/tessera/parallel/pipeline_schedule.cc src/tessera/parallel/pipeline_stages.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "manifest_fuzz|15|src/tessera/ckpt/manifest.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/dtype.cc src/tessera/core/tensor.cc src/tessera/core/enum_names.cc src/tessera/core/json_file.cc|-lfmt -lisal -lz"
-  "safetensors_fuzz|25|src/tessera/interop/safetensors.cc src/tessera/core/dtype.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc src/tessera/core/mapped_file.cc src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
-  "hardware_catalog_fuzz|15|src/tessera/plan/hardware.cc src/tessera/core/enum_names.cc|-lfmt -ltomlplusplus -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1"
-  "openai_request_fuzz|15|$openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
-  "json_schema_fuzz|15|$grammar_sources src/tessera/core/enum_names.cc|-lfmt"
-  "chat_template_fuzz|15|$chat_template_sources src/tessera/core/utf8.cc src/tessera/core/enum_names.cc|-lfmt"
-  "chat_example_fuzz|15|src/tessera/data/chat_examples.cc src/tessera/core/json_nesting.cc src/tessera/tokenizer/byte_tokenizer.cc src/tessera/tokenizer/tokenizer.cc src/tessera/tokenizer/tokenizer_copy.cc src/tessera/core/checksum.cc src/tessera/core/threading.cc $tokenizer_sources $chat_template_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
-  "http_request_fuzz|25|src/tessera/serve/http_parser.cc src/tessera/serve/api_routes.cc $openai_api_sources src/tessera/core/enum_names.cc|-lfmt -lisal -lz"
+  "shard_reader_fuzz|25"
+  "vocab_reader_fuzz|30"
+  "toml_config_fuzz|15"
+  "manifest_fuzz|15"
+  "safetensors_fuzz|25"
+  "hardware_catalog_fuzz|15"
+  "openai_request_fuzz|15"
+  "json_schema_fuzz|15"
+  "chat_template_fuzz|15"
+  "chat_example_fuzz|15"
+  "http_request_fuzz|25"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -147,11 +136,6 @@ PY
   esac
 }
 
-# Boost's own assertions are off, as in every build of the engine (CMakeLists.txt says why), while
-# AddressSanitizer and UndefinedBehaviorSanitizer still check every access.
-compile_flags=(-std=c++20 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-  -gline-tables-only -O1 -fopenmp -DBOOST_DISABLE_ASSERTS -Isrc)
-
 seconds_override=${1:-}
 selected=${FUZZ_TARGETS:-}
 chosen=()
@@ -165,51 +149,11 @@ for entry in "${targets[@]}"; do
   chosen+=("$entry")
 done
 
-# build-fuzz/build.ninja: one object per source and set of -D flags, shared by the targets that
-# link it, and one binary per target. Ninja rebuilds only what changed since the last run (the
-# compiler's depfiles name the headers) and uses both cores.
-ninja_file=$out/build.ninja
-{
-  echo "builddir = $out"
-  echo "compile_flags = ${compile_flags[*]}"
-  echo "rule compile"
-  echo "  command = clang++ \$compile_flags \$defines -MMD -MF \$out.d -c \$in -o \$out"
-  echo "  depfile = \$out.d"
-  echo "  deps = gcc"
-  echo "  description = compile \$in"
-  echo "rule link"
-  echo "  command = clang++ -fsanitize=fuzzer,address,undefined -fopenmp \$in \$libraries -o \$out"
-  echo "  description = link \$out"
-  declare -A written=()
-  for entry in "${chosen[@]}"; do
-    IFS='|' read -r target _ sources flags <<<"$entry"
-    defines=() libraries=()
-    for flag in $flags; do
-      if [[ $flag == -D* ]]; then defines+=("$flag"); else libraries+=("$flag"); fi
-    done
-    objects=()
-    declare -A in_target=()
-    for source in "fuzz/$target.cc" $sources; do
-      # Source lists overlap (the tokenizer's, the templates'): each links once.
-      [[ -z ${in_target[$source]:-} ]] || continue
-      in_target[$source]=1
-      key=$(printf '%s' "${defines[*]:-plain}" | tr -c 'A-Za-z0-9_=' '_')
-      obj=$out/obj/$key/${source%.cc}.o
-      objects+=("$obj")
-      if [[ -z ${written[$obj]:-} ]]; then
-        written[$obj]=1
-        echo "build $obj: compile $source"
-        echo "  defines = ${defines[*]}"
-      fi
-    done
-    echo "build $out/$target: link ${objects[*]}"
-    echo "  libraries = ${libraries[*]}"
-  done
-} >"$ninja_file"
 binaries=()
-for entry in "${chosen[@]}"; do binaries+=("$out/${entry%%|*}"); done
+for entry in "${chosen[@]}"; do binaries+=("${entry%%|*}"); done
 echo "fuzz: building ${#chosen[@]} targets"
-ninja -f "$ninja_file" "${binaries[@]}" >"$out/build.log" || {
+mkdir -p "$out"
+bash scripts/sanitizer_build.sh "${binaries[@]}" >"$out/build.log" || {
   tail -60 "$out/build.log"
   echo "fuzz: building the targets failed (log: $out/build.log)"
   exit 1
@@ -232,7 +176,7 @@ run_target() {
 # Each fuzzer is one thread: two run at a time, one per core.
 running=0 failed=0
 for entry in "${chosen[@]}"; do
-  IFS='|' read -r target seconds _ <<<"$entry"
+  IFS='|' read -r target seconds <<<"$entry"
   corpus=$out/corpus/$target
   if [[ ! -d $corpus ]]; then
     mkdir -p "$corpus"

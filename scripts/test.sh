@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, runs the whole test suite through CTest (every benchmark's
-# smoke run among it), runs the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then runs every fuzz target for 8 s. Prints each stage's time as it ends, and at the
-# end fails when the whole took longer than CI's budget (tests/ci_budget.sh).
+# smoke run among it), builds the unit tests and the fuzz targets again under AddressSanitizer +
+# UndefinedBehaviorSanitizer (scripts/sanitizer_build.sh), runs those tests, then runs every fuzz
+# target for 8 s. Prints each stage's time as it ends, and at the end fails when the whole took
+# longer than CI's budget (tests/ci_budget.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 times=$(mktemp)
@@ -18,25 +19,14 @@ stage() {
   echo "--- $name: $((SECONDS - start)) s"
 }
 
-sanitizer_build() {
-  # The end-to-end tests and the benchmarks run the Release build; this stage builds neither.
-  # The CUDA backend is built and linked by the Release stage; nvcc's objects do not take the
-  # sanitizers, so this stage checks the CPU backend alone. Line tables (-g1) are all a
-  # sanitizer's report reads.
-  cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
-    -DTESSERA_SANITIZE=ON -DTESSERA_E2E_TESTS=OFF -DTESSERA_BENCHMARKS=OFF -DTESSERA_CUDA=OFF \
-    >/dev/null
-  ninja -C build-sanitize >/dev/null
-}
-
 stage "install" bash scripts/setup.sh --test
 stage "Release build" bash scripts/build.sh
 # Two at a time; the timing tests and the benchmarks' smoke runs run alone (RUN_SERIAL).
 stage "tests and benchmark smoke runs" \
   ctest --test-dir build --output-on-failure --timeout 900 -j2
-stage "sanitizer build" sanitizer_build
-# One entry per layer's binary (tests/CMakeLists.txt): the planner's layout searches are left to
-# the Release stage above.
+stage "sanitizer build" bash scripts/sanitizer_build.sh
+# One entry per layer's binary (tests/CMakeLists.txt): the timed tests and the planner's layout
+# searches are left to the Release stage above.
 stage "unit tests under ASan + UBSan" \
   ctest --test-dir build-sanitize --output-on-failure --timeout 900 -j2
 stage "fuzzing" bash scripts/fuzz.sh 8

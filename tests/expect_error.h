@@ -11,6 +11,17 @@
 
 namespace tessera::testing {
 
+// The message of the Error that `body` throws, or a note that it threw none.
+template <typename Body>
+std::string error_of(Body body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no tessera::Error thrown>";
+}
+
 // Runs `body`, expecting an Error whose one-line message contains every one of `parts`.
 template <typename Body>
 void expect_error(Body body, std::initializer_list<std::string> parts) {

@@ -10,6 +10,8 @@
 
 #include "tessera/core/arena.h"
 #include "tessera/core/checksum.h"
+#include "tessera/core/text_corpus.h"
+#include "tests/expect_error.h"
 #include "tests/test_dir.h"
 
 namespace tessera::ckpt {
@@ -17,13 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::error_of;
 
 // The names in `dir`, sorted.
 std::vector<std::string> entries_of(const fs::path& dir) {
@@ -31,20 +27,6 @@ std::vector<std::string> entries_of(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   return names;
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
-// The message of the tessera::Error that `f` throws, or a note that it threw none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tessera::Error thrown>";
 }
 
 #define EXPECT_ERROR_MENTIONS(message, ...)                                       \
@@ -131,7 +113,7 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadata) {
     EXPECT_EQ(m.tensors[i].nbytes, saved[i].tensor.nbytes());
     EXPECT_EQ(m.tensors[i].crc32, crc32(saved[i].tensor.data, saved[i].tensor.nbytes()));
   }
-  json raw = json::parse(read_text(dir / "manifest.json"));
+  json raw = json::parse(read_text_file(dir / "manifest.json"));
   EXPECT_EQ(raw["format"], "tessera-checkpoint");
   EXPECT_EQ(raw["version"], 2);
   EXPECT_EQ(raw["world_size"], 1);
@@ -172,8 +154,9 @@ TEST_F(CheckpointTest, AnImageOfTheTensorsSavesTheSameFile) {
     image.fill(*tensors);
     const fs::path streamed = save(run_ / "streamed", 1, *tensors, json{}, 0);
     const fs::path imaged = save(run_ / "imaged", 1, image, json{}, 0);
-    EXPECT_EQ(read_text(imaged / "rank-00000.bin"), read_text(streamed / "rank-00000.bin"));
-    EXPECT_EQ(read_text(imaged / "manifest.json"), read_text(streamed / "manifest.json"));
+    EXPECT_EQ(read_text_file(imaged / "rank-00000.bin"),
+              read_text_file(streamed / "rank-00000.bin"));
+    EXPECT_EQ(read_text_file(imaged / "manifest.json"), read_text_file(streamed / "manifest.json"));
     Arena back(size_t{4} << 20);
     std::vector<NamedTensor> loaded = like(back, *tensors);
     load(imaged, loaded);
@@ -196,7 +179,7 @@ TEST_F(CheckpointTest, LatestPointsToTheNewestSave) {
   save_step(1);
   save_step(2);
   fs::path third = save_step(3);
-  EXPECT_EQ(read_text(run_ / "latest"), "step-000003\n");
+  EXPECT_EQ(read_text_file(run_ / "latest"), "step-000003\n");
   EXPECT_EQ(resolve(run_), third);
   EXPECT_FALSE(fs::exists(run_ / "latest.tmp"));
 }
@@ -251,7 +234,7 @@ TEST_F(CheckpointTest, ResolveIgnoresAnUncommittedNewerStep) {
   fs::path partial = run_ / "step-000003";
   fs::copy(good, partial);
   fs::remove(partial / "COMMIT");
-  write_text(run_ / "latest", "step-000003\n");
+  write_text_file(run_ / "latest", "step-000003\n");
   EXPECT_EQ(resolve(run_), good);
 }
 
@@ -325,7 +308,7 @@ TEST_F(CheckpointTest, ALeftoverTmpDirFromACrashIsIgnoredAndCleanedUp) {
   // A save of step 2 that died after writing COMMIT but before the rename.
   fs::path crashed = run_ / ".step-000002.tmp";
   fs::copy(good, crashed);
-  write_text(run_ / "latest.tmp", "step-000002\n");
+  write_text_file(run_ / "latest.tmp", "step-000002\n");
   EXPECT_EQ(resolve(run_), good);
   fs::remove(run_ / "latest");
   EXPECT_EQ(resolve(run_), good);
@@ -383,7 +366,7 @@ TEST_F(CheckpointTest, AMissingPartCommitsNothing) {
   EXPECT_ERROR_MENTIONS(error_of([&] { commit_save(run_, 2, 3, json{}, 1); }), "rank-00002.json",
                         "rank 2 did not write its part");
   EXPECT_FALSE(fs::exists(run_ / "step-000002"));
-  EXPECT_EQ(read_text(run_ / "latest"), "step-000001\n");
+  EXPECT_EQ(read_text_file(run_ / "latest"), "step-000001\n");
   EXPECT_EQ(resolve(run_), good);
   EXPECT_EQ(find_latest(run_), good);
 }

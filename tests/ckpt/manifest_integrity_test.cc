@@ -9,6 +9,7 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/manifest.h"
 #include "tessera/core/arena.h"
+#include "tessera/core/text_corpus.h"
 #include "tests/expect_error.h"
 #include "tests/test_dir.h"
 
@@ -18,17 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::expect_error;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
 
 class ManifestIntegrity : public ::testing::Test {
  protected:
@@ -48,11 +38,11 @@ class ManifestIntegrity : public ::testing::Test {
   // Replaces the one occurrence of `from` in manifest.json by `to`, as a stray edit would.
   void edit_manifest(const std::string& from, const std::string& to) {
     const fs::path path = step_dir_ / kManifestFile;
-    std::string text = read_text(path);
+    std::string text = read_text_file(path);
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << " in " << text;
     ASSERT_EQ(text.find(from, at + 1), std::string::npos) << from << " twice in " << text;
-    write_text(path, text.replace(at, from.size(), to));
+    write_text_file(path, text.replace(at, from.size(), to));
   }
 
   // Every refusal names manifest.json as the file at fault, never the data file.
@@ -81,9 +71,9 @@ class ManifestIntegrity : public ::testing::Test {
 };
 
 TEST_F(ManifestIntegrity, AnIntactManifestLoadsWhateverItsWhitespace) {
-  const json j = json::parse(read_text(step_dir_ / kManifestFile));
+  const json j = json::parse(read_text_file(step_dir_ / kManifestFile));
   EXPECT_EQ(j[kManifestChecksumKey], manifest_checksum(j));
-  write_text(step_dir_ / kManifestFile, j.dump(7));
+  write_text_file(step_dir_ / kManifestFile, j.dump(7));
   const Manifest m = read_manifest(step_dir_);
   EXPECT_EQ(m.step, 3);
   EXPECT_EQ(m.metadata, metadata());
@@ -123,7 +113,7 @@ TEST_F(ManifestIntegrity, AFlippedTensorOffsetIsBlamedOnTheManifest) {
 }
 
 TEST_F(ManifestIntegrity, AChangedChecksumIsRefused) {
-  const json j = json::parse(read_text(step_dir_ / kManifestFile));
+  const json j = json::parse(read_text_file(step_dir_ / kManifestFile));
   const std::string crc = std::to_string(j[kManifestChecksumKey].get<uint32_t>());
   edit_manifest("\"manifest_crc32\": " + crc, "\"manifest_crc32\": 1" + crc);
   expect_manifest_refused();

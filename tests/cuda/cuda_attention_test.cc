@@ -64,7 +64,8 @@ std::string attention_shape_name(const ::testing::TestParamInfo<AttentionShape>&
 }
 
 TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
-  const auto [Tn, hd, KVH] = GetParam();
+  int64_t Tn, hd, KVH;
+  std::tie(Tn, hd, KVH) = GetParam();
   const int64_t B = 2, H = 8, ld = (H + 2 * KVH) * hd;
   // The CPU contract's scratch on both sides: a device kernel may use it or not.
   const int64_t scratch_size = attention_scratch_size(Tn) * omp_get_max_threads();
@@ -144,7 +145,8 @@ std::string paged_shape_name(const ::testing::TestParamInfo<PagedShape>& info) {
 // token of each. Queries, keys and values come in one packed row per token, as the model's qkv
 // projection writes them.
 TEST_P(CudaPagedAttention, MatchesCpuOverChunksOfDifferentLengths) {
-  const auto [H, KVH, hd] = GetParam();
+  int64_t H, KVH, hd;
+  std::tie(H, KVH, hd) = GetParam();
   const int64_t block_tokens = 16, blocks = 16, W = KVH * hd, row = (H + 2 * KVH) * hd;
   const int64_t max_context = 64;
   const std::vector<std::vector<int32_t>> tables = {{9, 2, 14}, {5, 11, 0, 7}, {3, 15, 8}, {12, 6}};

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,9 @@ struct CliResult {
   int exit_code;
   std::string output;  // stdout and stderr together
 };
+
+// The shipped configuration files, as a path prefix.
+inline const std::string kConfigs = std::string(TESSERA_SOURCE_DIR) + "/configs/";
 
 // Flags for a model small enough to train in a second or two on two cores.
 inline const std::string kSmallModel =
@@ -72,6 +76,12 @@ inline CliResult run_mpi(int ranks, const std::string& args) {
       "--oversubscribe -np " +
       std::to_string(ranks) + " " + TESSERA_BINARY + " " + args);
 }
+
+// A training job's processes and its mesh flags, as run_mpi starts them.
+struct JobLayout {
+  int ranks;
+  std::string mesh;
+};
 
 // Each bad input must end in one line "error: ..." naming the problem and a non-zero exit.
 inline void expect_one_line_error(const CliResult& r, const std::string& mentions) {
@@ -150,6 +160,18 @@ class Background {
 inline std::string read_all(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Each step's loss within `tolerance` of the reference's, relative; prints the worst difference.
+inline void expect_same_losses(const std::vector<double>& losses,
+                               const std::vector<double>& reference, double tolerance = 1e-5) {
+  ASSERT_EQ(losses.size(), reference.size());
+  double worst = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    worst = std::max(worst, std::abs(losses[i] / reference[i] - 1));
+    EXPECT_NEAR(losses[i] / reference[i], 1.0, tolerance) << "step " << i + 1;
+  }
+  std::printf("  worst relative loss difference over %zu steps: %.2e\n", losses.size(), worst);
 }
 
 // The training losses of metrics.jsonl, in step order.

@@ -32,13 +32,6 @@ class DataParallelCli : public ::testing::Test {
   TempDir dir{"tessera-dp-cli"};
 };
 
-void expect_same_losses(const std::vector<double>& losses, const std::vector<double>& reference) {
-  ASSERT_EQ(losses.size(), reference.size());
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_NEAR(losses[i] / reference[i], 1.0, 1e-5) << "step " << i + 1;
-  }
-}
-
 TEST_F(DataParallelCli, EveryZeroStageFollowsTheSingleRankLossCurve) {
   for (const std::string accum : {"1", "2"}) {
     SCOPED_TRACE("grad_accum " + accum);

@@ -14,8 +14,6 @@
 namespace tessera::testing {
 namespace {
 
-const std::string kConfigs = std::string(TESSERA_SOURCE_DIR) + "/configs/";
-
 TEST(DryRunCli, ATrillionParametersOn3072RanksInSecondsAndThePlannersMemory) {
   const auto start = std::chrono::steady_clock::now();
   const CliResult r = run_cli("train --dry-run --config " + kConfigs + "gpt-1t.toml");

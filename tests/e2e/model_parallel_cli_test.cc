@@ -45,25 +45,9 @@ class ModelParallelCli : public ::testing::Test {
   TempDir dir{"tessera-mp-cli"};
 };
 
-void expect_same_losses(const std::vector<double>& losses, const std::vector<double>& reference,
-                        double tolerance = 1e-5) {
-  ASSERT_EQ(losses.size(), reference.size());
-  double worst = 0;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    worst = std::max(worst, std::abs(losses[i] / reference[i] - 1));
-    EXPECT_NEAR(losses[i] / reference[i], 1.0, tolerance) << "step " << i + 1;
-  }
-  std::printf("  worst relative loss difference over %zu steps: %.2e\n", losses.size(), worst);
-}
-
-struct Layout {
-  int ranks;
-  std::string mesh;
-};
-
 // Each model's layouts against its single-rank run, with and without gradient accumulation.
 TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
-  const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
+  const std::vector<std::tuple<std::string, std::string, std::vector<JobLayout>>> cases = {
       {"gpt2",
        kGpt2,
        {{2, "--set mesh.tp=2"},
@@ -99,7 +83,7 @@ TEST_F(ModelParallelCli, EveryLayoutFollowsTheSingleRankLossCurve) {
       const std::vector<double> reference = losses(1, name + "-one-" + accum, model, extra, 10);
       ASSERT_EQ(reference.size(), 10u);
       int i = 0;
-      for (const Layout& l : layouts) {
+      for (const JobLayout& l : layouts) {
         SCOPED_TRACE(l.mesh);
         std::printf("%s, grad_accum %s, %s:\n", name.c_str(), accum.c_str(), l.mesh.c_str());
         const std::string out = name + "-" + std::to_string(i++) + "-" + accum;
@@ -187,7 +171,7 @@ std::map<std::string, std::vector<float>> gradients(const fs::path& run) {
 }
 
 TEST_F(ModelParallelCli, GradientsAfterOneStepEqualTheSingleRanksPerParameter) {
-  const std::vector<std::tuple<std::string, std::string, Layout>> cases = {
+  const std::vector<std::tuple<std::string, std::string, JobLayout>> cases = {
       {"gpt2-sp", kGpt2, {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"}},
       {"gpt2-tp2dp2", kGpt2, {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3"}},
       {"llama-gqa-sp", kLlamaGqa, {4, "--set mesh.tp=4 --set mesh.sequence_parallel=true"}},
@@ -225,13 +209,14 @@ TEST_F(ModelParallelCli, GradientsAfterOneStepEqualTheSingleRanksPerParameter) {
 // continue those of the uninterrupted run.
 TEST_F(ModelParallelCli, CheckpointsResumeOnOtherLayouts) {
   const std::string every = " --set checkpoint.every=10";
-  const std::vector<std::tuple<std::string, std::string, Layout, std::vector<Layout>>> cases = {
-      {"tp2dp2-zero3",
-       kGpt2,
-       {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3"},
-       {{4, "--set mesh.dp=4 --set train.zero=1"}, {4, "--set mesh.tp=4"}}},
-      {"moe-ep4", kMoe, {4, "--set mesh.dp=4 --set mesh.ep=4"}, {{1, ""}}},
-  };
+  const std::vector<std::tuple<std::string, std::string, JobLayout, std::vector<JobLayout>>> cases =
+      {
+          {"tp2dp2-zero3",
+           kGpt2,
+           {4, "--set mesh.tp=2 --set mesh.dp=2 --set train.zero=3"},
+           {{4, "--set mesh.dp=4 --set train.zero=1"}, {4, "--set mesh.tp=4"}}},
+          {"moe-ep4", kMoe, {4, "--set mesh.dp=4 --set mesh.ep=4"}, {{1, ""}}},
+      };
   for (const auto& [name, model, first, next] : cases) {
     SCOPED_TRACE(name);
     const std::vector<double> reference =
@@ -242,7 +227,7 @@ TEST_F(ModelParallelCli, CheckpointsResumeOnOtherLayouts) {
     const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(step10 / "manifest.json"));
     ASSERT_TRUE(manifest["metadata"].contains("placed")) << manifest["metadata"].dump();
     int i = 0;
-    for (const Layout& l : next) {
+    for (const JobLayout& l : next) {
       SCOPED_TRACE(l.mesh);
       const std::string out = name + "-resumed-" + std::to_string(i++);
       fs::create_directories(fs::path(dir / out) / "checkpoints");

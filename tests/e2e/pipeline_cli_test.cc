@@ -18,11 +18,14 @@ namespace fs = std::filesystem;
 
 // Eight blocks, so that pp = 4 interleaved over 2 virtual stages has one block per stage, and
 // four micro-batches, which interleaving on 4 ranks needs.
-const std::string kGpt2 = kSmallModel +
-                          " --set model.n_layer=8 --set model.n_head=4 --set train.grad_accum=4"
-                          " --set train.eval_every=10";
-const std::string kLlama = kGpt2 + " --set model.arch=llama --set model.tie_embeddings=false";
-const std::string kMoe = kLlama + " --set model.moe_experts=4 --set model.moe_top_k=2";
+const std::string kEightBlockGpt2 =
+    kSmallModel +
+    " --set model.n_layer=8 --set model.n_head=4 --set train.grad_accum=4"
+    " --set train.eval_every=10";
+const std::string kEightBlockLlama =
+    kEightBlockGpt2 + " --set model.arch=llama --set model.tie_embeddings=false";
+const std::string kEightBlockMoe =
+    kEightBlockLlama + " --set model.moe_experts=4 --set model.moe_top_k=2";
 
 class PipelineCli : public ::testing::Test {
  protected:
@@ -66,51 +69,49 @@ void expect_same(const std::vector<double>& got, const std::vector<double>& want
   std::printf("  %zu %s, worst relative difference %.2e\n", got.size(), what, worst);
 }
 
-struct Layout {
-  int ranks;
-  std::string mesh;
-};
-
 TEST_F(PipelineCli, EveryScheduleAndLayoutFollowsTheSingleRankLossCurve) {
   const std::string interleaved = " --set mesh.pp_schedule=interleaved --set mesh.pp_virtual=2";
   const std::string zero_bubble = " --set mesh.pp_schedule=zb-h1";
-  const std::vector<std::tuple<std::string, std::string, std::string, std::vector<Layout>>> cases =
-      {{"gpt2",
-        kGpt2,
-        "",
-        {{2, "--set mesh.pp=2 --set mesh.pp_schedule=gpipe"},
-         {2, "--set mesh.pp=2 --set mesh.pp_schedule=1f1b"},
-         {2, "--set mesh.pp=2" + interleaved},
-         {2, "--set mesh.pp=2" + zero_bubble},
-         {4, "--set mesh.pp=4 --set mesh.pp_schedule=gpipe"},
-         {4, "--set mesh.pp=4 --set mesh.pp_schedule=1f1b"},
-         {4, "--set mesh.pp=4" + interleaved},
-         {4, "--set mesh.pp=4" + zero_bubble},
-         {2, "--set mesh.pp=2 --set mesh.pp_layers=3,5"},
-         {8, "--set mesh.pp=2 --set mesh.tp=2 --set mesh.dp=2 --set train.zero=1" + interleaved}}},
-       {"gpt2-6-blocks", kGpt2, " --set model.n_layer=6", {{4, "--set mesh.pp=4"}}},
-       // One kv head shared by both tensor-parallel ranks; sequence parallelism gathers the
-       // norm outputs again for the weight gradients that zero-bubble takes later.
-       {"llama",
-        kLlama + " --set model.n_kv_head=1",
-        "",
-        {{4, "--set mesh.pp=2 --set mesh.tp=2 --set train.recompute=full"},
-         {4,
-          "--set mesh.pp=2 --set mesh.tp=2 --set mesh.sequence_parallel=true"
-          " --set train.recompute=selective" +
-              zero_bubble}}},
-       {"moe",
-        kMoe,
-        "",
-        {{4, "--set mesh.pp=2 --set mesh.dp=2 --set mesh.ep=2"},
-         {4, "--set mesh.pp=2 --set mesh.dp=2 --set mesh.ep=2 --set train.zero=1" + zero_bubble}}}};
+  const std::vector<std::tuple<std::string, std::string, std::string, std::vector<JobLayout>>>
+      cases = {
+          {"gpt2",
+           kEightBlockGpt2,
+           "",
+           {{2, "--set mesh.pp=2 --set mesh.pp_schedule=gpipe"},
+            {2, "--set mesh.pp=2 --set mesh.pp_schedule=1f1b"},
+            {2, "--set mesh.pp=2" + interleaved},
+            {2, "--set mesh.pp=2" + zero_bubble},
+            {4, "--set mesh.pp=4 --set mesh.pp_schedule=gpipe"},
+            {4, "--set mesh.pp=4 --set mesh.pp_schedule=1f1b"},
+            {4, "--set mesh.pp=4" + interleaved},
+            {4, "--set mesh.pp=4" + zero_bubble},
+            {2, "--set mesh.pp=2 --set mesh.pp_layers=3,5"},
+            {8,
+             "--set mesh.pp=2 --set mesh.tp=2 --set mesh.dp=2 --set train.zero=1" + interleaved}}},
+          {"gpt2-6-blocks", kEightBlockGpt2, " --set model.n_layer=6", {{4, "--set mesh.pp=4"}}},
+          // One kv head shared by both tensor-parallel ranks; sequence parallelism gathers the
+          // norm outputs again for the weight gradients that zero-bubble takes later.
+          {"llama",
+           kEightBlockLlama + " --set model.n_kv_head=1",
+           "",
+           {{4, "--set mesh.pp=2 --set mesh.tp=2 --set train.recompute=full"},
+            {4,
+             "--set mesh.pp=2 --set mesh.tp=2 --set mesh.sequence_parallel=true"
+             " --set train.recompute=selective" +
+                 zero_bubble}}},
+          {"moe",
+           kEightBlockMoe,
+           "",
+           {{4, "--set mesh.pp=2 --set mesh.dp=2 --set mesh.ep=2"},
+            {4,
+             "--set mesh.pp=2 --set mesh.dp=2 --set mesh.ep=2 --set train.zero=1" + zero_bubble}}}};
   for (const auto& [name, model, extra, layouts] : cases) {
     SCOPED_TRACE(name);
     const auto [reference, held_out] = losses(1, name + "-one", model, extra);
     ASSERT_EQ(reference.size(), 20u);
     ASSERT_EQ(held_out.size(), 3u);
     int i = 0;
-    for (const Layout& l : layouts) {
+    for (const JobLayout& l : layouts) {
       SCOPED_TRACE(l.mesh);
       std::printf("%s, %s:\n", name.c_str(), l.mesh.c_str());
       const auto [got, got_held_out] =
@@ -123,16 +124,17 @@ TEST_F(PipelineCli, EveryScheduleAndLayoutFollowsTheSingleRankLossCurve) {
 
 TEST_F(PipelineCli, Bf16FollowsItsSingleRankCurveWithinTwoPercent) {
   const std::string bf16 = " --set train.precision=bf16";
-  const auto [reference, held_out] = losses(1, "bf16-one", kGpt2, bf16);
+  const auto [reference, held_out] = losses(1, "bf16-one", kEightBlockGpt2, bf16);
   int i = 0;
-  for (const Layout& l :
-       {Layout{2, "--set mesh.pp=2 --set mesh.pp_schedule=interleaved --set mesh.pp_virtual=2"},
-        Layout{2, "--set mesh.pp=2 --set mesh.pp_schedule=zb-h1"},
-        Layout{4, "--set mesh.pp=2 --set mesh.dp=2 --set train.zero=1"}}) {
+  for (const JobLayout& l :
+       {JobLayout{2, "--set mesh.pp=2 --set mesh.pp_schedule=interleaved --set mesh.pp_virtual=2"},
+        JobLayout{2, "--set mesh.pp=2 --set mesh.pp_schedule=zb-h1"},
+        JobLayout{4, "--set mesh.pp=2 --set mesh.dp=2 --set train.zero=1"}}) {
     SCOPED_TRACE(l.mesh);
     std::printf("bf16, %s:\n", l.mesh.c_str());
-    expect_same(losses(l.ranks, "bf16-" + std::to_string(i++), kGpt2, bf16 + " " + l.mesh).first,
-                reference, 0.02, "training losses");
+    expect_same(
+        losses(l.ranks, "bf16-" + std::to_string(i++), kEightBlockGpt2, bf16 + " " + l.mesh).first,
+        reference, 0.02, "training losses");
   }
 }
 
@@ -140,14 +142,14 @@ TEST_F(PipelineCli, Bf16FollowsItsSingleRankCurveWithinTwoPercent) {
 // continue those of the uninterrupted run.
 TEST_F(PipelineCli, CheckpointsResumeAcrossAChangeOfPipelineDepth) {
   const std::string every = " --set checkpoint.every=10";
-  const std::vector<std::tuple<std::string, Layout, Layout>> cases = {
+  const std::vector<std::tuple<std::string, JobLayout, JobLayout>> cases = {
       {"pp2tp2", {4, "--set mesh.pp=2 --set mesh.tp=2"}, {4, "--set mesh.dp=4"}},
       {"dp4", {4, "--set mesh.dp=4 --set train.zero=1"}, {4, "--set mesh.pp=4"}},
   };
   for (const auto& [name, first, next] : cases) {
     SCOPED_TRACE(name);
     const std::vector<double> reference =
-        losses(first.ranks, name, kGpt2, every + " " + first.mesh).first;
+        losses(first.ranks, name, kEightBlockGpt2, every + " " + first.mesh).first;
     ASSERT_EQ(reference.size(), 20u);
     const fs::path step10 = fs::path(dir / name) / "checkpoints" / "step-000010";
     ASSERT_TRUE(fs::exists(step10 / "COMMIT"));
@@ -156,7 +158,7 @@ TEST_F(PipelineCli, CheckpointsResumeAcrossAChangeOfPipelineDepth) {
     fs::copy(step10, fs::path(dir / out) / "checkpoints" / "step-000010",
              fs::copy_options::recursive);
     std::printf("%s resumed at step 10 on %s:\n", name.c_str(), next.mesh.c_str());
-    expect_same(losses(next.ranks, out, kGpt2, every + " " + next.mesh).first,
+    expect_same(losses(next.ranks, out, kEightBlockGpt2, every + " " + next.mesh).first,
                 std::vector<double>(reference.begin() + 10, reference.end()), 1e-5,
                 "training losses");
   }
@@ -174,7 +176,7 @@ TEST_F(PipelineCli, WhatAPipelineCannotRunEndsEveryRankWithOneClearError) {
   int i = 0;
   for (const auto& [mesh, message] : cases) {
     SCOPED_TRACE(mesh);
-    const CliResult r = train(2, "bad-" + std::to_string(i++), kGpt2, mesh);
+    const CliResult r = train(2, "bad-" + std::to_string(i++), kEightBlockGpt2, mesh);
     EXPECT_NE(r.exit_code, 0) << r.output;
     for (int rank = 0; rank < 2; ++rank) {
       const std::string line = "error: rank " + std::to_string(rank) + " of 2: ";

@@ -11,8 +11,6 @@
 namespace tessera::testing {
 namespace {
 
-const std::string kConfigs = std::string(TESSERA_SOURCE_DIR) + "/configs/";
-
 TEST(PlanCli, LargeModelsPlanInSecondsOnTpuAndGpu) {
   for (const std::string model : {"gpt-1t.toml", "moe-671b.toml"}) {
     for (const std::string hardware : {"tpu-v5p", "h100"}) {

@@ -29,9 +29,9 @@ const std::string kModelShape =
     " --set model.n_layer=2 --set model.n_head=4 --set model.d_model=32 --set model.max_seq=64"
     " --set train.batch_size=4 --set train.seq_len=64 --set train.steps=15"
     " --set train.eval_every=0 --set train.log_every=10 --set train.threads=1";
-const std::string kGpt2 = kModelShape + " --set model.vocab_size=50257";
-const std::string kLlamaGqa = kModelShape + kLlamaGqaFlags;
-const std::string kMoe = kModelShape + kMoeFlags;
+const std::string kServedGpt2 = kModelShape + " --set model.vocab_size=50257";
+const std::string kServedLlamaGqa = kModelShape + kLlamaGqaFlags;
+const std::string kServedMoe = kModelShape + kMoeFlags;
 
 struct Completion {
   std::string text;
@@ -117,7 +117,7 @@ class ServeAcrossRanks : public ::testing::Test {
   static inline std::map<std::string, std::string> runs_;
 };
 
-struct Layout {
+struct ServingLayout {
   int tp, pp, ep;
   // Speculative decoding: the leader's plan carries the drafts (GPT-2's tp=2 x pp=2 only, as
   // Llama's and the mixture's cover that layout without).
@@ -125,14 +125,14 @@ struct Layout {
 };
 
 TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
-  const std::vector<std::tuple<std::string, std::string, std::vector<Layout>>> cases = {
-      {"gpt2-50257", kGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1, 4}}},
-      {"llama-gqa", kLlamaGqa, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
-      {"moe", kMoe, {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}}};
+  const std::vector<std::tuple<std::string, std::string, std::vector<ServingLayout>>> cases = {
+      {"gpt2-50257", kServedGpt2, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1, 4}}},
+      {"llama-gqa", kServedLlamaGqa, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}}},
+      {"moe", kServedMoe, {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1}}}};
   for (const auto& [name, model, layouts] : cases) {
     const std::string run = train(name, model);
     const std::vector<Completion> one = served(run, "", 1);
-    for (const Layout& layout : layouts) {
+    for (const ServingLayout& layout : layouts) {
       const std::string mesh = fmt::format("--tp {} --pp {} --ep {} --draft-tokens {}", layout.tp,
                                            layout.pp, layout.ep, layout.draft_tokens);
       SCOPED_TRACE(name + " " + mesh);
@@ -154,7 +154,7 @@ TEST_F(ServeAcrossRanks, EveryLayoutCompletesAsOneRankDoes) {
 }
 
 TEST_F(ServeAcrossRanks, TwoRanksInBf16AndInt8StayCloseToOne) {
-  const std::string run = train("gpt2-50257", kGpt2);
+  const std::string run = train("gpt2-50257", kServedGpt2);
   for (const std::string format : {"--precision bf16", "--quantize int8"}) {
     SCOPED_TRACE(format);
     const std::vector<Completion> one = served(run, format, 1);
@@ -177,7 +177,7 @@ TEST_F(ServeAcrossRanks, TwoRanksInBf16AndInt8StayCloseToOne) {
 // A Hugging Face folder exported from a checkpoint loads onto two tensor-parallel ranks, each
 // taking its slices of the folder's whole tensors, and completes as the checkpoint does on one.
 TEST_F(ServeAcrossRanks, AHuggingFaceFolderServesSplitAsItsCheckpointDoes) {
-  const std::string run = train("llama-gqa", kLlamaGqa);
+  const std::string run = train("llama-gqa", kServedLlamaGqa);
   const std::string hf = *dir_ / "llama-gqa-hf";
   const CliResult exported = run_cli("convert export --checkpoint " + run + " --out " + hf);
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
@@ -205,7 +205,7 @@ pid_t rank_process(pid_t launcher, int rank) {
 }
 
 TEST_F(ServeAcrossRanks, ARankThatDiesEndsTheJobNamingIt) {
-  const std::string run = train("gpt2-50257", kGpt2);
+  const std::string run = train("gpt2-50257", kServedGpt2);
   ServerProcess server("--checkpoint " + run + " --model-name tiny --threads 1 --tp 2", 2);
   ASSERT_EQ(complete_all(server.port()).size(), size_t(kPrompts));
   const pid_t follower = rank_process(server.pid(), 1);

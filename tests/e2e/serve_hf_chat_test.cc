@@ -18,7 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kSource = TESSERA_SOURCE_DIR;
-const fs::path kClientDir = kSource / "tests/serve/openai_client";
 const fs::path kTemplates = kSource / "tests/serve/chat_templates";
 
 struct Case {
@@ -31,8 +30,8 @@ void PrintTo(const Case& c, std::ostream* out) { *out << c.arch << " with " << c
 class ServeHfChat : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ServeHfChat, AnswersWithTheFoldersChatTemplate) {
-  if (!fs::exists(kClientDir / "node_modules/@huggingface/tokenizers")) {
-    GTEST_SKIP() << kClientDir / "node_modules"
+  if (!fs::exists(kOpenAiClientDir / "node_modules/@huggingface/tokenizers")) {
+    GTEST_SKIP() << kOpenAiClientDir / "node_modules"
                  << " is incomplete: run scripts/setup.sh --test";
   }
   const Case& c = GetParam();
@@ -51,7 +50,7 @@ TEST_P(ServeHfChat, AnswersWithTheFoldersChatTemplate) {
   EXPECT_NE(server.output().find("the model's chat template"), std::string::npos)
       << server.output();
   const CliResult check =
-      run_command("node '" + (kClientDir / "chat_template_check.mjs").string() +
+      run_command("node '" + (kOpenAiClientDir / "chat_template_check.mjs").string() +
                   "' http://127.0.0.1:" + std::to_string(server.port()) + "/v1 chat-key hf-model " +
                   (dir / "hf") + " " + served_template);
   EXPECT_EQ(check.exit_code, 0) << check.output << "\n--- server ---\n" << server.output();

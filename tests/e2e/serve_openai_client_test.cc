@@ -16,14 +16,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kClientDir = fs::path(TESSERA_SOURCE_DIR) / "tests" / "serve" / "openai_client";
-
 TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
   if (run_command("node --version").exit_code != 0) {
     GTEST_SKIP() << "node is missing: run scripts/setup.sh --test";
   }
-  if (!fs::exists(kClientDir / "node_modules" / "openai")) {
-    GTEST_SKIP() << kClientDir / "node_modules"
+  if (!fs::exists(kOpenAiClientDir / "node_modules" / "openai")) {
+    GTEST_SKIP() << kOpenAiClientDir / "node_modules"
                  << " is missing: run scripts/setup.sh --test";
   }
   TempDir dir("serve-openai-client");
@@ -35,9 +33,9 @@ TEST(ServeOpenAiClient, OfficialClientPassesEveryCheck) {
                              " --api-key client-test-key --model-name tiny-lm --threads 1 --tp " +
                              std::to_string(ranks),
                          ranks);
-    const CliResult client = run_command("node '" + (kClientDir / "client_test.mjs").string() +
-                                         "' http://127.0.0.1:" + std::to_string(server.port()) +
-                                         "/v1 client-test-key tiny-lm");
+    const CliResult client = run_command(
+        "node '" + (kOpenAiClientDir / "client_test.mjs").string() +
+        "' http://127.0.0.1:" + std::to_string(server.port()) + "/v1 client-test-key tiny-lm");
     EXPECT_EQ(client.exit_code, 0) << client.output << "\n--- server ---\n" << server.output();
     EXPECT_EQ(checks_passed(client.output), 8u) << client.output;
     std::printf("%s", client.output.c_str());

@@ -20,6 +20,11 @@
 
 namespace tessera::testing {
 
+// The Node.js clients that talk to a server as users' libraries do (the openai and Hugging Face
+// packages), with their node_modules.
+inline const std::filesystem::path kOpenAiClientDir =
+    std::filesystem::path(TESSERA_SOURCE_DIR) / "tests" / "serve" / "openai_client";
+
 class ServerProcess {
  public:
   // args follow `tessera serve --port 0`; waits up to a minute for "listening on". With several

@@ -14,6 +14,7 @@
 
 #include "tessera/interop/hf_convert.h"
 #include "tessera/interop/safetensors.h"
+#include "tests/expect_error.h"
 #include "tests/test_dir.h"
 
 namespace tessera::interop {
@@ -23,23 +24,7 @@ namespace fs = std::filesystem;
 using model::Architecture;
 using model::ModelConfig;
 using nlohmann::json;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tessera::Error thrown>";
-}
-
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  const std::string m = error_of(f);
-  for (const std::string& part : parts) {
-    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' in: " << m;
-  }
-  EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
-}
+using testing::expect_error;
 
 ModelConfig gpt2() {
   ModelConfig c;

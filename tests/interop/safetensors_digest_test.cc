@@ -10,6 +10,7 @@
 #include "tessera/core/checksum.h"
 #include "tessera/interop/safetensors.h"
 #include "tests/expect_error.h"
+#include "tests/interop/tensor_of.h"
 #include "tests/test_dir.h"
 
 namespace tessera::interop {
@@ -17,16 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::expect_error;
+using testing::tensor_of;
 
 const std::vector<float> kA = {1.5f, -2.0f, 0.25f, 8.0f, 3.0f, -0.5f};
 const std::vector<float> kB = {7.0f, 9.0f, -1.0f};
-
-SafetensorsTensor tensor_of(std::string name, std::vector<int64_t> shape,
-                            const std::vector<float>& values) {
-  return {std::move(name), std::move(shape), [&values](std::span<float> out) {
-            std::copy(values.begin(), values.end(), out.begin());
-          }};
-}
 
 // The header as JSON and the data section of a file.
 struct Parts {

@@ -11,30 +11,16 @@
 #include <sstream>
 
 #include "tessera/core/error.h"
+#include "tests/expect_error.h"
+#include "tests/interop/tensor_of.h"
 #include "tests/test_dir.h"
 
 namespace tessera::interop {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tessera::Error thrown>";
-}
-
-// Every part must appear in the one-line message.
-void expect_error(const std::function<void()>& f, std::initializer_list<const char*> parts) {
-  const std::string m = error_of(f);
-  for (const char* part : parts) {
-    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' in: " << m;
-  }
-  EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
-}
+using testing::expect_error;
+using testing::tensor_of;
 
 // A file: the 8-byte little-endian length of `header`, the header, then `data`.
 std::string file_of(const std::string& header, const std::string& data) {
@@ -52,7 +38,7 @@ SafetensorsHeader parse(const std::string& file) {
   return parse_safetensors(bytes_of(file), "test.safetensors");
 }
 
-void expect_parse_error(const std::string& file, std::initializer_list<const char*> parts) {
+void expect_parse_error(const std::string& file, std::initializer_list<std::string> parts) {
   expect_error([&] { parse(file); }, parts);
 }
 
@@ -94,13 +80,6 @@ std::vector<float> iota(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * (float(i) - float(n) / 3);
   return v;
-}
-
-SafetensorsTensor tensor_of(std::string name, std::vector<int64_t> shape,
-                            const std::vector<float>& values) {
-  return {std::move(name), std::move(shape), [&values](std::span<float> out) {
-            std::copy(values.begin(), values.end(), out.begin());
-          }};
 }
 
 TEST_F(SafetensorsFileTest, RoundTripsF32ExactlyWithMetadata) {

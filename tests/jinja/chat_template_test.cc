@@ -138,7 +138,7 @@ std::vector<Conversation> conversations() {
                                     {"name", "get_weather"},
                                     {"content", "{\"temperature\": 21}"}};
   return {
-      {"user only", {message("user", "Hello!")}, false},
+      {"user only", ordered_json::array({message("user", "Hello!")}), false},
       {"system and user",
        {message("system", "You are a helpful assistant."),
         message("user", "What is the capital of France?")},
@@ -169,7 +169,8 @@ std::vector<Conversation> conversations() {
        {message("system", "  spaced system  \n"), message("user", "\n\tTabbed and padded\t \n"),
         message("assistant", "  answer  "), message("user", " last ")},
        false},
-      {"tools offered", {message("user", "What is the weather in Paris?")}, true},
+      {"tools offered", ordered_json::array({message("user", "What is the weather in Paris?")}),
+       true},
       {"a tool call and its result",
        {message("user", "What is the weather in Paris?"), tool_call, tool_result,
         message("assistant", "It is 21 degrees in Paris."), message("user", "Thanks!")},

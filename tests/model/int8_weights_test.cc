@@ -165,7 +165,8 @@ TEST(Int8Weights, ReportsTheWeightBytesEachTokenReads) {
 }
 
 TEST(Int8Weights, RefusesWhatItCannotServe) {
-  const auto [gpt2, llama, moe] = small_configs(16);
+  const SmallConfigs configs = small_configs(16);
+  const ModelConfig &gpt2 = configs.gpt2, &moe = configs.moe;
   testing::expect_error([&] { Transformer(gpt2, 1, 16, /*training=*/true, kInt8); },
                         {"int8", "training=false"});
   testing::expect_error([&] { Transformer(moe, 1, 16, /*training=*/false, kInt8); },

@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kUsage =
+constexpr const char* kConvertUsage =
     "usage: tessera convert <export|import> [flags]\n\n"
     "  export   write a checkpoint as a Hugging Face model folder or a GGUF file\n"
     "  import   turn a Hugging Face model folder into a run folder for tessera generate\n\n"
@@ -132,12 +132,12 @@ int convert_command(int argc, char** argv) {
   if (sub == "export") return export_checkpoint(argc - 1, argv + 1);
   if (sub == "import") return import_model(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
-    std::fputs(kUsage, stdout);
+    std::fputs(kConvertUsage, stdout);
     return 0;
   }
   std::fprintf(stderr, "error: tessera convert: %s\n%s",
                sub.empty() ? "missing subcommand" : ("unknown subcommand '" + sub + "'").c_str(),
-               kUsage);
+               kConvertUsage);
   return 2;
 }
 

@@ -15,7 +15,7 @@
 namespace tessera::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kTokenizerUsage =
     "usage: tessera tokenizer <train|encode|decode> [flags]\n\n"
     "  train    learn a byte-level BPE vocabulary from text files\n"
     "  encode   print the token ids of the text on stdin\n"
@@ -30,21 +30,21 @@ std::string read_stdin() {
   return text;
 }
 
-struct TrainFlags {
+struct TokenizerTrainFlags {
   int64_t vocab_size = 0;
   std::string out;
 };
 
 int train(int argc, char** argv) {
-  TrainFlags flags;
+  TokenizerTrainFlags flags;
   Command command("tokenizer train",
                   "Learn a byte-level BPE vocabulary (GPT-2 pre-tokenisation) from text\n"
                   "files or folders of them.",
                   "FILE...");
-  const Settings<TrainFlags> rows = {
-      required(flag("--vocab-size", "N", &TrainFlags::vocab_size,
+  const Settings<TokenizerTrainFlags> rows = {
+      required(flag("--vocab-size", "N", &TokenizerTrainFlags::vocab_size,
                     "ids in the vocabulary, <|endoftext|> included")),
-      required(flag("--out", "DIR", &TrainFlags::out,
+      required(flag("--out", "DIR", &TokenizerTrainFlags::out,
                     "directory to write tokenizer.json and ranks.tiktoken")),
   };
   if (!command.flags(rows, flags).parse(argc, argv)) return 0;
@@ -170,12 +170,12 @@ int tokenizer_command(int argc, char** argv) {
   if (sub == "encode") return encode(argc - 1, argv + 1);
   if (sub == "decode") return decode(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
-    std::fputs(kUsage, stdout);
+    std::fputs(kTokenizerUsage, stdout);
     return 0;
   }
   std::fprintf(stderr, "error: tessera tokenizer: %s\n%s",
                sub.empty() ? "missing subcommand" : ("unknown subcommand '" + sub + "'").c_str(),
-               kUsage);
+               kTokenizerUsage);
   return 2;
 }
 

@@ -57,9 +57,9 @@ std::vector<CpuFeature> cpu_features() {
       TESSERA_FEATURE("avx512bf16", false),
 #endif
 #ifdef __AMX_BF16__
-      TESSERA_FEATURE("amx-bf16", true),
+      CpuFeature{"amx-bf16", true, cpu_has_amx_bf16()},
 #else
-      TESSERA_FEATURE("amx-bf16", false),
+      CpuFeature{"amx-bf16", false, cpu_has_amx_bf16()},
 #endif
   };
 }

@@ -55,6 +55,11 @@ std::vector<fs::path> corpus_files(const fs::path& path) {
   return {path};
 }
 
+bool is_file(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
 std::string read_text_file(const fs::path& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
                                                        &std::fclose);

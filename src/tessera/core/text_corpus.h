@@ -13,6 +13,8 @@ namespace tessera {
 // missing or unreadable.
 std::vector<std::filesystem::path> corpus_files(const std::filesystem::path& path);
 
+// Whether the path names a regular file (following links); false where it cannot be read.
+bool is_file(const std::filesystem::path& path);
 // A whole file; the error names the path.
 std::string read_text_file(const std::filesystem::path& path);
 // Creates or replaces the file with `text`; the error names the path.

@@ -147,7 +147,7 @@ DatasetManifest manifest_head(const tokenizer::Tokenizer& tokenizer,
   std::error_code ec;
   if (tokenizer_source != "byte" && fs::is_directory(tokenizer_source, ec)) {
     m.tokenizer_source = fs::absolute(tokenizer_source).string();
-    m.tokenizer_copy = "tokenizer";
+    m.tokenizer_copy = tokenizer::kTokenizerCopyDir;
     tokenizer::copy_tokenizer(tokenizer_source, out_dir / m.tokenizer_copy);
   }
   return m;

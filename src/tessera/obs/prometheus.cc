@@ -76,7 +76,8 @@ Histogram::Histogram(std::vector<double> upper_bounds)
   for (size_t i = 0; i < upper_bounds_.size(); ++i) {
     check(std::isfinite(upper_bounds_[i]),
           "histogram bucket bound {} must be finite (+Inf is implied)", upper_bounds_[i]);
-    check(i == 0 || upper_bounds_[i - 1] < upper_bounds_[i],
+    if (i == 0) continue;
+    check(upper_bounds_[i - 1] < upper_bounds_[i],
           "histogram bucket bounds must increase, but {} follows {}", upper_bounds_[i],
           upper_bounds_[i - 1]);
   }

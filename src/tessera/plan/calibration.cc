@@ -23,8 +23,7 @@ namespace k = kernels;
 using model::ModelConfig;
 using model::Recompute;
 
-constexpr double kFloat = sizeof(float);
-constexpr double kAdamWBytes = 7 * kFloat;
+constexpr double kAdamWBytes = 7 * kFloatBytes;
 // A measured gemm does at most this much work: its dimensions are cut down, largest first, but
 // an output dimension never below kMinMeasuredRows and the summed one never below
 // kMinMeasuredSum, past which these shapes' rates no longer change much with size.
@@ -105,7 +104,7 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
   }
   std::map<GemmShape, size_t> ids;
   for (const auto& [shape, m] : measured) {
-    ids[shape] = timer.add([buffers, m] {
+    ids[shape] = timer.add([buffers, m = m] {
       float* c = buffers->c.data();
       if (m.accumulate) {
         int64_t& next = buffers->next_c;
@@ -135,8 +134,8 @@ RatesFrom time_gemms(const ModelConfig& config, const StepShape& step, KernelTim
 // Bytes a timed gemm found in cache that the step's call fetches from DRAM: A and B, and C unless
 // the gemm accumulates, when its timing read C from DRAM already.
 double gemm_bytes_from_dram(const GemmShape& s) {
-  const double operand = s.operands == model::Precision::kF32 ? kFloat : 2;
-  const double c = s.accumulate ? 0 : kFloat * double(s.m) * double(s.n);
+  const double operand = s.operands == model::Precision::kF32 ? kFloatBytes : 2;
+  const double c = s.accumulate ? 0 : kFloatBytes * double(s.m) * double(s.n);
   return operand * (double(s.m) * double(s.k) + double(s.k) * double(s.n)) + c;
 }
 
@@ -262,10 +261,10 @@ RatesFrom time_bandwidths(KernelTimer& timer) {
   const size_t zeroing = timer.add(
       [=] { k::fill_zeros(k::kCpuContext, b->v.data(), sizeof(float) * b->v.size()); }, dram);
   return [=](const KernelTimer& t, MachineRates& rates) {
-    rates.cache_bandwidth = 3 * kFloat * double(n_cached) / t.seconds(cached);
-    rates.activation_bandwidth = 3 * kFloat * double(kDramSample) / t.seconds(streaming);
+    rates.cache_bandwidth = 3 * kFloatBytes * double(n_cached) / t.seconds(cached);
+    rates.activation_bandwidth = 3 * kFloatBytes * double(kDramSample) / t.seconds(streaming);
     rates.parameter_bandwidth = kAdamWBytes * double(kDramSample) / t.seconds(adamw);
-    rates.zeroing_bandwidth = kFloat * double(kDramSample) / t.seconds(zeroing);
+    rates.zeroing_bandwidth = kFloatBytes * double(kDramSample) / t.seconds(zeroing);
   };
 }
 
@@ -362,25 +361,26 @@ StepPrediction predict_step(const ModelConfig& config, const StepShape& step,
 
   // Forward reads q, k, v and writes the output; backward reads the output's gradient and q, k,
   // v, and writes their gradients.
-  const double attention_forward = in_step(
-      attention_flops(config, step, false) / rates.attention_forward_flops, kFloat * N * (Q + HD));
+  const double attention_forward =
+      in_step(attention_flops(config, step, false) / rates.attention_forward_flops,
+              kFloatBytes * N * (Q + HD));
   const double attention_backward =
       in_step(attention_flops(config, step, true) / rates.attention_backward_flops,
-              kFloat * N * (2 * Q + HD));
+              kFloatBytes * N * (2 * Q + HD));
   p.attention_s = L * (forwards * attention_forward + attention_backward);
 
   const StepElements w = step_elements(config, step);
   p.memory_bound_s =
-      kFloat * w.streamed / rates.activation_bandwidth +
+      kFloatBytes * w.streamed / rates.activation_bandwidth +
       in_step(w.activation_forward / rates.mlp_activation_forward_rate,
-              kFloat * w.activation_forward_moved) +
+              kFloatBytes * w.activation_forward_moved) +
       in_step(w.activation_backward / rates.mlp_activation_backward_rate,
-              kFloat * w.activation_backward_moved) +
-      in_step(w.logits / rates.loss_rate, kFloat * 2 * w.logits) +
+              kFloatBytes * w.activation_backward_moved) +
+      in_step(w.logits / rates.loss_rate, kFloatBytes * 2 * w.logits) +
       // The router's per-token softmax and top-k, priced as the loss's softmax per element.
-      in_step(w.router_probabilities / rates.loss_rate, kFloat * 2 * w.router_probabilities);
+      in_step(w.router_probabilities / rates.loss_rate, kFloatBytes * 2 * w.router_probabilities);
   if (w.rope_rows > 0) {
-    p.memory_bound_s += in_step(w.rope_rows / rates.rope_rate, kFloat * w.rope_moved);
+    p.memory_bound_s += in_step(w.rope_rows / rates.rope_rate, kFloatBytes * w.rope_moved);
   }
   if (step.precision != model::Precision::kF32) {
     p.casts_s = w.narrowed / rates.narrow_rate + w.widened / rates.widen_rate;
@@ -389,7 +389,7 @@ StepPrediction predict_step(const ModelConfig& config, const StepShape& step,
                   kAdamWBytes * w.updated_parameters / rates.parameter_bandwidth;
   if (rates.ranks > 1) {
     // The all-reduce sums the gradients in the format the store keeps them: bf16 or f32.
-    const double gradient = step.precision == model::Precision::kBf16 ? 2 : kFloat;
+    const double gradient = step.precision == model::Precision::kBf16 ? 2 : kFloatBytes;
     p.communication_s = gradient * w.updated_parameters / rates.allreduce_bandwidth;
   }
   p.total_s =

@@ -152,7 +152,7 @@ Estimate estimate(const model::ModelConfig& c, const Accelerator& a, const Layou
 namespace {
 
 // What the parts of an estimate share about one layout's step.
-struct StepShape {
+struct LayoutStepShape {
   double chips;
   int64_t micro_batches;
   double tokens_per_micro_batch;  // per chip
@@ -168,7 +168,7 @@ struct StepShape {
 // Also finds the busiest rank's blocks: the engine's split, even or not (70 layers on 12 stages),
 // and the rank with the most blocks paces the pipeline.
 void estimate_memory(PlannedModel& planned, const Layout& l, const Workload& w,
-                     const PipelineCost& pipeline, StepShape& s, Estimate& e) {
+                     const PipelineCost& pipeline, LayoutStepShape& s, Estimate& e) {
   const model::ModelConfig& c = planned.config();
   const std::vector<int64_t> boundaries =
       parallel::stage_boundaries(parallel::stage_blocks(c, l.pp * l.vpp, {}));
@@ -195,7 +195,7 @@ void estimate_memory(PlannedModel& planned, const Layout& l, const Workload& w,
 // Every chip runs its share of the step's FLOPs at the matmul efficiency of its shapes; a
 // pipeline idles what its schedule's simulation says ((pp - 1) / (vpp x micro-batches) of that).
 void estimate_compute(PlannedModel& planned, const Accelerator& a, const Layout& l,
-                      const Workload& w, const PipelineCost& pipeline, const StepShape& s,
+                      const Workload& w, const PipelineCost& pipeline, const LayoutStepShape& s,
                       Estimate& e) {
   const model::ModelConfig& c = planned.config();
   const double imbalance = s.layers_per_chip / (double(c.n_layer) / double(l.pp));
@@ -226,7 +226,7 @@ void estimate_compute(PlannedModel& planned, const Accelerator& a, const Layout&
 // Tensor (sequence) parallelism: per layer and micro-batch, forward and backward move the
 // equivalent of four all-reduces of the layer's activations (six when the forward is rerun).
 // Pipeline: each micro-batch crosses every stage boundary forward and back.
-void estimate_model_parallel(const Accelerator& a, const Layout& l, const StepShape& s,
+void estimate_model_parallel(const Accelerator& a, const Layout& l, const LayoutStepShape& s,
                              Estimate& e) {
   const double tp_calls =
       double(s.micro_batches) * s.layers_per_chip * (4 + 2 * s.fully_recomputed);
@@ -254,7 +254,7 @@ void estimate_model_parallel(const Accelerator& a, const Layout& l, const StepSh
 // more gather where the forward is rerun); counted whole, not hidden behind attention.
 // Experts: two all-to-alls forward and two backward per MoE layer and micro-batch.
 void estimate_sequence_and_experts(const model::ModelConfig& c, const Accelerator& a,
-                                   const Layout& l, const StepShape& s, Estimate& e) {
+                                   const Layout& l, const LayoutStepShape& s, Estimate& e) {
   const int64_t per_domain = std::max<int64_t>(1, a.scaleup_domain / l.tp);
   const double calls = double(s.micro_batches) * s.layers_per_chip;
   if (l.cp > 1) {
@@ -290,8 +290,8 @@ void estimate_sequence_and_experts(const model::ModelConfig& c, const Accelerato
 // parameters all-gathered block by block after the update (1, 2) or before every forward and
 // backward (3). `params` of them over `ranks`.
 double data_parallel_seconds(PlannedModel& planned, const Accelerator& a, const Layout& l,
-                             const Workload& w, const StepShape& s, double params, int64_t ranks,
-                             Estimate& e) {
+                             const Workload& w, const LayoutStepShape& s, double params,
+                             int64_t ranks, Estimate& e) {
   const double bytes = params * parallel::zero_model_state(0, w.precision, 1, 1).grads;
   const int64_t per_domain = std::max<int64_t>(1, a.scaleup_domain / l.tp);
   const double m = double(s.micro_batches), blocks = s.layers_per_chip;
@@ -329,7 +329,7 @@ double data_parallel_seconds(PlannedModel& planned, const Accelerator& a, const 
 // The data-parallel time the step waits for, and the optimizer's: AdamW reads and writes the
 // master weights and both moments and writes bf16 parameters.
 void estimate_data_parallel(PlannedModel& planned, const Accelerator& a, const Layout& l,
-                            const Workload& w, const StepShape& s, Estimate& e) {
+                            const Workload& w, const LayoutStepShape& s, Estimate& e) {
   const ChipParameters held = planned.parameters(l.tp, l.ep);
   e.communication.data_parallel =
       data_parallel_seconds(planned, a, l, w, s, held.dense / double(l.pp), l.dp * l.cp, e) +
@@ -382,7 +382,7 @@ Estimate estimate(PlannedModel& planned, const Accelerator& a, const Layout& l, 
   e.layout = l;
   e.invalid = check_layout(c, l, w);
   if (!e.invalid.empty()) return e;
-  StepShape s;
+  LayoutStepShape s;
   s.chips = double(l.chips());
   s.micro_batches = w.global_batch / (l.dp * l.micro_batch);
   s.tokens_per_micro_batch = double(l.micro_batch * w.seq_len / l.cp);

@@ -22,8 +22,6 @@ using model::PartId;
 using model::Precision;
 using model::Recompute;
 
-constexpr double kFloat = sizeof(float);
-
 // A mixture of experts' linears, which MoeLayer multiplies in f32; the others are Linear layers,
 // which multiply in the step's precision.
 bool in_mixture(const Part& p) {
@@ -248,7 +246,7 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
 
   const double params = double(layout.params.total());
   w.updated_parameters = params;
-  w.zeroed_bytes = (step.precision == Precision::kBf16 ? 2 : kFloat) * params;
+  w.zeroed_bytes = (step.precision == Precision::kBf16 ? 2 : kFloatBytes) * params;
   if (!low(step)) return w;
 
   // Narrowed to the matmul format forward: the blocks' matmul inputs, and the final norm's
@@ -273,7 +271,7 @@ StepElements step_elements(const ModelConfig& config, const StepShape& step) {
   if (step.precision == Precision::kBf16) {
     // bf16 gradients: each unit's backward writes an f32 slot (cleared first), which is narrowed
     // into the bf16 gradients (the step's one micro-batch is their whole sum).
-    w.zeroed_bytes += kFloat * params;
+    w.zeroed_bytes += kFloatBytes * params;
     w.narrowed += params;
   }
   return w;

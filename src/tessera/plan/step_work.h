@@ -15,6 +15,9 @@
 
 namespace tessera::plan {
 
+// Bytes of an f32 value, as the byte counts of steps and kernels multiply it.
+inline constexpr double kFloatBytes = sizeof(float);
+
 // One rank's share of a step: its micro-batch, how backward gets its activations, and the format
 // its linear layers multiply in (train.precision; model/execution.h says what each keeps).
 struct StepShape {

@@ -33,10 +33,6 @@ thread_local PieceCache piece_cache;
 
 std::atomic<uint64_t> next_cache_owner{1};
 
-uint64_t pair_key(int32_t left, int32_t right) {
-  return uint64_t(uint32_t(left)) << 32 | uint32_t(right);
-}
-
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(BpeVocab vocab, std::string kind, const std::string& source)
@@ -77,7 +73,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, std::string kind, const std::string& 
           "{}: merge of tokens {} and {} into {} names an id outside the vocabulary", source,
           m.left, m.right, m.result);
     // Merges come in rank order, so a pair's first listing is the only one that can apply.
-    merges_.emplace(pair_key(m.left, m.right), MergeTarget{m.rank, m.result});
+    merges_.emplace(merge_pair_key(m.left, m.right), MergeTarget{m.rank, m.result});
   }
 }
 
@@ -178,7 +174,7 @@ void BpeTokenizer::merge_bytes(std::string_view piece, std::vector<int32_t>& out
   const auto push_candidate = [&](int32_t left) {
     const int32_t right = symbols[left].next;
     if (right < 0) return;
-    auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    auto it = merges_.find(merge_pair_key(symbols[left].id, symbols[right].id));
     if (it == merges_.end()) return;
     heap.push_back({it->second.rank, left, symbols[left].id, symbols[right].id, it->second.result});
     std::push_heap(heap.begin(), heap.end(), later);

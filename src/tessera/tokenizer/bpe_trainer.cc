@@ -36,10 +36,6 @@ PieceCounts count_pieces(const std::vector<std::string_view>& texts) {
   return std::move(counts[0]);
 }
 
-uint64_t pair_key(int32_t left, int32_t right) {
-  return uint64_t(uint32_t(left)) << 32 | uint32_t(right);
-}
-
 struct Word {
   std::vector<int32_t> symbols;
   int64_t count;
@@ -61,7 +57,7 @@ class PairStats {
   // Adds the pairs of word `index` with `weight` (its count, negative to take them away).
   void add_pairs(const std::vector<int32_t>& symbols, int64_t weight, int32_t index) {
     for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const uint64_t pair = pair_key(symbols[i], symbols[i + 1]);
+      const uint64_t pair = merge_pair_key(symbols[i], symbols[i + 1]);
       counts_[pair] += weight;
       if (weight > 0) {
         words_[pair].push_back(index);

@@ -17,6 +17,11 @@ struct BpeMerge {
   int32_t rank;
 };
 
+// One key for an adjacent pair of ids, as the merge tables index them.
+inline uint64_t merge_pair_key(int32_t left, int32_t right) {
+  return uint64_t(uint32_t(left)) << 32 | uint32_t(right);
+}
+
 // How text is cut into pieces before merges run inside each: GPT-2's pattern
 // (gpt2_pretokenizer.h) or Llama 3's (llama3_pretokenizer.h).
 enum class SplitPattern { kGpt2, kLlama3 };

@@ -12,7 +12,7 @@ using split::run_end;
 char lower(char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d) at `pos`, a quote: its end, or `pos` when none matches.
-size_t contraction_end(std::string_view text, size_t pos) {
+size_t caseless_contraction_end(std::string_view text, size_t pos) {
   const auto at = [&](size_t i) { return pos + i < text.size() ? lower(text[pos + i]) : '\0'; };
   const char first = at(1), second = at(2);
   if (first == 's' || first == 't' || first == 'm' || first == 'd') return pos + 2;
@@ -39,7 +39,7 @@ size_t number_end(std::string_view text, size_t pos) {
 size_t llama3_piece_end(std::string_view text, size_t pos) {
   // The alternatives in the pattern's order; the first that matches at `pos` wins.
   if (text[pos] == '\'') {
-    if (size_t end = contraction_end(text, pos); end != pos) return end;
+    if (size_t end = caseless_contraction_end(text, pos); end != pos) return end;
   }
   const ClassifiedChar first = char_at(text, pos);
   // [^\r\n\p{L}\p{N}]?\p{L}+

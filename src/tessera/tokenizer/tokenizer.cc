@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tessera/core/error.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/core/utf8.h"
 #include "tessera/tokenizer/bpe_tokenizer.h"
 #include "tessera/tokenizer/byte_tokenizer.h"
@@ -17,11 +18,6 @@ namespace fs = std::filesystem;
 
 namespace tessera::tokenizer {
 namespace {
-
-bool is_file(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
-}
 
 enum class Format { kTessera, kHfTokenizerJson, kGpt2Files, kTiktoken };
 

@@ -15,11 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using Digests = std::map<std::string, uint32_t>;
 
-bool is_file(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
-}
-
 uint32_t crc_of(const std::string& text) { return crc32(text.data(), text.size()); }
 
 // digests.json: {"crc32": {"<file name>": <crc32>, ...}}.

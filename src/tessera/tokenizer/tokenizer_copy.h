@@ -13,6 +13,8 @@
 namespace tessera::tokenizer {
 
 inline constexpr char kTokenizerDigestsFile[] = "digests.json";
+// The folder in a run or a prepared dataset that holds its copy of the tokenizer.
+inline constexpr char kTokenizerCopyDir[] = "tokenizer";
 
 // Copies the files of the tokenizer folder `from` that its format reads (tokenizer_files) into
 // `to`, with to/digests.json, unless `to` already holds exactly that copy (another rank of the

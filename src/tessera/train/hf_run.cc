@@ -20,7 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kCheckpointsDir = "checkpoints";
-constexpr const char* kTokenizerDir = "tokenizer";
 
 }  // namespace
 
@@ -55,12 +54,12 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::s
   check(!ec, "{}: cannot create the run folder: {}", out.string(), ec.message());
   nlohmann::json tokenizer_meta = "byte";
   if (tokenizer != "byte") {
-    const fs::path copy = out / kTokenizerDir;
+    const fs::path copy = out / tokenizer::kTokenizerCopyDir;
     tokenizer::copy_tokenizer(tokenizer, copy);
     tokenizer_meta = {{"kind", loaded->kind()}, {"dir", copy.string()}};
   }
-  const Config config =
-      hf_run_config(mc, tokenizer == "byte" ? "byte" : (out / kTokenizerDir).string());
+  const Config config = hf_run_config(
+      mc, tokenizer == "byte" ? "byte" : (out / tokenizer::kTokenizerCopyDir).string());
   {
     std::ofstream resolved(out / "config.toml");
     resolved << config.to_toml();

@@ -18,7 +18,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kDatasetDir = "dataset";
-constexpr const char* kTokenizerDir = "tokenizer";
 
 std::string tokenizer_source(const std::string& name) {
   if (name.empty() || name == "byte") return "byte";
@@ -92,7 +91,7 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
         "train.seq_len + 1 needs {}",
         dir.string(), dataset.train.size(), dataset.val.size(), window);
   if (!m.tokenizer_copy.empty()) {
-    tokenizer::copy_tokenizer(dir / m.tokenizer_copy, out_dir / kTokenizerDir);
+    tokenizer::copy_tokenizer(dir / m.tokenizer_copy, out_dir / tokenizer::kTokenizerCopyDir);
   }
   return dataset;
 }
@@ -100,7 +99,7 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
 nlohmann::json tokenizer_metadata(const data::Dataset& dataset, const fs::path& out_dir) {
   if (dataset.manifest.tokenizer_copy.empty()) return dataset.manifest.tokenizer_kind;
   return {{"kind", dataset.manifest.tokenizer_kind},
-          {"dir", fs::absolute(out_dir / kTokenizerDir).string()}};
+          {"dir", fs::absolute(out_dir / tokenizer::kTokenizerCopyDir).string()}};
 }
 
 std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dataset& dataset) {

@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/core/cpu_model.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/low_precision_convert.h"
@@ -21,13 +22,13 @@ constexpr std::string_view kPortablePath = "portable (f32 conversion + sgemm)";
 std::atomic<LowPrecisionGemmPath> path_choice{LowPrecisionGemmPath::kAuto};
 
 // The portable path's f32 operands, grown as needed and kept; its calls are serialised.
-struct Widened {
+struct WidenedOperands {
   std::mutex mutex;
   std::vector<float> values;
 };
 
-Widened& widened() {
-  static Widened instance;
+WidenedOperands& widened_operands() {
+  static WidenedOperands instance;
   return instance;
 }
 
@@ -49,7 +50,7 @@ bool low_precision_gemm_uses_onednn(LowPrecision p) {
   // or AMD's AVX512_BF16 (Zen 4/5). On Intel cores without AMX VDPBF16PS issues at half the FMA
   // rate, so its two products per lane only match f32, and oneDNN's bf16 kernels measured 0.55x
   // of sgemm there, while sgemm on widened operands runs at full f32 speed.
-  return __builtin_cpu_supports("amx-bf16") || __builtin_cpu_is("amd");
+  return cpu_has_amx_bf16() || __builtin_cpu_is("amd");
 }
 
 namespace {
@@ -67,7 +68,7 @@ void gemm_portable(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
   const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
   const size_t needed = static_cast<size_t>(a_rows * a_cols + b_rows * b_cols);
-  Widened& w = widened();
+  WidenedOperands& w = widened_operands();
   std::lock_guard lock(w.mutex);
   if (w.values.size() < needed) w.values.resize(needed);
   float* a = w.values.data();
@@ -92,9 +93,9 @@ namespace cpu {
 
 namespace {
 
-void gemm_low(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-              float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
-              float beta, float* C, int64_t ldc, LowPrecision p) {
+void cpu_gemm_low(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+                  float beta, float* C, int64_t ldc, LowPrecision p) {
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(N) * double(K), 0);
   check(M >= 0 && N >= 0 && K >= 0, "gemm_low: negative size M={} N={} K={}", M, N, K);
   check(lda >= std::max<int64_t>(1, trans_a ? M : K) &&
@@ -117,7 +118,7 @@ void gemm_low(const Context&, bool trans_a, bool trans_b, int64_t M, int64_t N, 
 
 }  // namespace
 
-void add_low_precision_gemm_kernels(Backend& backend) { backend.gemm_low = gemm_low; }
+void add_low_precision_gemm_kernels(Backend& backend) { backend.gemm_low = cpu_gemm_low; }
 
 }  // namespace cpu
 

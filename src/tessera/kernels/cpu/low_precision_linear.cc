@@ -11,12 +11,12 @@ namespace {
 
 // Below this many rows of x (decoding), reading the weights once in skinny_linear beats gemm_low,
 // which on its portable path widens the whole weight matrix first (measured for d_model 768).
-constexpr int64_t kSkinnyBelowRows = 32;
+constexpr int64_t kSkinnyLowPrecisionBelowRows = 32;
 
 void linear_forward_low(const Context& ctx, const uint16_t* x, const uint16_t* w, const float* b,
                         float* y, int64_t M, int64_t in, int64_t out, LowPrecision p) {
   const OpScope scope(OpClass::kMatmul, 2.0 * double(M) * double(in) * double(out), 0);
-  if (M < kSkinnyBelowRows) {
+  if (M < kSkinnyLowPrecisionBelowRows) {
     if (p == LowPrecision::kBf16) {
       skinny_linear<Bf16Product>(x, w, nullptr, b, y, M, in, out);
     } else {

@@ -46,7 +46,7 @@ struct alignas(64) CacheLine {
   std::byte bytes[64];
 };
 
-struct Backend {
+struct OnednnState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mutex;  // guards everything below and serialises the calls
@@ -55,8 +55,8 @@ struct Backend {
   std::vector<CacheLine> scratchpad;  // shared by every primitive, grows only
 };
 
-Backend& backend() {
-  static Backend instance;
+OnednnState& onednn_state() {
+  static OnednnState instance;
   return instance;
 }
 
@@ -98,7 +98,7 @@ std::optional<dnnl::matmul::primitive_desc> describe(const Key& k, const dnnl::e
 }
 
 // Caller holds the backend's mutex.
-Matmul* find_or_create(Backend& be, const Key& k) {
+Matmul* find_or_create(OnednnState& be, const Key& k) {
   auto [it, inserted] = be.matmuls.try_emplace(k);
   if (!inserted) return it->second.get();
   std::optional<dnnl::matmul::primitive_desc> pd = describe(k, be.engine);
@@ -125,7 +125,7 @@ Matmul* find_or_create(Backend& be, const Key& k) {
 bool onednn_matmul(MatmulOperands operands, bool trans_a, bool trans_b, int64_t M, int64_t N,
                    int64_t K, float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                    float beta, float* C, int64_t ldc) {
-  Backend& be = backend();
+  OnednnState& be = onednn_state();
   std::lock_guard lock(be.mutex);
   const Key key{operands,
                 trans_a,
@@ -155,7 +155,7 @@ std::string onednn_matmul_impl(MatmulOperands operands) {
   // can get oneDNN's gemm:jit kernels instead of brgemm.)
   const Key key{operands, false, true, 256, 256, 256, 256, 256, 256, std::bit_cast<uint32_t>(1.0f),
                 0};
-  std::optional<dnnl::matmul::primitive_desc> pd = describe(key, backend().engine);
+  std::optional<dnnl::matmul::primitive_desc> pd = describe(key, onednn_state().engine);
   return pd ? std::string(pd->impl_info_str()) : std::string();
 }
 

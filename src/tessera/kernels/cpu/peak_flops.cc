@@ -10,6 +10,8 @@
 #include <ctime>
 #include <vector>
 
+#include "tessera/core/cpu_model.h"
+
 namespace tessera::kernels {
 namespace {
 
@@ -144,7 +146,7 @@ PeakFlops measure_peak_flops(std::optional<LowPrecision> low) {
   if (*low == LowPrecision::kF16 || !low_precision_gemm_uses_onednn(*low)) {
     return fma_peak(fmt::format("{} widened to f32", *low == LowPrecision::kF16 ? "f16" : "bf16"));
   }
-  if (__builtin_cpu_supports("amx-bf16")) return matmul_peak(*low);
+  if (cpu_has_amx_bf16()) return matmul_peak(*low);
 #if defined(__AVX512BF16__)
   // 32 products and 32 additions a lane pair: 64 FLOPs an instruction.
   return {best_rate(64.0, bf16_dot_round),
