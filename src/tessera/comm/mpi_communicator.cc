@@ -20,11 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A thread that wakes up this much later than it meant to was stopped with its whole process
-// (SIGSTOP, a debugger): the time lost is not another rank's fault, and does not count against
-// the deadline of the operation it was in.
-constexpr std::chrono::seconds kStoppedGap{1};
-
 MPI_Datatype transfer_type(DType dtype) {
   switch (dtype) {
     case DType::f32:
@@ -51,11 +46,6 @@ float* widen(const void* bf16, int64_t n, std::vector<float>& wide) {
   kernels::cast_from_low(kernels::kCpuContext, static_cast<const uint16_t*>(bf16), wide.data(), n,
                          kernels::LowPrecision::kBf16);
   return wide.data();
-}
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 // The world rank of each rank of `comm`, in its rank order.
@@ -91,7 +81,7 @@ class MpiCommunicator::Watchdog {
   // These bracket every blocking operation, so they allocate nothing and never wake the thread.
   void begin(const MpiCommunicator& comm, const Operation& what) {
     const double timeout = timeout_seconds();
-    const Clock::time_point deadline = deadline_after(timeout);
+    const Clock::time_point deadline = WaitDeadline::after(timeout);
     std::lock_guard lock(mutex_);
     comm_ = &comm;
     what_ = what;
@@ -118,7 +108,9 @@ class MpiCommunicator::Watchdog {
     Clock::time_point wake = Clock::now();
     while (true) {
       const Clock::time_point now = Clock::now();
-      if (comm_ != nullptr && started_ < wake && now - wake > kStoppedGap) deadline_ += now - wake;
+      if (comm_ != nullptr && started_ < wake && now - wake > WaitDeadline::kStoppedGap) {
+        deadline_ += now - wake;
+      }
       // The lock is held from here to the exit, so the operation cannot complete in between.
       if (comm_ != nullptr && now >= deadline_) {
         exit_job(comm_->timeout_message(what_, timeout_s_));
@@ -325,8 +317,7 @@ bool MpiCommunicator::do_complete(Request& request, bool block) {
 }
 
 void MpiCommunicator::poll(Slot& slot) {
-  Clock::time_point deadline = deadline_after(timeout_seconds());
-  Clock::time_point last = Clock::now();
+  WaitDeadline deadline;
   // Open MPI moves a non-blocking collective forward only inside MPI calls, so the wait keeps
   // testing; sleeping between tests slowed a 64 MiB all-reduce several times over. Yielding
   // still lets other ranks sharing the core run.
@@ -335,10 +326,7 @@ void MpiCommunicator::poll(Slot& slot) {
     const int code = MPI_Test(&slot.request, &done, &slot.status);
     if (code != MPI_SUCCESS) fail_mpi(slot, code);
     if (done) return;
-    const Clock::time_point now = Clock::now();
-    if (now - last > kStoppedGap) deadline += now - last;
-    last = now;
-    if (now > deadline) abort_job(timeout_message(slot.what, timeout_seconds()));
+    if (deadline.passed()) abort_job(timeout_message(slot.what, timeout_seconds()));
     sched_yield();
   }
 }

@@ -149,4 +149,18 @@ void set_timeout_seconds(double seconds) {
 
 double timeout_seconds() { return g_timeout_s; }
 
+WaitDeadline::WaitDeadline(double seconds) : deadline_(after(seconds)), last_(Clock::now()) {}
+
+bool WaitDeadline::passed() {
+  const Clock::time_point now = Clock::now();
+  if (now - last_ > kStoppedGap) deadline_ += now - last_;
+  last_ = now;
+  return now > deadline_;
+}
+
+WaitDeadline::Clock::time_point WaitDeadline::after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 }  // namespace tessera::comm

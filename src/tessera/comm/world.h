@@ -4,6 +4,7 @@
 // waiting forever.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -43,5 +44,22 @@ int local_rank();
 // has failed or stopped and ends the job (default 300 s).
 void set_timeout_seconds(double seconds);
 double timeout_seconds();
+
+// The deadline of a wait for other ranks: `seconds` (the job's timeout) from its start. A look
+// that finds more than kStoppedGap gone since the one before was made by a process stopped whole
+// (SIGSTOP, a debugger); the time lost is not another rank's fault and moves the deadline on.
+class WaitDeadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kStoppedGap{1};
+
+  explicit WaitDeadline(double seconds = timeout_seconds());
+  // Whether the deadline has passed, as of now.
+  bool passed();
+  static Clock::time_point after(double seconds);
+
+ private:
+  Clock::time_point deadline_, last_;
+};
 
 }  // namespace tessera::comm

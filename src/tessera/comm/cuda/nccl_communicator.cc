@@ -20,13 +20,6 @@
 namespace tessera::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// A wait that finds this much more time gone than it last saw was stopped with its whole process
-// (SIGSTOP, a debugger): the time lost is not another rank's fault, and does not count against
-// the deadline, as in the MPI communicator.
-constexpr std::chrono::seconds kStoppedGap{1};
-
 // Slots made with the communicator, so that the first steps of training make no events; more are
 // made when more operations are in flight at once.
 constexpr size_t kInitialSlots = 8;
@@ -68,22 +61,13 @@ bool leaves_communicator_usable(ncclResult_t result) {
   return result == ncclInvalidArgument || result == ncclInvalidUsage;
 }
 
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
 // Polls `done` until it returns true (then true) or the job's timeout passes (then false). It
 // spins, yielding, rather than sleeping, since a small collective completes in microseconds.
 template <typename Done>
 bool poll_until_timeout(Done done) {
-  Clock::time_point deadline = deadline_after(timeout_seconds());
-  Clock::time_point last = Clock::now();
+  WaitDeadline deadline;
   while (!done()) {
-    const Clock::time_point now = Clock::now();
-    if (now - last > kStoppedGap) deadline += now - last;
-    last = now;
-    if (now > deadline) return false;
+    if (deadline.passed()) return false;
     sched_yield();
   }
   return true;
