@@ -23,6 +23,7 @@
 #include "tessera/core/checksum.h"
 #include "tessera/core/error.h"
 #include "tessera/core/json_file.h"
+#include "tessera/core/text_corpus.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -49,10 +50,7 @@ void remove_all_or_fail(const fs::path& path) {
   if (ec) fail("{}: cannot remove: {}", path.string(), ec.message());
 }
 
-bool is_committed(const fs::path& step_dir) {
-  std::error_code ec;
-  return fs::is_regular_file(step_dir / kCommitFile, ec);
-}
+bool is_committed(const fs::path& step_dir) { return is_file(step_dir / kCommitFile); }
 
 // Committed step directories of a run, oldest first.
 std::vector<std::pair<int64_t, fs::path>> committed_steps(const fs::path& run_dir) {
@@ -111,8 +109,7 @@ void require_save_in_progress(const fs::path& tmp_dir) {
 // The tensor entries that write_part recorded for one part.
 std::vector<Manifest::Entry> read_part(const fs::path& tmp_dir, int part) {
   const fs::path path = tmp_dir / part_manifest_name(part);
-  std::error_code ec;
-  check(fs::is_regular_file(path, ec),
+  check(is_file(path),
         "{}: no part manifest: rank {} did not write its part before commit_save, so nothing was "
         "committed",
         path.string(), part);
@@ -424,7 +421,7 @@ std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir) {
   }
   std::optional<fs::path> latest = find_latest(dir);
   // A Hugging Face model folder has its config.json at the top (interop/hf_convert.h).
-  if (!latest && fs::is_regular_file(dir / "config.json", ec)) {
+  if (!latest && is_file(dir / "config.json")) {
     fail(
         "{}: a Hugging Face model folder, not a Tessera run: import it once with 'tessera "
         "convert import --hf {} --out RUN' and give RUN instead",

@@ -5,6 +5,7 @@
 #include "tessera/cli/flags.h"
 #include "tessera/core/error.h"
 #include "tessera/core/json_file.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/data/prepare.h"
 #include "tessera/jinja/chat_template.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
@@ -69,11 +70,9 @@ int prepare_command(int argc, char** argv) {
   }
   const std::filesystem::path config_file =
       std::filesystem::path(flags.tokenizer) / tokenizer::kHfTokenizerConfigFile;
-  std::error_code ec;
-  const std::optional<nlohmann::json> config =
-      flags.tokenizer != "byte" && std::filesystem::is_regular_file(config_file, ec)
-          ? std::optional(read_json_file(config_file))
-          : std::nullopt;
+  const std::optional<nlohmann::json> config = flags.tokenizer != "byte" && is_file(config_file)
+                                                   ? std::optional(read_json_file(config_file))
+                                                   : std::nullopt;
   const std::optional<jinja::ChatTemplate> chat_template =
       jinja::load_chat_template(config, config_file, flags.chat_template);
   check(chat_template.has_value(),

@@ -6,6 +6,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/json_file.h"
 #include "tessera/core/json_reader.h"
+#include "tessera/core/text_corpus.h"
 
 namespace tessera::data {
 namespace fs = std::filesystem;
@@ -101,9 +102,7 @@ DatasetManifest parse_dataset_manifest(const json& j, const std::string& source)
 
 DatasetManifest read_dataset_manifest(const fs::path& dataset_dir) {
   const fs::path path = dataset_dir / kDatasetManifestFile;
-  std::error_code ec;
-  check(fs::is_regular_file(path, ec), "{}: no dataset manifest (is this a prepared dataset?)",
-        path.string());
+  check(is_file(path), "{}: no dataset manifest (is this a prepared dataset?)", path.string());
   return parse_dataset_manifest(read_json_file(path, "the dataset manifest"), path.string());
 }
 
@@ -120,10 +119,7 @@ void write_dataset_manifest(const fs::path& dataset_dir, const DatasetManifest& 
   check(!ec, "{}: cannot write the dataset manifest ({})", path.string(), ec.message());
 }
 
-bool is_dataset_dir(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path / kDatasetManifestFile, ec);
-}
+bool is_dataset_dir(const fs::path& path) { return is_file(path / kDatasetManifestFile); }
 
 std::string dataset_tokenizer(const fs::path& dataset_dir, const DatasetManifest& manifest) {
   if (manifest.tokenizer_copy.empty()) return manifest.tokenizer_kind;

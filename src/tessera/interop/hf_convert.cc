@@ -8,6 +8,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/json_file.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/core/utf8.h"
 #include "tessera/interop/hf_names.h"
 #include "tessera/interop/safetensors.h"
@@ -136,10 +137,8 @@ std::string export_hf(const model::ModelConfig& config, std::span<const float> p
 }
 
 bool is_hf_model_folder(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / kHfConfigFile, ec) &&
-         (fs::is_regular_file(dir / kHfWeightsFile, ec) ||
-          fs::is_regular_file(dir / kHfIndexFile, ec));
+  return is_file(dir / kHfConfigFile) &&
+         (is_file(dir / kHfWeightsFile) || is_file(dir / kHfIndexFile));
 }
 
 model::ModelConfig read_hf_model_config(const fs::path& dir) {

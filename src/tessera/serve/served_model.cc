@@ -8,6 +8,7 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/json_file.h"
+#include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/model/device_support.h"
 #include "tessera/model/serving_memory.h"
@@ -114,8 +115,7 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
 }
 
 std::optional<nlohmann::json> read_json_if_present(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  if (!is_file(path)) return std::nullopt;
   return read_json_file(path);
 }
 
