@@ -294,9 +294,15 @@ void install(const fs::path& tmp, const fs::path& final_dir, const fs::path& run
   remove_all_or_fail(old);
 }
 
-void prune(const fs::path& run_dir, int keep_last, int64_t just_written) {
+// `kept`: a step directory the steps depend on (a LoRA run's base model), never deleted nor
+// counted.
+void prune(const fs::path& run_dir, int keep_last, int64_t just_written, const fs::path& kept) {
   if (keep_last <= 0) return;
   auto steps = committed_steps(run_dir);
+  std::erase_if(steps, [&](const auto& s) {
+    std::error_code ec;
+    return !kept.empty() && fs::equivalent(s.second, kept, ec);
+  });
   size_t excess = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - keep_last : 0;
   std::vector<fs::path> doomed;
   for (const auto& [step, dir] : steps) {
@@ -405,7 +411,10 @@ std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t 
   rename_or_fail(run_dir / kLatestTmpFile, run_dir / kLatestFile);
   sync_dir(run_dir);
 
-  prune(run_dir, keep_last, step);
+  const nlohmann::json base =
+      metadata.is_object() ? metadata.value("lora_base", nlohmann::json()) : nlohmann::json();
+  prune(run_dir, keep_last, step,
+        base.is_string() ? fs::path(base.get<std::string>()) : fs::path());
   return final_dir;
 }
 

@@ -22,7 +22,8 @@ using tessera::NamedTensor;
 // state or the complete new step, never a half-written step that could be chosen: everything is
 // built in a hidden .tmp directory, fsynced, marked with COMMIT last, renamed into place, and then
 // `latest` is switched atomically. Afterwards the oldest committed steps beyond `keep_last` are
-// deleted (never the one just written; keep_last <= 0 keeps all). One writer per run directory.
+// deleted (never the one just written, nor the base model a LoRA run's metadata names as
+// "lora_base"; keep_last <= 0 keeps all). One writer per run directory.
 // Returns the step directory. The same as begin_save, write_part(tmp, 0, ...) and commit_save.
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,

@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/json_reader.h"
 #include "tessera/model/model_config_keys.h"
+#include "tessera/model/parameter_store.h"
 
 namespace tessera::ckpt {
 
@@ -275,15 +276,46 @@ model::ModelConfig checkpoint_model_config(const fs::path& step_dir, const Manif
         "{}: manifest.json has no run config with a [model] section", source);
   Config config(model::model_config_schema());
   config.load_json({{"model", manifest.metadata["config"]["model"]}});
-  return model::model_config_from(config);
+  model::ModelConfig m = model::model_config_from(config);
+  // A LoRA run's adapters are part of the model its steps hold.
+  const nlohmann::json& run = manifest.metadata["config"];
+  if (run.contains("train") && run["train"].is_object()) {
+    nlohmann::json lora = nlohmann::json::object();
+    for (const auto& [key, value] : run["train"].items()) {
+      if (key.starts_with("lora_")) lora[key] = value;
+    }
+    Config keys(config_schema(model::lora_settings()));
+    keys.load_json({{"train", lora}});
+    read_settings(model::lora_settings(), keys, m.lora);
+    model::validate(m);
+  }
+  return m;
 }
 
 CheckpointParams read_checkpoint_params(const fs::path& step_dir, const Manifest& manifest) {
   CheckpointParams c{checkpoint_model_config(step_dir, manifest), {}};
   const model::ModelLayout layout = model::model_layout(c.config);
-  c.params.resize(size_t(layout.params.total()));
-  read_state_range(step_dir, c.config, layout.params, StatePart::kParams, 0, layout.params.total(),
-                   c.params.data());
+  const int64_t total = layout.params.total(), base_end = layout.adapters_begin;
+  c.params.resize(size_t(total));
+  if (!layout.has_adapters()) {
+    read_state_range(step_dir, c.config, layout.params, StatePart::kParams, 0, total,
+                     c.params.data());
+    return c;
+  }
+  // The adapters, on the base model the manifest names: a committed step, or the seed's.
+  const nlohmann::json base = manifest.metadata.value("lora_base", nlohmann::json());
+  if (base.is_string()) {
+    read_state_range(base.get<std::string>(), c.config, layout.params, StatePart::kParams, 0,
+                     base_end, c.params.data());
+  } else {
+    const nlohmann::json& train = manifest.metadata["config"]["train"];
+    check(train.contains("seed") && train["seed"].is_number_integer(),
+          "{}: manifest.json's run config has no train.seed to rebuild the adapters' base from",
+          step_dir.string());
+    model::initial_parameters(layout, train["seed"].get<uint64_t>(), 0, base_end, c.params.data());
+  }
+  read_state_range(step_dir, c.config, layout.params, StatePart::kParams, base_end, total,
+                   c.params.data() + base_end);
   return c;
 }
 

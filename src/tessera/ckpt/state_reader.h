@@ -53,6 +53,8 @@ model::ModelConfig checkpoint_model_config(const std::filesystem::path& step_dir
                                            const Manifest& manifest);
 
 // A committed step's model and its whole parameters, in the flat layout of model_layout(config).
+// A LoRA run's step holds its adapters alone: the model is its base (the step its manifest names as
+// "lora_base", or the run seed's initial model) with the adapters.
 struct CheckpointParams {
   model::ModelConfig config;
   std::vector<float> params;

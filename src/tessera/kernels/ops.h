@@ -38,7 +38,8 @@ void linear_backward(const Context& ctx, const T* dy, const T* x, const T* w, T*
 template <typename T>
 void layernorm_forward(const Context& ctx, const T* x, const T* gamma, const T* beta, T* y, T* mean,
                        T* rstd, int64_t M, int64_t C);
-// dx accumulates (+=): the residual stream's gradient flows through it.
+// dx accumulates (+=): the residual stream's gradient flows through it. dgamma and dbeta null:
+// frozen gains, whose gradients are not computed.
 template <typename T>
 void layernorm_backward(const Context& ctx, const T* dy, const T* x, const T* gamma, const T* mean,
                         const T* rstd, T* dx, T* dgamma, T* dbeta, int64_t M, int64_t C);

@@ -39,7 +39,8 @@ class Attention {
             int64_t heads, int64_t kv_heads, const PartTable& parts, const TensorParallel& tp,
             Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch,
             uint16_t* dy_low, float* int8_scratch, std::optional<SharedHeads> shared,
-            float* scratch_per_thread, float* decode_scratch, int64_t max_context);
+            float* scratch_per_thread, float* decode_scratch, int64_t max_context,
+            const BlockAdapters& adapters);
 
   // normed: this rank's rows of the attention norm's output; out = residual + attention.
   void forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,

@@ -57,14 +57,15 @@ Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayo
            tp_.sequence_parallel() ? parallel.tp : nullptr),
       ln2_(ctx, spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kMlpNorm], format,
            tp_.sequence_parallel() ? parallel.tp : nullptr),
+      adapters_(ctx, layout, layer, parallel.tp, ws_.lora_u, ws_.lora_du),
       attention_(ctx, spec.block.attention, w_.C, w_.heads, w_.kv_heads, parts_, tp_, parallel.tp,
                  format, ws_.parallel, ws_.dy_low, ws_.int8_scratch,
                  shared_kv_heads(spec.block, w_, layout.sharding), ws_.attention_scratch,
-                 ws_.decode_scratch, max_context),
+                 ws_.decode_scratch, max_context, adapters_),
       moe_(moe) {
   if (!spec.block.moe) {
     mlp_ = std::make_unique<Mlp>(ctx, spec.block.activation, w_.C, w_.ffn, parts_, tp_, parallel.tp,
-                                 format, ws_.parallel, ws_.dy_low, ws_.int8_scratch);
+                                 format, ws_.parallel, ws_.dy_low, ws_.int8_scratch, adapters_);
   }
 }
 

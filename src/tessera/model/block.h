@@ -13,6 +13,7 @@
 #include "tessera/model/collectives.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/layer.h"
+#include "tessera/model/lora_adapter.h"
 #include "tessera/model/mlp.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
@@ -59,6 +60,7 @@ struct BlockWorkspace {
   float* decode_scratch = nullptr;
   uint16_t* dy_low = nullptr;
   float* int8_scratch = nullptr;
+  float *lora_u = nullptr, *lora_du = nullptr;  // LoRA adapters' scratch (lora_scratch_floats)
 };
 
 // One transformer block on this rank: its attention norm, attention, MLP norm, and dense MLP or
@@ -117,6 +119,7 @@ class Block {
   BlockWorkspace ws_;
   BlockActivations a_;
   Norm ln1_, ln2_;
+  BlockAdapters adapters_;  // before the linears they adapt
   Attention attention_;
   std::unique_ptr<Mlp> mlp_;
   MoeLayer<float>* moe_;

@@ -1,8 +1,10 @@
 #include "tessera/model/block_spec.h"
 
+#include <algorithm>
 #include <array>
 
 #include "tessera/core/error.h"
+#include "tessera/core/split_commas.h"
 
 namespace tessera::model {
 
@@ -152,7 +154,52 @@ void add_moe_parts(const ModelConfig& c, BlockSpec& s) {
   }
 }
 
+// A and B of the adapter of `base`. A column-parallel part's B is split like it (A is whole on
+// every rank); a row-parallel part's A is split like it (B is whole on every rank).
+void add_adapter_parts(const Part& base, int64_t rank, BlockSpec& s) {
+  const bool column = base.role == Role::kColumn;
+  // A piece per module Hugging Face names (q, k and v; gate and up; GPT-2's fused c_attn is one).
+  const int64_t pieces = int64_t(base.external.size());
+  Part a = linear(base.id, base.name + ".lora_a", base.in, pieces * rank, false,
+                  column ? Role::kReplicated : Role::kRow, base.external, Init::kLoraDown);
+  a.lora = LoraMatrix::kA;
+  s.adapters.push_back(std::move(a));
+  Part b = linear(base.id, base.name + ".lora_b", rank, base.out, false,
+                  column ? Role::kColumn : Role::kReplicated, base.external, Init::kZeros);
+  b.out_parts = base.out_parts;
+  b.out_unit = base.out_unit;
+  b.lora = LoraMatrix::kB;
+  s.adapters.push_back(std::move(b));
+}
+
 }  // namespace
+
+std::vector<PartId> lora_target_parts(const ModelConfig& c) {
+  static constexpr std::pair<const char*, std::array<PartId, 2>> kNames[] = {
+      {"qkv", {PartId::kQkv, PartId::kQkv}},
+      {"attn_out", {PartId::kAttentionOut, PartId::kAttentionOut}},
+      {"mlp_in", {PartId::kMlpIn, PartId::kMlpIn}},
+      {"mlp_out", {PartId::kMlpOut, PartId::kMlpOut}},
+      {"attention", {PartId::kQkv, PartId::kAttentionOut}},
+      {"mlp", {PartId::kMlpIn, PartId::kMlpOut}},
+  };
+  std::vector<PartId> named;
+  for (const std::string& name : split_commas(c.lora.targets)) {
+    const auto* it = std::find_if(std::begin(kNames), std::end(kNames),
+                                  [&](const auto& n) { return name == n.first; });
+    check(it != std::end(kNames),
+          "train.lora_targets: \"{}\" is not a target; name qkv, attn_out, mlp_in, mlp_out, "
+          "attention or mlp, separated by commas",
+          name);
+    named.insert(named.end(), it->second.begin(), it->second.end());
+  }
+  check(!c.is_moe(), "train.lora_rank: LoRA adapters on a mixture of experts are not supported");
+  std::vector<PartId> parts;
+  for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
+    if (std::find(named.begin(), named.end(), id) != named.end()) parts.push_back(id);
+  }
+  return parts;
+}
 
 BlockSpec block_spec(const ModelConfig& c) {
   validate(c);
@@ -178,6 +225,11 @@ BlockSpec block_spec(const ModelConfig& c) {
     add_moe_parts(c, s);
   } else {
     add_dense_mlp_parts(c, s);
+  }
+  if (c.lora.enabled()) {
+    s.lora_rank = c.lora.rank;
+    s.lora_scale = c.lora.scale();
+    for (PartId id : lora_target_parts(c)) add_adapter_parts(s.part(id), c.lora.rank, s);
   }
   return s;
 }

@@ -51,7 +51,14 @@ enum class Init {
   kNormal,    // N(0, 0.02)
   kResidual,  // N(0, 0.02 / sqrt(2 n_layer)): the projections that write into the residual stream
   kOnes,      // norm gains
+  kZeros,     // LoRA's B: an adapter starts as no change
+  // LoRA's A: N(0, 1 / (3 in)), the variance of PEFT's default Kaiming-uniform draw
+  kLoraDown,
 };
+
+// Which matrix of a LoRA adapter a part is: A [rank, in] multiplies the input down to the rank, B
+// [out, rank] up to the output; none for the model's own parts.
+enum class LoraMatrix { kNone, kA, kB };
 
 // How another format stores rows of a part, per parameter (".weight", and ".bias" when it has
 // one). A part is one slice of all its rows, or several consecutive slices (Llama's q, k and v of
@@ -135,6 +142,10 @@ struct Part {
   std::vector<ExternalSlice> external;
   bool hf_transposed = false;  // Hugging Face stores the matrix as [in, out] (GPT-2's Conv1D)
   std::vector<SavedActivation> saves;
+  // An adapter's matrix: `id` is then the part it adapts, and A has one block of rank rows per
+  // module Hugging Face names in that part (external), so that PEFT's separate q, k and v (gate
+  // and up) adapters are each one block of A and the matching rows of B.
+  LoraMatrix lora = LoraMatrix::kNone;
 };
 
 struct AttentionGeometry {
@@ -149,6 +160,11 @@ enum class Activation { kGelu, kSwiglu };
 
 struct BlockSpec {
   std::vector<Part> parts;  // in parameter order, which is also the order forward uses them
+  // LoRA adapters (ModelConfig::lora): A then B of each targeted linear, in parts' order. They sit
+  // after every part of the model in the parameter layout, where the trained state begins.
+  std::vector<Part> adapters;
+  int64_t lora_rank = 0;
+  double lora_scale = 0;  // alpha / rank: what each adapter's update is multiplied by
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
   AttentionGeometry attention;
@@ -177,6 +193,9 @@ struct ModelSpec {
 };
 
 BlockSpec block_spec(const ModelConfig& config);
+// The linear parts config.lora.targets names, in the block's order; throws naming
+// train.lora_targets for an unknown name or a part the model's block lacks.
+std::vector<PartId> lora_target_parts(const ModelConfig& config);
 ModelSpec model_spec(const ModelConfig& config);
 
 // The matmul weights one token passes through: in one block (routed experts by their token

@@ -65,6 +65,7 @@ void Embedding::backward(const ParamAccess& p, const float* dx, const int32_t* t
   const int64_t N = B * T;
   float* dwpe = positions_.weight >= 0 ? p.grad(positions_.weight) : nullptr;
   float* dwte = p.grad(tokens_.weight);
+  if (dwte == nullptr) return;  // a frozen embedding
   if (!tp_.active()) {
     k::embedding_backward(ctx_, dx, tokens, dwte, dwpe, B, T, C_);
     return;

@@ -24,6 +24,7 @@ class ParamAccess {
   virtual ~ParamAccess() = default;
   virtual const float* f32(int64_t offset) const = 0;
   virtual const uint16_t* low(int64_t offset) const = 0;
+  // Null for a frozen parameter, whose gradient is not computed.
   virtual float* grad(int64_t offset) const = 0;
   virtual kernels::Int8Matrix int8(int64_t offset) const = 0;
   virtual bool int8_weights() const = 0;

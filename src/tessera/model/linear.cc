@@ -73,6 +73,7 @@ void Linear::input_backward(const ParamAccess& p, const float* dy, const MatmulI
 
 void Linear::weight_backward(const MatmulInput& g, const MatmulInput& x, float* dw,
                              int64_t N) const {
+  if (dw == nullptr) return;  // a frozen weight
   if (format_.low) {
     k::linear_backward_low(ctx_, nullptr, g.low, x.low, nullptr, nullptr, dw, nullptr, N, in_, out_,
                            format_.precision);

@@ -33,7 +33,7 @@ class Linear {
   // The backward in two halves, which a zero-bubble schedule runs apart. output_gradient gives dy
   // as the matmuls read it: cast into into.low in low precision, else into.f32 (a copy, unless it
   // is dy). input_backward writes dx (= dy W) from it and accumulates db from the f32 dy;
-  // weight_backward accumulates g^T x into dw.
+  // weight_backward accumulates g^T x into dw, unless dw is null (a frozen weight).
   MatmulInput output_gradient(const float* dy, const MatmulInput& into, int64_t N) const;
   // output_gradient into the layer's own working space, for a weight gradient taken at once.
   MatmulInput output_gradient(const float* dy, int64_t N) const;

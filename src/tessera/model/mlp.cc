@@ -8,13 +8,15 @@ namespace k = kernels;
 
 Mlp::Mlp(const kernels::Context& ctx, Activation activation, int64_t C, int64_t ffn,
          const PartTable& parts, const TensorParallel& tp, Collectives* tp_group,
-         MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch)
+         MatmulFormat format, const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
+         const BlockAdapters& adapters)
     : ctx_(ctx),
       activation_(activation),
       ffn_(ffn),
       in_(ctx, C, activation == Activation::kSwiglu ? 2 * ffn : ffn, parts[PartId::kMlpIn], tp,
-          tp_group, format, scratch, dy_low, int8_scratch),
-      out_(ctx, ffn, C, parts[PartId::kMlpOut], tp, format, scratch, dy_low, int8_scratch),
+          tp_group, format, scratch, dy_low, int8_scratch, std::nullopt, adapters[PartId::kMlpIn]),
+      out_(ctx, ffn, C, parts[PartId::kMlpOut], tp, format, scratch, dy_low, int8_scratch,
+           adapters[PartId::kMlpOut]),
       format_(format) {}
 
 void Mlp::recompute(const MlpActivations& a, int64_t N) const {

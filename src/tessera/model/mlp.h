@@ -27,7 +27,8 @@ class Mlp {
  public:
   Mlp(const kernels::Context& ctx, Activation activation, int64_t C, int64_t ffn,
       const PartTable& parts, const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
-      const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch);
+      const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
+      const BlockAdapters& adapters);
 
   // normed: this rank's rows of the MLP norm's output; out = residual + MLP.
   void forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessera/core/enum_names.h"
 
@@ -28,6 +29,21 @@ struct MoeConfig {
   double aux_loss_coef = 0.01;  // Switch Transformer load-balancing loss weight
 };
 
+// LoRA (the train.lora_* keys): each targeted linear gains the low-rank update
+// y += alpha / rank * (x A^T) B^T, A [rank, in] and B [out, rank], one pair per fused piece (q, k
+// and v; gate and up) as PEFT keeps them. The adapters are the only parameters trained; the base
+// model is frozen. rank 0: no adapters.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 16;
+  // Comma-separated: qkv, attn_out, mlp_in, mlp_out, or attention (both attention linears) and
+  // mlp (both MLP linears).
+  std::string targets = "attention,mlp";
+
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / double(rank); }
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kGpt2;
   int64_t vocab_size = 256;
@@ -48,6 +64,7 @@ struct ModelConfig {
   bool qk_norm = false;
   bool tie_embeddings = true;  // the output projection reuses the token embedding
   MoeConfig moe;
+  LoraConfig lora;  // a run's adapters, not the model's: never read from or written to its files
 
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }

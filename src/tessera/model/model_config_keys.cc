@@ -53,6 +53,21 @@ const Settings<ModelConfig>& model_settings() {
   return rows;
 }
 
+const Settings<LoraConfig>& lora_settings() {
+  using L = LoraConfig;
+  static const Settings<LoraConfig> rows = {
+      setting("train.lora_rank", &L::rank,
+              "LoRA: the rank of the adapters trained on a frozen model; 0 trains every weight",
+              at_least(0)),
+      setting("train.lora_alpha", &L::alpha,
+              "LoRA: each adapter's update is scaled by lora_alpha / lora_rank", above(0)),
+      setting("train.lora_targets", &L::targets,
+              "LoRA: the linears adapted, comma-separated: qkv, attn_out, mlp_in, mlp_out, "
+              "attention (= qkv,attn_out), mlp (= mlp_in,mlp_out)"),
+  };
+  return rows;
+}
+
 std::vector<ConfigKey> model_config_schema() { return config_schema(model_settings()); }
 
 ModelConfig model_config_from(const Config& config) {

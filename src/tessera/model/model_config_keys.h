@@ -13,6 +13,9 @@ namespace tessera::model {
 // model read from elsewhere (a Hugging Face folder) is written back through them.
 const Settings<ModelConfig>& model_settings();
 std::vector<ConfigKey> model_config_schema();
+// The train.lora_* keys over a run's LoraConfig: a run's settings, which its checkpoints record
+// beside the model's.
+const Settings<LoraConfig>& lora_settings();
 // Throws tessera::Error naming the model.* key at fault.
 ModelConfig model_config_from(const Config& config);
 

@@ -142,7 +142,9 @@ struct Builder {
     info.decay = !bias && p.kind != PartKind::kNorm;
     if (!bias && p.init == Init::kOnes) {
       info.init_value = 1;
-    } else if (!bias && p.kind != PartKind::kNorm) {
+    } else if (p.init == Init::kLoraDown) {
+      info.init_std = 1.0 / std::sqrt(3.0 * double(p.in));
+    } else if (!bias && p.kind != PartKind::kNorm && p.init != Init::kZeros) {
       info.init_std =
           p.init == Init::kResidual ? 0.02 / std::sqrt(2.0 * double(spec.n_layer)) : 0.02;
     }
@@ -205,10 +207,29 @@ ModelLayout build(const ModelConfig& c, const Sharding& sharding,
       m.units.push_back({begin, m.params.total()});
     }
   }
+  m.adapters_begin = m.params.total();
+  m.first_adapter_unit = int64_t(m.units.size());
+  if (!m.spec.block.adapters.empty()) {
+    m.adapters.resize(n);
+    for (int64_t l = 0; l < n; ++l) {
+      const std::string prefix = fmt::format("blocks.{}.", m.first_block + l);
+      const int64_t begin = m.params.total();
+      for (const Part& p : m.spec.block.adapters) {
+        AdapterOffsets& o = m.adapters[l][p.id];
+        (p.lora == LoraMatrix::kA ? o.a : o.b) = b.add(p, prefix).weight;
+      }
+      m.units.push_back({begin, m.params.total()});
+    }
+  }
   return m;
 }
 
 }  // namespace
+
+std::array<int64_t, 3> ModelLayout::block_units(int64_t layer) const {
+  return {1 + layer, has_experts() ? expert_unit(layer) : -1,
+          has_adapters() ? first_adapter_unit + layer : -1};
+}
 
 int64_t ModelLayout::head_weight() const {
   return spec.tied_head ? outer[PartId::kTokenEmbedding].weight : outer[PartId::kHead].weight;

@@ -47,12 +47,24 @@ struct PartTable {
   PartOffsets& operator[](PartId id) { return parts[int(id)]; }
 };
 
+// The offsets of a LoRA adapter's A and B in the flat layout; -1 when the part has none.
+struct AdapterOffsets {
+  int64_t a = -1, b = -1;
+  bool present() const { return a >= 0; }
+};
+struct AdapterTable {
+  std::array<AdapterOffsets, kPartIdCount> parts;
+  const AdapterOffsets& operator[](PartId id) const { return parts[int(id)]; }
+  AdapterOffsets& operator[](PartId id) { return parts[int(id)]; }
+};
+
 // A contiguous range of the flat parameter layout that the model uses as a whole. Unit 0 holds
 // the embeddings and the head (lnf, lm_head), which the model needs at both ends of a step; unit
 // 1 + l holds the layout's block l's dense parts and, in a mixture of experts, unit 1 + blocks + l
 // its expert stacks, which sit after every dense part because their ranks replicate them
-// differently (over dp / ep rather than dp). A pipeline stage's unit 0 holds what it has of the
-// embedding and head, possibly nothing.
+// differently (over dp / ep rather than dp). LoRA adapters come last, a unit per block, as the
+// only trained state of such a run. A pipeline stage's unit 0 holds what it has of the embedding
+// and head, possibly nothing.
 struct ParameterUnit {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
@@ -67,14 +79,22 @@ struct ModelLayout {
   int64_t first_block = 0;
   bool has_embedding = true, has_head = true;
   std::vector<ParameterUnit> units;
-  int64_t experts_begin = 0;  // the first expert-stack offset; params.total() when there are none
+  // The first expert-stack offset, and the first adapter offset (after the expert stacks); each
+  // adapters_begin when there are none, and adapters_begin params.total() without adapters.
+  int64_t experts_begin = 0, adapters_begin = 0;
+  std::vector<AdapterTable> adapters;  // per block, as `blocks`
+  int64_t first_adapter_unit = 0;
   Sharding sharding;
   VocabShard vocab;
   ModelSpec spec;
 
   int64_t head_weight() const;  // lm_head, or wte when tied
   int64_t expert_unit(int64_t layer) const { return 1 + int64_t(blocks.size()) + layer; }
-  bool has_experts() const { return experts_begin < params.total(); }
+  bool has_experts() const { return experts_begin < adapters_begin; }
+  bool has_adapters() const { return adapters_begin < params.total(); }
+  // The units block `layer` reads: its dense parts', then its expert stacks' and its adapters'
+  // where it has them (-1 otherwise).
+  std::array<int64_t, 3> block_units(int64_t layer) const;
 };
 
 // The weight matrices of the dense linear layers, by offset in layout.params: the head's (the token

@@ -36,7 +36,8 @@ void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const
   const bool layer = kind_ == NormKind::kLayerNorm;
   float* dgamma = p.grad(params_.weight);
   float* dbeta = layer ? p.grad(params_.bias) : nullptr;
-  if (partial_over_ != nullptr) {
+  const bool frozen = dgamma == nullptr;
+  if (partial_over_ != nullptr && !frozen) {
     std::fill(partial_.begin(), partial_.end(), 0.0f);
     dgamma = partial_.data();
     dbeta = layer ? partial_.data() + C_ : nullptr;
@@ -46,7 +47,7 @@ void Norm::backward(const ParamAccess& p, const float* dy, const float* x, const
   } else {
     k::rmsnorm_backward(ctx_, dy, x, p.f32(params_.weight), rstd, dx, dgamma, N, C_);
   }
-  if (partial_over_ == nullptr) return;
+  if (partial_over_ == nullptr || frozen) return;
   add_group_sum(ctx_, *partial_over_, partial_, C_,
                 {p.grad(params_.weight), layer ? p.grad(params_.bias) : nullptr});
 }

@@ -13,14 +13,16 @@ ColumnParallelLinear::ColumnParallelLinear(const kernels::Context& ctx, int64_t 
                                            PartOffsets params, const TensorParallel& tp,
                                            Collectives* tp_group, MatmulFormat format,
                                            const ParallelScratch& scratch, uint16_t* dy_low,
-                                           float* int8_scratch, std::optional<SharedHeads> shared)
+                                           float* int8_scratch, std::optional<SharedHeads> shared,
+                                           const LoraAdapter* lora)
     : ctx_(ctx),
       linear_(ctx, in, out, params, format, dy_low, int8_scratch),
       tp_(tp),
       tp_group_(tp_group),
       format_(format),
       scratch_(scratch),
-      shared_(shared) {
+      shared_(shared),
+      lora_(lora) {
   check(!shared_ || params.bias < 0, "shared key/value heads with a bias");
 }
 
@@ -33,7 +35,9 @@ MatmulInput ColumnParallelLinear::input(const MatmulInput& rows, int64_t N) cons
 
 void ColumnParallelLinear::forward(const ParamAccess& p, const MatmulInput& rows, float* y,
                                    int64_t N) const {
-  linear_.forward(p, input(rows, N), y, N);
+  const MatmulInput x = input(rows, N);
+  linear_.forward(p, x, y, N);
+  if (lora_ != nullptr) lora_->forward(p, x.f32, y, N);
 }
 
 const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* dy,
@@ -42,6 +46,7 @@ const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* d
   const MatmulInput g =
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, scratch_.d_input, N);
+  if (lora_ != nullptr) lora_->backward(p, dy, input(rows, N).f32, scratch_.d_input, N);
   if (held != nullptr) {
     keep_matmul_input(ctx_, rows, held->x, tp_.rows(N) * linear_.in());
   } else {
@@ -59,6 +64,7 @@ void ColumnParallelLinear::held_weight_backward(const ParamAccess& p, const Held
 
 void ColumnParallelLinear::weight_backward(const ParamAccess& p, const MatmulInput& g,
                                            const MatmulInput& x, int64_t N) const {
+  if (p.grad(linear_.params().weight) == nullptr) return;  // a frozen weight
   if (shared_) {
     weight_backward_shared(p, g, x, N);
   } else {
@@ -97,20 +103,23 @@ void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const Ma
 RowParallelLinear::RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out,
                                      PartOffsets params, const TensorParallel& tp,
                                      MatmulFormat format, const ParallelScratch& scratch,
-                                     uint16_t* dy_low, float* int8_scratch)
+                                     uint16_t* dy_low, float* int8_scratch, const LoraAdapter* lora)
     : ctx_(ctx),
       linear_(ctx, in, out, params, format, dy_low, int8_scratch),
       tp_(tp),
-      scratch_(scratch) {}
+      scratch_(scratch),
+      lora_(lora) {}
 
 void RowParallelLinear::forward(const ParamAccess& p, const MatmulInput& in, const float* residual,
                                 float* out, int64_t N) const {
   const int64_t R = tp_.rows(N), C = linear_.out();
   if (!tp_.active()) {
     linear_.forward(p, in, out, N);
+    if (lora_ != nullptr) lora_->forward(p, in.f32, out, N);
   } else {
     float* partial = tp_.sequence_parallel() ? scratch_.partial : out;
     linear_.forward(p, in, partial, N, /*with_bias=*/false);
+    if (lora_ != nullptr) lora_->forward(p, in.f32, partial, N);
     tp_.complete(partial, out, N);
     if (linear_.params().bias >= 0) k::add_bias(ctx_, out, p.f32(linear_.params().bias), R, C);
   }
@@ -124,6 +133,7 @@ void RowParallelLinear::backward(const ParamAccess& p, const float* d_out, const
   const MatmulInput g =
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, dx, N);
+  if (lora_ != nullptr) lora_->backward(p, dy, in.f32, dx, N);
   if (held != nullptr) {
     keep_matmul_input(ctx_, in, held->x, N * linear_.in());
   } else {

@@ -7,6 +7,7 @@
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/linear.h"
+#include "tessera/model/lora_adapter.h"
 #include "tessera/model/tensor_parallel.h"
 
 namespace tessera::model {
@@ -32,13 +33,14 @@ struct SharedHeads {
 
 // Megatron's column-parallel linear: this rank computes its slice of the outputs from the whole
 // input, which it gathers first (sequence parallelism); its input gradient is a partial sum that
-// the ranks complete (TensorParallel).
+// the ranks complete (TensorParallel). A LoRA adapter, where given, adds its update to the output.
 class ColumnParallelLinear {
  public:
   ColumnParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
                        const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
                        const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
-                       std::optional<SharedHeads> shared = std::nullopt);
+                       std::optional<SharedHeads> shared = std::nullopt,
+                       const LoraAdapter* lora = nullptr);
 
   // rows: this rank's rows of the input (all N without sequence parallelism); y [N, out].
   void forward(const ParamAccess& p, const MatmulInput& rows, float* y, int64_t N) const;
@@ -64,16 +66,18 @@ class ColumnParallelLinear {
   MatmulFormat format_;
   ParallelScratch scratch_;
   std::optional<SharedHeads> shared_;
+  const LoraAdapter* lora_;
 };
 
 // Megatron's row-parallel linear: this rank multiplies its slice of the input, and the ranks'
 // partial sums are completed (all-reduced, or reduce-scattered onto each rank's rows with
-// sequence parallelism) before the bias, once, and the residual are added.
+// sequence parallelism) before the bias, once, and the residual are added. A LoRA adapter, where
+// given, adds its update to the partial sums.
 class RowParallelLinear {
  public:
   RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
                     const TensorParallel& tp, MatmulFormat format, const ParallelScratch& scratch,
-                    uint16_t* dy_low, float* int8_scratch);
+                    uint16_t* dy_low, float* int8_scratch, const LoraAdapter* lora = nullptr);
 
   // in [N, in]; out, this rank's rows, = residual + the completed sum + bias.
   void forward(const ParamAccess& p, const MatmulInput& in, const float* residual, float* out,
@@ -89,6 +93,7 @@ class RowParallelLinear {
   Linear linear_;
   const TensorParallel& tp_;
   ParallelScratch scratch_;
+  const LoraAdapter* lora_;
 };
 
 }  // namespace tessera::model

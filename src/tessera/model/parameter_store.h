@@ -53,7 +53,10 @@ class ResidentParameters final : public ParameterStore {
 
   Weights acquire(int64_t unit) override;
   void release(int64_t) override {}
-  float* gradients(int64_t unit) override { return grads_.data() + units_[unit].begin; }
+  // Null when built without gradients: the parameters are frozen.
+  float* gradients(int64_t unit) override {
+    return grads_.size() == 0 ? nullptr : grads_.data() + units_[unit].begin;
+  }
   void gradients_done(int64_t) override {}
 
  private:

@@ -30,14 +30,15 @@ void QkNorm::backward(const ParamAccess& p, float* d_qkv, const float* x, const 
                       int64_t N) {
   float* dq = p.grad(query_.weight);
   float* dk = p.grad(key_.weight);
-  if (partial_over_ != nullptr) {
+  const bool frozen = dq == nullptr;
+  if (partial_over_ != nullptr && !frozen) {
     std::fill(partial_.begin(), partial_.end(), 0.0f);
     dq = partial_.data();
     dk = partial_.data() + head_dim_;
   }
   k::head_rmsnorm_backward(ctx_, d_qkv, x, p.f32(query_.weight), p.f32(key_.weight), rstd, dq, dk,
                            N, heads_, kv_heads_, head_dim_);
-  if (partial_over_ == nullptr) return;
+  if (partial_over_ == nullptr || frozen) return;
   add_group_sum(ctx_, *partial_over_, partial_, head_dim_,
                 {p.grad(query_.weight), p.grad(key_.weight)});
 }

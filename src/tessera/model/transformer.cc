@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -214,13 +215,15 @@ void Transformer::release(int64_t unit) {
 }
 
 void Transformer::acquire_block(int64_t l) {
-  acquire(1 + l);
-  if (layout_.has_experts()) acquire(layout_.expert_unit(l));
+  for (int64_t u : layout_.block_units(l)) {
+    if (u >= 0) acquire(u);
+  }
 }
 
 void Transformer::release_block(int64_t l) {
-  if (layout_.has_experts()) release(layout_.expert_unit(l));
-  release(1 + l);
+  for (int64_t u : layout_.block_units(l)) {
+    if (u >= 0) release(u);
+  }
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t n) const {
@@ -470,7 +473,7 @@ void Transformer::head_backward(int64_t N) {
 template <typename Body>
 void Transformer::with_block_gradients(int64_t l, Body&& body) {
   acquire_block(l);
-  const int64_t units[2] = {1 + l, layout_.has_experts() ? layout_.expert_unit(l) : -1};
+  const std::array<int64_t, 3> units = layout_.block_units(l);
   for (int64_t u : units) {
     if (u >= 0) unit_grads_[u] = store_->gradients(u);
   }

@@ -23,9 +23,11 @@ class Transformer::Access final : public ParamAccess {
     const int64_t u = unit_of(offset);
     return m_.weights_[u].low + (offset - m_.layout_.units[u].begin);
   }
+  // Null for a frozen parameter: its store keeps no gradients.
   float* grad(int64_t offset) const override {
     const int64_t u = unit_of(offset);
-    return m_.unit_grads_[u] + (offset - m_.layout_.units[u].begin);
+    float* unit = m_.unit_grads_[u];
+    return unit == nullptr ? nullptr : unit + (offset - m_.layout_.units[u].begin);
   }
   kernels::Int8Matrix int8(int64_t offset) const override { return m_.int8_->matrix(offset); }
   bool int8_weights() const override { return m_.int8_ != nullptr; }

@@ -39,7 +39,7 @@ std::pair<MemoryModel::StageKey, const MemoryModel::Stage*> MemoryModel::stage(
         .tp = s.tp, .ep = s.ep, .block_begin = s.block_begin, .block_end = end};
     it->second.layout = model::model_layout(config_, first);
     it->second.dense = double(it->second.layout.experts_begin);
-    it->second.experts = double(it->second.layout.params.total() - it->second.layout.experts_begin);
+    it->second.experts = double(it->second.layout.adapters_begin - it->second.layout.experts_begin);
   }
   return {key, &it->second};
 }

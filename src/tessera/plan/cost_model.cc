@@ -72,7 +72,7 @@ ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   if (added) {
     const model::ModelLayout layout = model::model_layout(config_, {.tp = tp, .ep = ep});
     it->second = {double(layout.experts_begin),
-                  double(layout.params.total() - layout.experts_begin)};
+                  double(layout.adapters_begin - layout.experts_begin)};
   }
   return it->second;
 }

@@ -260,10 +260,20 @@ Settings<FaultConfig> fault_settings() {
 }
 
 // The checks that span keys; each key's own range is its row's.
+void check_lora(const RunConfig& run) {
+  if (!run.model.lora.enabled()) return;
+  model::lora_target_parts(run.model);  // names every target, or throws
+  check(run.train.precision == model::Precision::kF32,
+        "train.lora_rank: adapters train in f32 only for now; set train.precision = \"f32\"");
+  check(run.train.device == kernels::DeviceKind::kCpu,
+        "train.lora_rank: adapters train on the CPU only for now; set train.device = \"cpu\"");
+}
+
 void check_across_keys(const RunConfig& run) {
   const model::ModelConfig& m = run.model;
   const TrainConfig& t = run.train;
   const comm::MeshShape& mesh = run.mesh;
+  check_lora(run);
   check(t.seq_len <= m.max_seq, "train.seq_len ({}) exceeds model.max_seq ({})", t.seq_len,
         m.max_seq);
   check(t.min_lr <= t.lr, "train.min_lr ({}) must be in [0, train.lr ({})]", t.min_lr, t.lr);
@@ -310,7 +320,10 @@ const Settings<RunConfig>& run_settings() {
         nest(&RunConfig::fault, fault_settings()),
     });
     for (Setting<RunConfig>& row : run_only) row.not_from_hf = kRunOnly;
-    return join<RunConfig>({nest(&RunConfig::model, model::model_settings()), run_only});
+    Settings<RunConfig> lora =
+        nest(&RunConfig::model, nest(&model::ModelConfig::lora, model::lora_settings()));
+    for (Setting<RunConfig>& row : lora) row.not_from_hf = kRunOnly;
+    return join<RunConfig>({nest(&RunConfig::model, model::model_settings()), run_only, lora});
   }();
   return rows;
 }

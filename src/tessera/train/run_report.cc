@@ -86,23 +86,26 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
 // ranks that hold the same experts. Returns them, for the metrics.
 std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::StageModels& models,
                                         const comm::Mesh& mesh, const TrainConfig& tc) {
-  constexpr int kFields = 7;
+  constexpr int kFields = 8;
   comm::Communicator& world = mesh.world();
   const comm::MeshShape& shape = mesh.shape();
   const MemoryReport m = state.memory();
-  double activations = 0, dense = 0, experts = 0;
+  double activations = 0, dense = 0, experts = 0, frozen = 0;
   for (const model::Transformer* stage : models.stages) {
     activations += double(stage->activation_bytes_total());
   }
+  // A LoRA run trains its adapters (the "dense" group) and holds the rest frozen, in f32.
   for (int k = 0; k < state.stages(); ++k) {
     const model::ModelLayout& layout = state.layout(k);
-    dense += double(layout.experts_begin);
-    experts += double(layout.params.total() - layout.experts_begin);
+    const bool lora = layout.has_adapters();
+    dense += double(lora ? layout.params.total() - layout.adapters_begin : layout.experts_begin);
+    experts += double(layout.adapters_begin - layout.experts_begin);
+    if (lora) frozen += double(sizeof(float)) * double(layout.params.total());
   }
   std::vector<double> all(size_t(kFields * world.size()), 0.0);
-  const double mine[kFields] = {double(m.params), double(m.grads),   double(m.optimizer),
-                                activations,      double(m.working), dense,
-                                experts};
+  const double mine[kFields] = {
+      double(m.params), double(m.grads), double(m.optimizer), activations, double(m.working), dense,
+      experts,          frozen};
   std::copy(mine, mine + kFields, all.begin() + kFields * world.rank());
   world.all_reduce(all.data(), int64_t(all.size()));
   const double mib = 1024.0 * 1024.0;
@@ -112,21 +115,25 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
     memory[r].bytes = {v[0], v[1], v[2], v[3]};
     const double formula =
         parallel::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
-        parallel::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total();
+        parallel::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total() +
+        v[7];
     const double model_state = v[0] + v[1] + v[2];
     const std::string expert_share =
         v[6] > 0
             ? fmt::format(" and {:.0f} expert parameters over {} ranks", v[6], shape.dp / shape.ep)
             : std::string();
+    const std::string frozen_share = v[7] > 0 ? " LoRA adapter" : "";
+    const std::string frozen_bytes =
+        v[7] > 0 ? fmt::format(", plus a frozen model of {:.0f} B", v[7]) : std::string();
     const std::string stage =
         shape.pp > 1 ? fmt::format(" (pipeline rank {})", mesh.coords_of(r).pp) : std::string();
     spdlog::info(
-        "memory rank {}{}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({:.0f} {} "
-        "parameters over {} ranks{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
+        "memory rank {}{}: model state {:.0f} B = {:.3f} x ZeRO-{} formula {:.0f} B ({:.0f} {}{} "
+        "parameters over {} ranks{}{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
         "B, activations {:.0f} B ({:.2f} MiB in all), working buffers {:.2f} MiB",
         r, stage, model_state, model_state / formula, tc.zero, formula, v[5],
-        enum_name(tc.precision), shape.dp, expert_share, v[0], v[1], v[2], v[3],
-        (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
+        enum_name(tc.precision), frozen_share, shape.dp, expert_share, frozen_bytes, v[0], v[1],
+        v[2], v[3], (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
   return memory;
 }

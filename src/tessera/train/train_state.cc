@@ -21,9 +21,21 @@ using parallel::ZeroShards;
 
 namespace {
 
-// The dense units of a layout of `blocks` blocks, and its expert stacks.
-std::pair<int64_t, int64_t> dense_units(int64_t blocks) { return {0, 1 + blocks}; }
-std::pair<int64_t, int64_t> expert_units(int64_t blocks) { return {1 + blocks, 1 + 2 * blocks}; }
+// The units a group trains, [first, end): the dense ones and the expert stacks, or a LoRA run's
+// adapters alone.
+struct GroupUnits {
+  std::string name;
+  int64_t first, end;
+};
+std::vector<GroupUnits> trained_groups(const model::ModelLayout& layout) {
+  const int64_t blocks = int64_t(layout.blocks.size());
+  if (layout.has_adapters()) {
+    return {{"adapters", layout.first_adapter_unit, int64_t(layout.units.size())}};
+  }
+  std::vector<GroupUnits> groups = {{"dense", 0, 1 + blocks}};
+  if (layout.has_experts()) groups.push_back({"experts", 1 + blocks, 1 + 2 * blocks});
+  return groups;
+}
 
 }  // namespace
 
@@ -65,24 +77,23 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
     Stage& st = *stage;
     st.index = pp_rank + k++ * int(shape.pp);
     st.layout = model::model_layout(config, s);
-    const int64_t blocks = int64_t(st.layout.blocks.size());
-    auto add = [&](std::string name, std::pair<int64_t, int64_t> units, comm::Communicator& group,
-                   comm::Communicator* across, int group_rank) {
+    for (const GroupUnits& units : trained_groups(st.layout)) {
+      const bool experts = units.name == "experts";
       Group g;
-      g.name = std::move(name);
-      g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.second, zero_,
-                                              train.precision, group, bucket_bytes);
+      g.name = units.name;
+      comm::Communicator& dp = device_dp_ != nullptr ? *device_dp_ : mesh.dp();
+      g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.end, zero_,
+                                              train.precision, experts ? mesh.expert_dp() : dp,
+                                              bucket_bytes);
       g.adam = std::make_unique<AdamW>(ctx, st.layout.params, train, g.shards->owned_begin(),
                                        g.shards->owned_end());
-      g.across = across;
-      g.writes = zero_ >= 1 || group_rank == 0;
+      g.across = experts ? &mesh.ep() : nullptr;
+      g.writes = zero_ >= 1 || (experts ? mesh.coords().dp / shape.ep : mesh.coords().dp) == 0;
       st.groups.push_back(std::move(g));
-    };
-    add("dense", dense_units(blocks), device_dp_ != nullptr ? *device_dp_ : mesh.dp(), nullptr,
-        mesh.coords().dp);
-    if (st.layout.has_experts()) {
-      add("experts", expert_units(blocks), mesh.expert_dp(), &mesh.ep(),
-          int(mesh.coords().dp / shape.ep));
+    }
+    if (st.layout.has_adapters()) {
+      st.frozen = std::make_unique<model::ResidentParameters>(ctx, st.layout, std::nullopt,
+                                                              /*with_gradients=*/false);
     }
     const bool holds_tied = tied_ != nullptr && st.layout.has_embedding != st.layout.has_head;
     for (const model::ParamInfo& p : st.layout.params.entries()) {
@@ -117,6 +128,18 @@ void TrainState::init(uint64_t seed) {
       k::copy_to_device(ctx_, g.shards->master(b), values.data(), sizeof(float) * (e - b));
       g.shards->publish();
     }
+    if (s->frozen) {
+      model::initial_parameters(s->layout, seed, 0, s->layout.adapters_begin,
+                                s->frozen->params().data());
+    }
+  }
+}
+
+void TrainState::load_base(const std::filesystem::path& step_dir) {
+  for (auto& s : stages_) {
+    check(s->frozen != nullptr, "load_base: the run trains no adapters");
+    ckpt::read_state_range(step_dir, config_, s->layout.params, ckpt::StatePart::kParams, 0,
+                           s->layout.adapters_begin, s->frozen->params().data());
   }
 }
 
@@ -179,6 +202,7 @@ std::vector<NamedTensor> TrainState::device_checkpoint_tensors() {
     const model::ModelLayout& layout = s.layout;
     for (ckpt::StatePart part : ckpt::kStateParts) {
       for (const model::ParamInfo& p : layout.params.entries()) {
+        if (p.offset < layout.adapters_begin && layout.has_adapters()) continue;  // frozen
         Group& g = s.group_of(p.offset >= layout.experts_begin ? config_.n_layer + 1 : 0);
         float* data = part == ckpt::StatePart::kParams ? g.shards->master(p.offset)
                       : part == ckpt::StatePart::kAdamM
@@ -222,11 +246,9 @@ nlohmann::json TrainState::checkpoint_layout() const {
       auto [it, added] = slices.try_emplace({stage, c.tp, ep_rank});
       if (added) it->second = model::model_layout(config_, s);
       const model::ModelLayout& slice = it->second;
-      const int64_t blocks = int64_t(slice.blocks.size());
-      for (const Group& g : stages_.front()->groups) {
+      for (const GroupUnits& g : trained_groups(slice)) {
         const bool experts = g.name == "experts";
-        const auto [first, end_unit] = experts ? expert_units(blocks) : dense_units(blocks);
-        const int64_t begin = slice.units[first].begin, end = slice.units[end_unit - 1].end;
+        const int64_t begin = slice.units[g.first].begin, end = slice.units[g.end - 1].end;
         const int group_rank = int(experts ? c.dp / shape.ep : c.dp);
         const int ranks = int(experts ? shape.dp / shape.ep : shape.dp);
         if (zero_ == 0 && group_rank != 0) continue;
@@ -263,7 +285,7 @@ double TrainState::reduce_gradients() {
   double waited = 0;
   for (auto& s : stages_) {
     for (Group& g : s->groups) waited += g.shards->reduce_gradients();
-    if (s->tied) {
+    if (s->tied && !s->frozen) {
       s->groups.front().shards->all_reduce_gradients(s->tied->offset, s->tied->shape.numel(),
                                                      *tied_);
     }
@@ -363,6 +385,7 @@ MemoryReport TrainState::memory() const {
       r.optimizer += b.master + 8 * (g.shards->owned_end() - g.shards->owned_begin());
       r.working += b.working;
     }
+    if (s->frozen) r.params += int64_t(sizeof(float)) * s->layout.params.total();
   }
   return r;
 }

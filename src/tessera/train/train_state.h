@@ -32,7 +32,9 @@ struct MemoryReport {
 // by ZeRO over the ranks that replicate it (the dense parts over dp, a mixture's expert stacks
 // over the dp / ep ranks that hold the same experts), with AdamW over what it owns. Each stage
 // serves its model as its parameter store. A tied embedding on several stages is held by the
-// first stage and, as its own copy, by the last; their gradients are summed into both.
+// first stage and, as its own copy, by the last; their gradients are summed into both. A LoRA
+// run trains its adapters alone: the rest of the model is frozen, held whole on every rank of the
+// stage without gradients or optimizer state.
 class TrainState {
  public:
   // `boundaries`: the first block of each pipeline stage and, last, n_layer (stage_boundaries);
@@ -52,8 +54,12 @@ class TrainState {
   int64_t bucket_count() const;
 
   void init(uint64_t seed);
-  // Reads parameters (and, when asked, the AdamW moments) written by any layout.
+  // Reads parameters (and, when asked, the AdamW moments) written by any layout; in a LoRA run,
+  // the adapters'.
   void load(const std::filesystem::path& step_dir, bool with_optimizer);
+  // A LoRA run: reads the frozen base model's parameters written by any layout.
+  void load_base(const std::filesystem::path& step_dir);
+  bool trains_adapters() const { return layout().has_adapters(); }
   // What this rank saves (nothing when another rank saves its slice), in host memory, and the
   // manifest metadata that places every rank's pieces ("placed"), or null when rank 0 saves every
   // tensor by name.
@@ -97,12 +103,22 @@ class TrainState {
     std::vector<Group> groups;
     std::vector<Copies> copies;
     std::optional<model::ParamInfo> tied;  // the embedding whose gradients another stage shares
+    std::unique_ptr<model::ResidentParameters> frozen;  // a LoRA run's base model
 
+    bool is_frozen(int64_t unit) const { return frozen && unit < layout.first_adapter_unit; }
     Group& group_of(int64_t unit);
-    Weights acquire(int64_t unit) override { return group_of(unit).shards->acquire(unit); }
-    void release(int64_t unit) override { group_of(unit).shards->release(unit); }
-    float* gradients(int64_t unit) override { return group_of(unit).shards->gradients(unit); }
-    void gradients_done(int64_t unit) override { group_of(unit).shards->gradients_done(unit); }
+    Weights acquire(int64_t unit) override {
+      return is_frozen(unit) ? frozen->acquire(unit) : group_of(unit).shards->acquire(unit);
+    }
+    void release(int64_t unit) override {
+      if (!is_frozen(unit)) group_of(unit).shards->release(unit);
+    }
+    float* gradients(int64_t unit) override {
+      return is_frozen(unit) ? nullptr : group_of(unit).shards->gradients(unit);
+    }
+    void gradients_done(int64_t unit) override {
+      if (!is_frozen(unit)) group_of(unit).shards->gradients_done(unit);
+    }
   };
   double owned_square_sum(const Stage& s, Group& g);
   // checkpoint_tensors' tensors where the state lives.

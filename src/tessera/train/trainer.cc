@@ -75,6 +75,8 @@ class Run {
   void moe_statistics(StepResult& r);
   double batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B);
   int64_t roll_back(int64_t done, const std::string& reason);
+  // The initial state: a LoRA run's adapters fresh on its base model.
+  void start_over();
   nlohmann::json checkpoint_metadata() const;
   void save(int64_t step);
   std::pair<double, double> evaluate(int64_t step);
@@ -108,6 +110,8 @@ class Run {
   std::optional<Evaluator> evaluator_;
   RunReport report_;
   std::optional<Goodput> goodput_;
+  // A LoRA run's frozen base model, a committed step; none when it is the seed's initial model.
+  std::optional<fs::path> lora_base_;
   nlohmann::json tokenizer_;
   std::set<int64_t> nan_gradient_steps_;  // still to inject
 };
@@ -326,9 +330,15 @@ int64_t Run::resume() {
   std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir_);
   if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
     // Weights from `tessera convert import` carry no optimizer state or data position: the run
-    // fine-tunes them from step 0 with fresh AdamW moments.
-    state_.load(*latest, /*with_optimizer=*/false);
-    spdlog::info("fine-tuning the imported weights of {}", latest->string());
+    // fine-tunes them from step 0 with fresh AdamW moments, or trains adapters on them.
+    if (state_.trains_adapters()) {
+      lora_base_ = fs::absolute(*latest);
+      state_.load_base(*lora_base_);
+      spdlog::info("training LoRA adapters on the frozen imported weights of {}", latest->string());
+    } else {
+      state_.load(*latest, /*with_optimizer=*/false);
+      spdlog::info("fine-tuning the imported weights of {}", latest->string());
+    }
     latest.reset();
   }
   if (!latest) {
@@ -345,9 +355,18 @@ int64_t Run::resume() {
 }
 
 ckpt::Manifest Run::restore(const fs::path& step_dir) {
-  state_.load(step_dir, /*with_optimizer=*/true);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
   const nlohmann::json& meta = manifest.metadata;
+  const bool adapters = meta.contains("lora_base");
+  check(adapters == state_.trains_adapters(),
+        "{}: {}; resume it with the train.lora_* settings it was written with", step_dir.string(),
+        adapters ? "holds LoRA adapters alone, and this run trains every weight"
+                 : "holds a whole model's training state, and this run trains LoRA adapters");
+  if (adapters && meta["lora_base"].is_string()) {
+    lora_base_ = meta["lora_base"].get<std::string>();
+    state_.load_base(*lora_base_);
+  }
+  state_.load(step_dir, /*with_optimizer=*/true);
   const int64_t samples_consumed = meta.value("samples_consumed", int64_t{-1});
   check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
         step_dir.string());
@@ -515,8 +534,7 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
     step = manifest.step;
     goodput_->rolled_back(manifest.metadata.value("goodput", nlohmann::json()));
   } else {
-    state_.init(uint64_t(tc_.seed));
-    state_.set_steps_taken(0);
+    start_over();
     scaler_.restore(tc_.loss_scale, 0);
     goodput_->rolled_back(nullptr);
   }
@@ -530,16 +548,26 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
   return step;
 }
 
+void Run::start_over() {
+  state_.init(uint64_t(tc_.seed));
+  if (lora_base_) state_.load_base(*lora_base_);
+  state_.set_steps_taken(0);
+}
+
 nlohmann::json Run::checkpoint_metadata() const {
-  return {{"config", config_.to_json()},
-          {"model", enum_name(rc_.model.arch)},
-          {"tokenizer", tokenizer_},
-          {"samples_consumed", loader_->position()},
-          {"optimizer_steps", state_.steps_taken()},
-          {"loss_scale", scaler_.scale()},
-          {"skipped_steps", scaler_.skipped_steps()},
-          {"guard", guard_.state()},
-          {"goodput", goodput_->account().to_json()}};
+  nlohmann::json meta = {{"config", config_.to_json()},
+                         {"model", enum_name(rc_.model.arch)},
+                         {"tokenizer", tokenizer_},
+                         {"samples_consumed", loader_->position()},
+                         {"optimizer_steps", state_.steps_taken()},
+                         {"loss_scale", scaler_.scale()},
+                         {"skipped_steps", scaler_.skipped_steps()},
+                         {"guard", guard_.state()},
+                         {"goodput", goodput_->account().to_json()}};
+  if (state_.trains_adapters()) {
+    meta["lora_base"] = lora_base_ ? nlohmann::json(lora_base_->string()) : nlohmann::json();
+  }
+  return meta;
 }
 
 void Run::save(int64_t step) {

@@ -42,18 +42,20 @@ void head_rmsnorm_backward(const Context&, T* dqkv, const T* x, const T* q_gamma
   const int64_t heads = H + KVH, width = (H + 2 * KVH) * hd;
   const OpScope scope(OpClass::kNormsActivations, 0,
                       4.0 * double(sizeof(T)) * double(N * heads * hd));
-  // The gains' gradients first, from the gradient of the normed values, before it is replaced.
-  for_column_blocks(hd, [&](int64_t c0, int64_t c1) {
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const T* dy = dqkv + n * width + h * hd;
-        const T* xh = x + (n * heads + h) * hd;
-        const T rs = rstd[n * heads + h];
-        T* dgamma = h < H ? dq_gamma : dk_gamma;
-        for (int64_t c = c0; c < c1; ++c) dgamma[c] += dy[c] * xh[c] * rs;
+  // The gains' gradients first (unless frozen), from the gradient of the normed values, before
+  // it is replaced.
+  if (dq_gamma != nullptr)
+    for_column_blocks(hd, [&](int64_t c0, int64_t c1) {
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const T* dy = dqkv + n * width + h * hd;
+          const T* xh = x + (n * heads + h) * hd;
+          const T rs = rstd[n * heads + h];
+          T* dgamma = h < H ? dq_gamma : dk_gamma;
+          for (int64_t c = c0; c < c1; ++c) dgamma[c] += dy[c] * xh[c] * rs;
+        }
       }
-    }
-  });
+    });
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t h = 0; h < heads; ++h) {

@@ -60,6 +60,7 @@ void layernorm_backward(const Context&, const T* dy, const T* x, const T* gamma,
       dxr[c] += rs * (dyr[c] * gamma[c] - mean_dxhat - xhat * mean_dxhat_xhat);
     }
   }
+  if (dgamma == nullptr) return;  // frozen gains
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t m = 0; m < M; ++m) {
       const T* dyr = dy + m * C;

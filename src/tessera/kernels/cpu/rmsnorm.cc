@@ -49,6 +49,7 @@ void rmsnorm_backward(const Context&, const T* dy, const T* x, const T* gamma, c
       dxr[c] += rs * (dyr[c] * gamma[c] - xr[c] * rs * mean_dxhat_xhat);
     }
   }
+  if (dgamma == nullptr) return;  // a frozen gain
   for_column_blocks(C, [&](int64_t c0, int64_t c1) {
     for (int64_t m = 0; m < M; ++m) {
       const T* dyr = dy + m * C;

@@ -1,0 +1,151 @@
+// LoRA training from the command line (train.lora_*): adapters trained on a model imported from a
+// Hugging Face folder while it stays frozen, checkpoints holding the adapters alone beside the
+// base they need, exact resumption, the memory the run accounts for against the adapter formula,
+// and the adapters' losses on every parallel layout against one rank's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/cli_runner.h"
+
+namespace tessera::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kLoraGpt2 = kSmallModel + " --set model.n_head=4 --set train.threads=1";
+const std::string kLoraFlags =
+    " --set train.lora_rank=4 --set train.lora_alpha=8 --set train.lr=1e-2 --set train.threads=1";
+
+class LoraCli : public ::testing::Test {
+ protected:
+  void SetUp() override { write_file(dir / "corpus.txt", small_corpus()); }
+  TempDir dir{"tessera-lora-cli"};
+};
+
+nlohmann::json manifest(const fs::path& step_dir) {
+  return nlohmann::json::parse(read_all((step_dir / "manifest.json").string()));
+}
+
+TEST_F(LoraCli, AdaptersTrainOnAFrozenImportedModelAndResumeExactly) {
+  ASSERT_EQ(run_cli("train --data " + (dir / "corpus.txt") + " --out " + (dir / "base") +
+                    kLoraGpt2 + " --set train.steps=6")
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "base") + " --out " + (dir / "hf")).exit_code,
+      0);
+  auto tune = [&](const std::string& out, const std::string& extra) {
+    return run_cli("train --config " + (dir / "hf") + " --data " + (dir / "corpus.txt") +
+                   " --out " + (dir / out) +
+                   " --set train.batch_size=4 --set train.seq_len=32 --set train.warmup_steps=2"
+                   " --set train.eval_every=0 --set train.log_every=1 --set train.steps=12"
+                   " --set checkpoint.every=4 --set checkpoint.keep_last=2"
+                   " --set checkpoint.async=false" +
+                   kLoraFlags + extra);
+  };
+  const CliResult whole = tune("whole", "");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("training LoRA adapters on the frozen imported weights"),
+            std::string::npos)
+      << whole.output;
+
+  // The run's own accounting: gradients and AdamW moments of the adapters alone. Per block,
+  // rank x (d_model + 3 d_model) for qkv, 2 x rank x d_model for the attention's projection, and
+  // rank x (d_model + 4 d_model) for each MLP matrix: 16 rank d_model.
+  const int64_t adapter_params = 2 * 16 * 4 * 32;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      whole.output, m,
+      std::regex(R"(\((\d+) f32 LoRA adapter parameters.*gradients (\d+) B, optimizer (\d+) B)")))
+      << whole.output;
+  EXPECT_EQ(std::stoll(m[1]), adapter_params);
+  EXPECT_EQ(std::stoll(m[2]), 4 * adapter_params);
+  EXPECT_EQ(std::stoll(m[3]), 8 * adapter_params);
+
+  // Checkpoints hold the adapters and their moments; the imported base they name is kept.
+  const fs::path ckpts = dir.path() / "whole/checkpoints";
+  EXPECT_TRUE(fs::exists(ckpts / "step-000000")) << "the base was pruned";
+  EXPECT_FALSE(fs::exists(ckpts / "step-000004"));
+  const nlohmann::json latest = manifest(ckpts / "step-000012");
+  EXPECT_EQ(fs::path(latest["metadata"]["lora_base"].get<std::string>()), ckpts / "step-000000");
+  ASSERT_EQ(latest["tensors"].size(), 3u * 2 * 2 * 4);  // params, m, v x blocks x A, B x targets
+  for (const auto& t : latest["tensors"]) {
+    EXPECT_NE(t["name"].get<std::string>().find(".lora_"), std::string::npos) << t["name"];
+  }
+  ASSERT_TRUE(std::regex_search(whole.output, m,
+                                std::regex(R"(held-out loss ([0-9.]+) -> ([0-9.]+) nats)")))
+      << whole.output;
+  EXPECT_LT(std::stod(m[2]), std::stod(m[1]) - 0.02) << whole.output;
+  const std::vector<double> losses = training_losses(dir / "whole");
+  ASSERT_EQ(losses.size(), 12u);
+
+  // Died after step 8: the adapters and the base come back, and the steps after it repeat.
+  ASSERT_EQ(tune("split", "").exit_code, 0);
+  fs::remove_all(dir.path() / "split/checkpoints/step-000012");
+  fs::remove(dir.path() / "split/checkpoints/latest");
+  fs::remove(dir.path() / "split/metrics.jsonl");
+  const CliResult resumed = tune("split", "");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming"), std::string::npos) << resumed.output;
+  const std::vector<double> after = training_losses(dir / "split");
+  ASSERT_EQ(after.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(after[i], losses[8 + i]) << "step " << i + 9;
+
+  // Adapters alone cannot resume a run that trains every weight.
+  const CliResult full = tune("split", " --set train.lora_rank=0 --set train.steps=16");
+  EXPECT_NE(full.exit_code, 0);
+  EXPECT_NE(full.output.find("error: " + (dir / "split/checkpoints/step-000012") +
+                             ": holds LoRA adapters alone"),
+            std::string::npos)
+      << full.output;
+}
+
+// The adapters' losses on each layout against one rank's, for the same global batch and seed.
+TEST_F(LoraCli, AdapterLossesFollowOneRankOnEveryLayout) {
+  const std::string llama = kLoraGpt2 + kLlamaGqaFlags;
+  for (const auto& [name, model] :
+       std::vector<std::pair<std::string, std::string>>{{"gpt2", kLoraGpt2}, {"llama", llama}}) {
+    auto args = [&](const std::string& out, const std::string& mesh) {
+      return "train --data " + (dir / "corpus.txt") + " --out " + (dir / (name + out)) + model +
+             kLoraFlags + " --set train.steps=8 " + mesh;
+    };
+    ASSERT_EQ(run_cli(args("1", "")).exit_code, 0);
+    const std::vector<double> one = training_losses(dir / (name + "1"));
+    ASSERT_EQ(one.size(), 8u);
+    const std::vector<JobLayout> layouts = {
+        {2, "--set mesh.dp=2 --set train.zero=2"},
+        {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"},
+        {2, "--set mesh.pp=2 --set train.grad_accum=2 --set mesh.pp_schedule=zb-h1"},
+        {8, "--set mesh.dp=2 --set mesh.tp=2 --set mesh.pp=2 --set train.zero=1"}};
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      SCOPED_TRACE(name + ": " + layouts[i].mesh);
+      const std::string out = "-" + std::to_string(i);
+      const CliResult r = run_mpi(layouts[i].ranks, args(out, layouts[i].mesh));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      if (layouts[i].mesh.find("grad_accum") != std::string::npos) {
+        ASSERT_EQ(run_cli(args("-accum", "--set train.grad_accum=2")).exit_code, 0);
+        expect_same_losses(training_losses(dir / (name + out)),
+                           training_losses(dir / (name + "-accum")));
+      } else {
+        expect_same_losses(training_losses(dir / (name + out)), one);
+      }
+    }
+  }
+}
+
+TEST_F(LoraCli, SettingsItCannotRunAreRefusedByName) {
+  const std::string base =
+      "train --data " + (dir / "corpus.txt") + " --out " + (dir / "bad") + kLoraGpt2 + kLoraFlags;
+  expect_one_line_error(run_cli(base + " --set train.lora_targets=attention,ffn"),
+                        "train.lora_targets");
+  expect_one_line_error(run_cli(base + " --set train.precision=bf16"), "train.precision");
+  expect_one_line_error(run_cli(base + " --set train.lora_alpha=0"), "train.lora_alpha");
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,138 @@
+// LoRA adapters (train.lora_*): where block_spec and the layout put them, that a fresh adapter
+// leaves the model as it was, and that the model's gradients of every target role's A and B match
+// finite differences. (The update's own f64 check: tests/kernels/lora_gradient_test.cc; training
+// with the base frozen: tests/train/lora_training_test.cc; under mpirun: tests/dist.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/model/parameters.h"
+#include "tessera/model/transformer.h"
+#include "tessera/runtime/train_step.h"
+#include "tests/expect_error.h"
+#include "tests/model/small_configs.h"
+
+namespace tessera::model {
+namespace {
+
+ModelConfig with_lora(ModelConfig c, const std::string& targets) {
+  c.lora.rank = 2;
+  c.lora.alpha = 6;
+  c.lora.targets = targets;
+  return c;
+}
+
+TEST(Lora, AdaptersFollowTheWholeModelInTheLayout) {
+  const ModelConfig base = small_configs(8).llama;
+  const ModelConfig c = with_lora(base, "attention,mlp");
+  const ModelLayout layout = model_layout(c);
+  EXPECT_EQ(layout.adapters_begin, model_layout(base).params.total());
+  EXPECT_EQ(int64_t(layout.units.size()), 1 + 2 * c.n_layer);
+  const auto shape_of = [&](const std::string& name) { return layout.params.find(name).shape; };
+  // One block of A per module Hugging Face names: q, k and v; gate and up.
+  EXPECT_EQ(shape_of("blocks.0.attn.qkv.lora_a.weight"), (Shape{3 * 2, c.d_model}));
+  EXPECT_EQ(shape_of("blocks.0.attn.qkv.lora_b.weight"), (Shape{c.qkv_width(), 2}));
+  EXPECT_EQ(shape_of("blocks.1.attn.proj.lora_a.weight"), (Shape{2, c.d_model}));
+  EXPECT_EQ(shape_of("blocks.1.attn.proj.lora_b.weight"), (Shape{c.d_model, 2}));
+  EXPECT_EQ(shape_of("blocks.0.mlp.gate_up.lora_a.weight"), (Shape{2 * 2, c.d_model}));
+  EXPECT_EQ(shape_of("blocks.0.mlp.down.lora_a.weight"), (Shape{2, c.ffn()}));
+  for (const ParamInfo& p : layout.params.entries()) {
+    const bool adapter = p.name.find(".lora_") != std::string::npos;
+    EXPECT_EQ(adapter, p.offset >= layout.adapters_begin) << p.name;
+    if (p.name.find(".lora_b") != std::string::npos) EXPECT_EQ(p.init_std, 0.0) << p.name;
+  }
+  // GPT-2's fused c_attn is one module: one block of A.
+  const ModelLayout gpt2 = model_layout(with_lora(small_configs(8).gpt2, "qkv"));
+  EXPECT_EQ(gpt2.params.find("blocks.0.attn.qkv.lora_a.weight").shape, (Shape{2, 16}));
+  EXPECT_EQ(int64_t(gpt2.params.entries().size() -
+                    model_layout(small_configs(8).gpt2).params.entries().size()),
+            2 * 2);
+}
+
+TEST(Lora, BadTargetsAreRefusedByName) {
+  testing::expect_error([] { model_layout(with_lora(small_configs(8).llama, "attention,ffn")); },
+                        {"train.lora_targets", "\"ffn\""});
+  testing::expect_error([] { model_layout(with_lora(small_configs(8).moe, "attention")); },
+                        {"train.lora_rank", "mixture of experts"});
+}
+
+// B starts at zero: the adapted model computes what its base does, to the bit.
+TEST(Lora, AFreshAdapterChangesNothing) {
+  const ModelConfig base = small_configs(8).llama;
+  const int64_t B = 2, T = 8;
+  Transformer plain(base, B, T, /*training=*/false);
+  Transformer adapted(with_lora(base, "attention,mlp"), B, T, /*training=*/false);
+  plain.init_weights(3);
+  adapted.init_weights(3);
+  std::vector<int32_t> tokens(B * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 % base.vocab_size);
+  plain.forward(tokens.data(), nullptr, B, T);
+  adapted.forward(tokens.data(), nullptr, B, T);
+  const int64_t n = B * T * base.vocab_size;
+  EXPECT_EQ(std::vector<float>(plain.logits(), plain.logits() + n),
+            std::vector<float>(adapted.logits(), adapted.logits() + n));
+}
+
+// Random weights (B not zero), then central differences on elements of every adapter's A and B
+// against forward_backward's gradient. In f32, as the model runs: h = 2e-3, since the attention's
+// softmax bends the loss enough over 1e-2 to move qkv's adapters by a few percent, and gradients
+// under 5e-3 are left out, where the loss's f32 rounding over 2h is a few percent of them.
+void check_adapter_gradients(const ModelConfig& c) {
+  const int64_t B = 2, T = 6;
+  Transformer model(c, B, T, /*training=*/true);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [name, view] : named_views(model.layout(), model.params().data())) {
+    float* p = view.as<float>();
+    const bool gain = view.shape.rank() == 1;
+    for (int64_t i = 0; i < view.numel(); ++i) {
+      const float r = normal(rng);
+      p[i] = gain ? 1.0f + 0.3f * r : r / std::sqrt(float(view.shape[1]));
+    }
+  }
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  std::uniform_int_distribution<int32_t> token(0, int32_t(c.vocab_size) - 1);
+  for (int32_t& t : inputs) t = token(rng);
+  for (int32_t& t : targets) t = token(rng);
+  model.zero_grad();
+  runtime::TrainStep(model).forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
+  const std::vector<float> grads(model.grads().begin(), model.grads().end());
+
+  float* params = model.params().data();
+  const float h = 2e-3f;
+  int compared = 0;
+  for (const ParamInfo& info : model.layout().entries()) {
+    if (info.offset < model.model_layout().adapters_begin) continue;
+    for (int64_t i = 0; i < std::min<int64_t>(info.shape.numel(), 6); ++i) {
+      const int64_t at =
+          info.offset + i * (info.shape.numel() / 6 > 0 ? info.shape.numel() / 6 : 1);
+      const float saved = params[at];
+      params[at] = saved + h;
+      const double up = model.forward(inputs.data(), targets.data(), B, T);
+      params[at] = saved - h;
+      const double down = model.forward(inputs.data(), targets.data(), B, T);
+      params[at] = saved;
+      const double numeric = (up - down) / (2.0 * h), analytic = grads[at];
+      if (std::abs(analytic) <= 5e-3) continue;
+      ++compared;
+      EXPECT_LT(std::abs(numeric - analytic) / std::abs(analytic), 2e-2)
+          << info.name << "[" << at - info.offset << "]: finite difference " << numeric
+          << ", backward " << analytic;
+    }
+  }
+  EXPECT_GE(compared, 12) << c.lora.targets << ": too few gradients above the 5e-3 floor";
+}
+
+TEST(Lora, GradientsOfEveryRoleMatchFiniteDifferences) {
+  for (const std::string target : {"qkv", "attn_out", "mlp_in", "mlp_out"}) {
+    SCOPED_TRACE(target);
+    check_adapter_gradients(with_lora(small_configs(8).llama, target));
+    check_adapter_gradients(with_lora(small_configs(8).gpt2, target));
+  }
+}
+
+}  // namespace
+}  // namespace tessera::model
