@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/interop/safetensors.h"
 #include "tests/e2e/cli_runner.h"
 
 namespace tessera::testing {
@@ -136,6 +137,95 @@ TEST_F(LoraCli, AdapterLossesFollowOneRankOnEveryLayout) {
       }
     }
   }
+}
+
+// A Llama's adapters leave as a PEFT folder, named and shaped as PEFT saves a LoRA of
+// LlamaForCausalLM (adapter_model.safetensors: "base_model.model.<module>.lora_A.weight" [r, in]
+// and "...lora_B.weight" [out, r]; adapter_config.json: peft_type, r, lora_alpha, target_modules,
+// ...), and come back identically; merged into the model, they give the text the adapters give.
+TEST_F(LoraCli, AdaptersLeaveAsAPeftFolderComeBackAndMerge) {
+  const std::string llama = kLoraGpt2 + kLlamaGqaFlags + " --set model.ffn_hidden=48";
+  ASSERT_EQ(run_cli("train --data " + (dir / "corpus.txt") + " --out " + (dir / "base") + llama +
+                    " --set train.steps=4")
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "base") + " --out " + (dir / "hf")).exit_code,
+      0);
+  const CliResult tuned =
+      run_cli("train --config " + (dir / "hf") + " --data " + (dir / "corpus.txt") + " --out " +
+              (dir / "tuned") + " --set train.batch_size=4 --set train.seq_len=32" +
+              " --set train.steps=6 --set train.eval_every=0" + kLoraFlags);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  const CliResult exported = run_cli("convert export --format peft --checkpoint " +
+                                     (dir / "tuned") + " --out " + (dir / "peft"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+
+  const nlohmann::json config = nlohmann::json::parse(read_all(dir / "peft/adapter_config.json"));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 8.0);
+  EXPECT_EQ(config["bias"], "none");
+  EXPECT_EQ(config["fan_in_fan_out"], false);
+  EXPECT_EQ(config["use_dora"], false);
+  EXPECT_EQ(config["use_rslora"], false);
+  EXPECT_EQ(config["target_modules"],
+            nlohmann::json({"mlp.down_proj", "mlp.gate_proj", "mlp.up_proj", "self_attn.k_proj",
+                            "self_attn.o_proj", "self_attn.q_proj", "self_attn.v_proj"}));
+  const interop::SafetensorsFile weights(dir.path() / "peft/adapter_model.safetensors");
+  // d_model 32 over 4 heads of 8, 2 key/value heads (16 rows), MLP width 48.
+  const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {"self_attn.q_proj", {{4, 32}, {32, 4}}}, {"self_attn.k_proj", {{4, 32}, {16, 4}}},
+      {"self_attn.v_proj", {{4, 32}, {16, 4}}}, {"self_attn.o_proj", {{4, 32}, {32, 4}}},
+      {"mlp.gate_proj", {{4, 32}, {48, 4}}},    {"mlp.up_proj", {{4, 32}, {48, 4}}},
+      {"mlp.down_proj", {{4, 48}, {32, 4}}}};
+  EXPECT_EQ(weights.header().tensors.size(), 2u * 2 * shapes.size());
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const auto& [module, ab] : shapes) {
+      const std::string name =
+          "base_model.model.model.layers." + std::to_string(layer) + "." + module;
+      const interop::SafetensorsEntry* a = weights.find(name + ".lora_A.weight");
+      const interop::SafetensorsEntry* b = weights.find(name + ".lora_B.weight");
+      ASSERT_TRUE(a != nullptr && b != nullptr) << name;
+      EXPECT_EQ(a->shape, ab.first) << name;
+      EXPECT_EQ(b->shape, ab.second) << name;
+    }
+  }
+
+  // Back in, beside the model it adapts, and out again: the same bytes.
+  const CliResult imported = run_cli("convert import --hf " + (dir / "hf") + " --peft " +
+                                     (dir / "peft") + " --out " + (dir / "imported"));
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  ASSERT_EQ(run_cli("convert export --format peft --checkpoint " + (dir / "imported") + " --out " +
+                    (dir / "peft_again"))
+                .exit_code,
+            0);
+  EXPECT_EQ(read_all(dir / "peft/adapter_model.safetensors"),
+            read_all(dir / "peft_again/adapter_model.safetensors"));
+
+  // Merged from the run and from the import alike, and writing the same text as the adapters.
+  for (const std::string from : {"tuned", "imported"}) {
+    const CliResult merged = run_cli("convert merge --checkpoint " + (dir / from) + " --out " +
+                                     (dir / ("merged_" + from)));
+    ASSERT_EQ(merged.exit_code, 0) << merged.output;
+    ASSERT_EQ(run_cli("convert export --checkpoint " + (dir / ("merged_" + from)) + " --out " +
+                      (dir / ("hf_" + from)))
+                  .exit_code,
+              0);
+  }
+  EXPECT_EQ(read_all(dir / "hf_tuned/model.safetensors"),
+            read_all(dir / "hf_imported/model.safetensors"));
+  auto greedy = [&](const std::string& checkpoint) {
+    const CliResult r = run_cli("generate --checkpoint " + (dir / checkpoint) +
+                                " --prompt 'In the beginning' --temperature 0 --max-tokens 24");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  EXPECT_EQ(greedy("tuned"), greedy("merged_tuned"));
+  expect_one_line_error(
+      run_cli("convert export --checkpoint " + (dir / "tuned") + " --out " + (dir / "refused")),
+      "holds LoRA adapters");
 }
 
 TEST_F(LoraCli, SettingsItCannotRunAreRefusedByName) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/model/lora_merge.h"
 #include "tessera/model/parameters.h"
 #include "tessera/model/transformer.h"
 #include "tessera/runtime/train_step.h"
@@ -131,6 +132,43 @@ TEST(Lora, GradientsOfEveryRoleMatchFiniteDifferences) {
     SCOPED_TRACE(target);
     check_adapter_gradients(with_lora(small_configs(8).llama, target));
     check_adapter_gradients(with_lora(small_configs(8).gpt2, target));
+  }
+}
+
+// Folded into the weights, every adapter of every role gives the logits the adapted model gives.
+TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
+  for (const ModelConfig& base : {small_configs(8).llama, small_configs(8).gpt2}) {
+    const ModelConfig c = with_lora(base, "attention,mlp");
+    const int64_t B = 2, T = 8, n = B * T * c.vocab_size;
+    Transformer adapted(c, B, T, /*training=*/false);
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    for (float& p : adapted.params()) p = normal(rng);
+    std::vector<int32_t> tokens(B * T);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 5 % c.vocab_size);
+    adapted.forward(tokens.data(), nullptr, B, T);
+    const std::vector<float> expected(adapted.logits(), adapted.logits() + n);
+
+    const MergedModel merged = merge_lora(c, adapted.params());
+    EXPECT_FALSE(merged.config.lora.enabled());
+    Transformer plain(merged.config, B, T, /*training=*/false);
+    ASSERT_EQ(plain.params().size(), merged.params.size());
+    std::copy(merged.params.begin(), merged.params.end(), plain.params().begin());
+    plain.forward(tokens.data(), nullptr, B, T);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      worst = std::max(worst, double(std::abs(plain.logits()[i] - expected[i])));
+      scale = std::max(scale, double(std::abs(expected[i])));
+    }
+    EXPECT_LT(worst, 1e-5 * scale) << enum_name(base.arch) << ": largest logit " << scale;
+    // The merge changed the weights: the plain model alone computes something else.
+    Transformer unmerged(merged.config, B, T, /*training=*/false);
+    std::copy(adapted.params().begin(), adapted.params().begin() + int64_t(merged.params.size()),
+              unmerged.params().begin());
+    unmerged.forward(tokens.data(), nullptr, B, T);
+    EXPECT_GT(
+        std::abs(unmerged.logits()[0] - expected[0]) + std::abs(unmerged.logits()[7] - expected[7]),
+        1e-3);
   }
 }
 

@@ -339,6 +339,24 @@ void require_committed(const fs::path& step_dir) {
 
 }  // namespace
 
+std::optional<fs::path> lora_base(const fs::path& step_dir, const nlohmann::json& metadata) {
+  if (!metadata.is_object() || !metadata.contains("lora_base") || metadata["lora_base"].is_null()) {
+    return std::nullopt;
+  }
+  const nlohmann::json& base = metadata["lora_base"];
+  check(base.is_string() && !base.get<std::string>().empty(),
+        "{}: lora_base must name the base model's step folder, got {}", step_dir.string(),
+        base.dump());
+  const fs::path named = base.get<std::string>();
+  return named.is_absolute() ? named : step_dir.parent_path() / named;
+}
+
+nlohmann::json lora_base_reference(const fs::path& base, const fs::path& checkpoints_dir) {
+  std::error_code ec;
+  if (fs::equivalent(base.parent_path(), checkpoints_dir, ec)) return base.filename().string();
+  return fs::absolute(base).string();
+}
+
 std::filesystem::path save(const std::filesystem::path& run_dir, int64_t step,
                            const std::vector<NamedTensor>& tensors, const nlohmann::json& metadata,
                            int keep_last) {
@@ -411,10 +429,7 @@ std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t 
   rename_or_fail(run_dir / kLatestTmpFile, run_dir / kLatestFile);
   sync_dir(run_dir);
 
-  const nlohmann::json base =
-      metadata.is_object() ? metadata.value("lora_base", nlohmann::json()) : nlohmann::json();
-  prune(run_dir, keep_last, step,
-        base.is_string() ? fs::path(base.get<std::string>()) : fs::path());
+  prune(run_dir, keep_last, step, lora_base(final_dir, metadata).value_or(fs::path()));
   return final_dir;
 }
 

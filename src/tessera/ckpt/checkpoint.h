@@ -58,6 +58,14 @@ std::filesystem::path commit_save(const std::filesystem::path& run_dir, int64_t 
 // missing or names an uncommitted directory, takes the newest committed step-* directory.
 std::filesystem::path resolve(const std::filesystem::path& run_or_step_dir);
 
+// A LoRA step's base model, the committed step its metadata names as "lora_base": by its folder
+// name when it sits beside the step (so a run folder can move), else by its absolute path; none
+// (null or absent) when the base is the run seed's initial model.
+std::optional<std::filesystem::path> lora_base(const std::filesystem::path& step_dir,
+                                               const nlohmann::json& metadata);
+nlohmann::json lora_base_reference(const std::filesystem::path& base,
+                                   const std::filesystem::path& checkpoints_dir);
+
 // The checkpoint a run directory would resume from (as resolve() picks it), or nullopt when the
 // directory does not exist or holds no committed step, so a fresh run can start from scratch.
 std::optional<std::filesystem::path> find_latest(const std::filesystem::path& run_dir);

@@ -303,10 +303,9 @@ CheckpointParams read_checkpoint_params(const fs::path& step_dir, const Manifest
     return c;
   }
   // The adapters, on the base model the manifest names: a committed step, or the seed's.
-  const nlohmann::json base = manifest.metadata.value("lora_base", nlohmann::json());
-  if (base.is_string()) {
-    read_state_range(base.get<std::string>(), c.config, layout.params, StatePart::kParams, 0,
-                     base_end, c.params.data());
+  if (const std::optional<fs::path> base = lora_base(step_dir, manifest.metadata)) {
+    read_state_range(*base, c.config, layout.params, StatePart::kParams, 0, base_end,
+                     c.params.data());
   } else {
     const nlohmann::json& train = manifest.metadata["config"]["train"];
     check(train.contains("seed") && train["seed"].is_number_integer(),

@@ -12,6 +12,7 @@
 #include "tessera/interop/gguf_writer.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/interop/hf_names.h"
+#include "tessera/interop/peft_adapter.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 #include "tessera/tokenizer/tokenizer.h"
@@ -23,9 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kConvertUsage =
-    "usage: tessera convert <export|import> [flags]\n\n"
-    "  export   write a checkpoint as a Hugging Face model folder or a GGUF file\n"
-    "  import   turn a Hugging Face model folder into a run folder for tessera generate\n\n"
+    "usage: tessera convert <export|import|merge> [flags]\n\n"
+    "  export   write a checkpoint as a Hugging Face model folder, a GGUF file, or its LoRA\n"
+    "           adapters as a PEFT adapter folder\n"
+    "  import   turn a Hugging Face model folder (and a PEFT adapter for it) into a run folder\n"
+    "  merge    fold a LoRA run's adapters into its model, as a new run folder\n\n"
     "Run 'tessera convert <subcommand> --help' for its flags.\n";
 
 DType hf_dtype(const std::string& name) {
@@ -34,9 +37,9 @@ DType hf_dtype(const std::string& name) {
   fail("tessera convert export: --dtype must be f32 or bf16 for --format hf, got '{}'", name);
 }
 
-enum class ExportFormat { kHf, kGguf };
-constexpr EnumName<ExportFormat> kExportFormatNames[] = {{ExportFormat::kHf, "hf"},
-                                                         {ExportFormat::kGguf, "gguf"}};
+enum class ExportFormat { kHf, kGguf, kPeft };
+constexpr EnumName<ExportFormat> kExportFormatNames[] = {
+    {ExportFormat::kHf, "hf"}, {ExportFormat::kGguf, "gguf"}, {ExportFormat::kPeft, "peft"}};
 constexpr const auto& enum_names(ExportFormat) { return kExportFormatNames; }
 
 struct ExportFlags {
@@ -54,13 +57,16 @@ int export_checkpoint(int argc, char** argv) {
                   "(GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM), with its\n"
                   "tokenizer as tokenizer.json, tokenizer_config.json and\n"
                   "generation_config.json. --format gguf writes one file for llama.cpp\n"
-                  "and ollama (GPT-2 and dense Llama), with the tokenizer in its metadata.");
+                  "and ollama (GPT-2 and dense Llama), with the tokenizer in its metadata.\n"
+                  "--format peft writes a LoRA run's adapters as a PEFT adapter folder\n"
+                  "(adapter_config.json and adapter_model.safetensors).");
   const Settings<F> rows = {
       required(flag("--checkpoint", "DIR", &F::checkpoint,
                     "a run folder or one checkpoint step folder")),
       required(flag("--out", "PATH", &F::out,
                     "the Hugging Face model folder, or the .gguf file, to write")),
-      flag("--format", "", &F::format, "a Hugging Face folder or one GGUF file"),
+      flag("--format", "", &F::format,
+           "a Hugging Face folder, one GGUF file, or a PEFT adapter folder"),
       flag("--dtype", "D", &F::dtype,
            "stored weights: f32 or bf16 for hf, f32, f16 or q8_0 for gguf"),
   };
@@ -75,6 +81,21 @@ int export_checkpoint(int argc, char** argv) {
   const fs::path step_dir = ckpt::checkpoint_step_dir(flags.checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
   const auto [mc, params] = ckpt::read_checkpoint_params(step_dir, manifest);
+  if (flags.format == ExportFormat::kPeft) {
+    check(mc.lora.enabled(),
+          "tessera convert export: {} holds no LoRA adapters for --format peft; it trains every "
+          "weight (train.lora_rank = 0)",
+          step_dir.string());
+    interop::export_peft(mc, params, out, step_dir.string());
+    std::printf("exported the LoRA adapters of %s (rank %lld, %s) to %s\n",
+                step_dir.string().c_str(), static_cast<long long>(mc.lora.rank),
+                mc.lora.targets.c_str(), out.c_str());
+    return 0;
+  }
+  check(!mc.lora.enabled(),
+        "tessera convert export: {} holds LoRA adapters; write them with --format peft, or fold "
+        "them into the model with 'tessera convert merge' and export its output",
+        step_dir.string());
   const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
   const tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab(tokenizer);
   std::string architecture;
@@ -99,7 +120,7 @@ int export_checkpoint(int argc, char** argv) {
 }
 
 struct ImportFlags {
-  std::string hf, out;
+  std::string hf, out, peft;
   std::string tokenizer = "byte";
 };
 
@@ -115,13 +136,40 @@ int import_model(int argc, char** argv) {
                     "a Hugging Face model folder: config.json, model.safetensors")),
       required(flag("--out", "DIR", &F::out, "the run folder to create")),
       flag("--tokenizer", "byte|DIR", &F::tokenizer, "the tokenizer for generate"),
+      flag("--peft", "DIR", &F::peft,
+           "a PEFT LoRA adapter folder for that model: adapters trained on from where they are"),
   };
   if (!command.flags(rows, flags).parse(argc, argv)) return 0;
-  const fs::path step = train::import_hf_run(flags.hf, flags.out, flags.tokenizer);
+  const fs::path step = train::import_hf_run(flags.hf, flags.out, flags.tokenizer, flags.peft);
   const model::ModelConfig mc = interop::read_hf_model_config(flags.hf);
-  std::printf("imported %s (%s, %.2fM parameters) into %s\n", flags.hf.c_str(),
+  const std::string adapters = flags.peft.empty() ? "" : " with the LoRA adapters of " + flags.peft;
+  std::printf("imported %s (%s, %.2fM parameters)%s into %s\n", flags.hf.c_str(),
               interop::hf_layout(mc).architecture.c_str(),
-              double(model::count_parameters(mc).total) / 1e6, step.string().c_str());
+              double(model::count_parameters(mc).total) / 1e6, adapters.c_str(),
+              step.string().c_str());
+  return 0;
+}
+
+struct MergeFlags {
+  std::string checkpoint, out;
+};
+
+int merge_adapters(int argc, char** argv) {
+  using F = MergeFlags;
+  MergeFlags flags;
+  Command command("convert merge",
+                  "Fold a LoRA run's adapters into its base model (each adapted weight\n"
+                  "becomes W + lora_alpha / rank * B A) and write the result as a new run\n"
+                  "folder, which train, generate, serve and convert export take as any other.");
+  const Settings<F> rows = {
+      required(flag("--checkpoint", "DIR", &F::checkpoint,
+                    "a LoRA run folder or one of its checkpoint step folders")),
+      required(flag("--out", "DIR", &F::out, "the run folder to create")),
+  };
+  if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  const fs::path step = train::merge_lora_run(flags.checkpoint, flags.out);
+  std::printf("merged the LoRA adapters of %s into %s\n", flags.checkpoint.c_str(),
+              step.string().c_str());
   return 0;
 }
 
@@ -131,6 +179,7 @@ int convert_command(int argc, char** argv) {
   const std::string sub = argc > 0 ? argv[0] : "";
   if (sub == "export") return export_checkpoint(argc - 1, argv + 1);
   if (sub == "import") return import_model(argc - 1, argv + 1);
+  if (sub == "merge") return merge_adapters(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
     std::fputs(kConvertUsage, stdout);
     return 0;

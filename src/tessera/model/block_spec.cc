@@ -201,6 +201,10 @@ std::vector<PartId> lora_target_parts(const ModelConfig& c) {
   return parts;
 }
 
+std::vector<int64_t> lora_piece_rows(const Part& b) {
+  return b.external.size() > 1 ? b.out_parts : std::vector<int64_t>{b.out};
+}
+
 BlockSpec block_spec(const ModelConfig& c) {
   validate(c);
   const bool gpt2 = c.arch == Architecture::kGpt2;

@@ -196,6 +196,8 @@ BlockSpec block_spec(const ModelConfig& config);
 // The linear parts config.lora.targets names, in the block's order; throws naming
 // train.lora_targets for an unknown name or a part the model's block lacks.
 std::vector<PartId> lora_target_parts(const ModelConfig& config);
+// The rows of an adapter's B (or of the part it adapts) that each piece holds in the whole model.
+std::vector<int64_t> lora_piece_rows(const Part& b);
 ModelSpec model_spec(const ModelConfig& config);
 
 // The matmul weights one token passes through: in one block (routed experts by their token

@@ -70,7 +70,7 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
     // rank holds B whole, or the segment of each that tensor parallelism gives it.
     std::vector<int64_t> widths = {b.shape[0]};
     if (a.external.size() > 1 && b.placement.rows.size() == 1) {
-      widths = a.out_parts;
+      widths = lora_piece_rows(a);
     } else if (a.external.size() > 1) {
       widths.clear();
       for (const Placement::Rows& r : b.placement.rows) {

@@ -11,6 +11,7 @@
 #include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/model/device_support.h"
+#include "tessera/model/lora_merge.h"
 #include "tessera/model/serving_memory.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 
@@ -163,10 +164,18 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     const fs::path& step_dir = served.step_dir;
     const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
     const model::ModelConfig mc = ckpt::checkpoint_model_config(step_dir, manifest);
-    build_inference_model(mc, max_step_tokens, format, served);
-    const std::span<float> params = served.model->params();
-    ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
-                           int64_t(params.size()), params.data());
+    if (mc.lora.enabled()) {
+      // A LoRA run's adapters, folded into its base: served at the plain model's speed.
+      const auto [adapted, values] = ckpt::read_checkpoint_params(step_dir, manifest);
+      const model::MergedModel merged = model::merge_lora(adapted, values);
+      build_inference_model(merged.config, max_step_tokens, format, served);
+      std::copy(merged.params.begin(), merged.params.end(), served.model->params().begin());
+    } else {
+      build_inference_model(mc, max_step_tokens, format, served);
+      const std::span<float> params = served.model->params();
+      ckpt::read_state_range(step_dir, mc, served.model->layout(), ckpt::StatePart::kParams, 0,
+                             int64_t(params.size()), params.data());
+    }
     const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
     served.tokenizer = tokenizer::load_tokenizer(tokenizer);
     if (tokenizer != "byte") tokenizer_dir = model_dir = tokenizer;

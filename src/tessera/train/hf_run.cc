@@ -6,8 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/state_reader.h"
 #include "tessera/core/error.h"
 #include "tessera/interop/hf_convert.h"
+#include "tessera/interop/peft_adapter.h"
+#include "tessera/model/lora_merge.h"
 #include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/tokenizer/tokenizer.h"
@@ -26,6 +29,7 @@ constexpr const char* kCheckpointsDir = "checkpoints";
 Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer) {
   Config config(run_config_schema());
   write_settings(model::model_settings(), m, config);
+  if (m.lora.enabled()) write_settings(model::lora_settings(), m.lora, config);
   config.set("train.seq_len", std::min(config.get_int("train.seq_len"), m.max_seq));
   if (tokenizer != "byte") config.set("data.tokenizer", tokenizer);
   run_config_from(config);  // the same validation a run of this config gets
@@ -36,19 +40,23 @@ std::string hf_folder_tokenizer(const fs::path& hf) {
   return tokenizer::holds_tokenizer(hf) ? fs::absolute(hf).string() : "byte";
 }
 
-fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::string& tokenizer) {
+namespace {
+
+// Writes the new run folder `out`: config.toml, checkpoints/step-000000 holding `params` of model
+// `mc` (and its adapters, whose base is the same step) with `imported_from` in its metadata, and
+// a copy of the tokenizer unless it is "byte".
+fs::path write_imported_run(const fs::path& out_dir, const model::ModelConfig& mc,
+                            std::span<const float> params, const std::string& tokenizer,
+                            const nlohmann::json& imported_from) {
   const fs::path out = fs::absolute(out_dir);
   if (const auto existing = ckpt::find_latest(out / kCheckpointsDir)) {
     fail("{}: already holds checkpoint {}; import into a new folder", out.string(),
          existing->string());
   }
   const std::unique_ptr<tokenizer::Tokenizer> loaded = tokenizer::load_tokenizer(tokenizer);
-  interop::HfImport imported = interop::import_hf(hf);
-  const model::ModelConfig& mc = imported.config;
   check(loaded->vocab_size() <= mc.vocab_size,
-        "tokenizer {}: {} tokens, but the model of {} has only {} (vocab_size)", tokenizer,
-        loaded->vocab_size(), hf.string(), mc.vocab_size);
-
+        "tokenizer {}: {} tokens, but the model has only {} (vocab_size)", tokenizer,
+        loaded->vocab_size(), mc.vocab_size);
   std::error_code ec;
   fs::create_directories(out, ec);
   check(!ec, "{}: cannot create the run folder: {}", out.string(), ec.message());
@@ -65,16 +73,42 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out_dir, const std::s
     resolved << config.to_toml();
     check(resolved.good(), "{}: cannot write config.toml", out.string());
   }
-  const nlohmann::json metadata = {
-      {"config", config.to_json()},
-      {"model", enum_name(mc.arch)},
-      {"tokenizer", tokenizer_meta},
-      {"imported_from",
-       {{"dir", fs::absolute(hf).string()}, {"architecture", imported.architecture}}}};
+  nlohmann::json metadata = {{"config", config.to_json()},
+                             {"model", enum_name(mc.arch)},
+                             {"tokenizer", tokenizer_meta},
+                             {"imported_from", imported_from}};
+  if (mc.lora.enabled()) metadata["lora_base"] = ckpt::step_dir_name(0);
   const model::ModelLayout layout = model::model_layout(mc);
   return ckpt::save(out / kCheckpointsDir, 0,
-                    model::named_views(layout.params, imported.params.data()), metadata,
+                    model::named_views(layout.params, const_cast<float*>(params.data())), metadata,
                     /*keep_last=*/0);
+}
+
+}  // namespace
+
+fs::path import_hf_run(const fs::path& hf, const fs::path& out, const std::string& tokenizer,
+                       const fs::path& peft) {
+  interop::HfImport imported = interop::import_hf(hf);
+  nlohmann::json from = {{"dir", fs::absolute(hf).string()},
+                         {"architecture", imported.architecture}};
+  if (peft.empty()) {
+    return write_imported_run(out, imported.config, imported.params, tokenizer, from);
+  }
+  const interop::PeftImport adapters = interop::import_peft(peft, imported.config);
+  imported.params.insert(imported.params.end(), adapters.adapters.begin(), adapters.adapters.end());
+  from["adapters"] = fs::absolute(peft).string();
+  return write_imported_run(out, adapters.config, imported.params, tokenizer, from);
+}
+
+fs::path merge_lora_run(const fs::path& checkpoint, const fs::path& out) {
+  const fs::path step_dir = ckpt::checkpoint_step_dir(checkpoint);
+  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
+  const auto [config, params] = ckpt::read_checkpoint_params(step_dir, manifest);
+  check(config.lora.enabled(), "{}: holds no LoRA adapters to merge", step_dir.string());
+  const model::MergedModel merged = model::merge_lora(config, params);
+  return write_imported_run(out, merged.config, merged.params,
+                            ckpt::checkpoint_tokenizer(step_dir, manifest.metadata),
+                            {{"dir", fs::absolute(step_dir).string()}, {"merged_adapters", true}});
 }
 
 }  // namespace tessera::train

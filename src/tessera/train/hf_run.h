@@ -18,10 +18,19 @@ Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer);
 
 // Imports the folder `hf` into the new run folder `out`: config.toml, checkpoints/step-000000
 // (parameters only, the manifest's metadata naming the folder it came from) and, for a tokenizer
-// other than "byte", a copy of it in out/tokenizer. A folder that already holds a checkpoint is
-// refused. Returns the step folder written.
+// other than "byte", a copy of it in out/tokenizer. With `peft`, a PEFT LoRA adapter folder for
+// that model, the step also holds the adapters (its own "lora_base") and config.toml their
+// train.lora_* settings. A folder that already holds a checkpoint is refused. Returns the step
+// folder written.
 std::filesystem::path import_hf_run(const std::filesystem::path& hf,
-                                    const std::filesystem::path& out, const std::string& tokenizer);
+                                    const std::filesystem::path& out, const std::string& tokenizer,
+                                    const std::filesystem::path& peft = {});
+
+// A LoRA run's checkpoint (a run folder or step) with its adapters folded into its base model
+// (model::merge_lora), as the new run folder `out`, laid out as an import. Returns the step
+// folder written.
+std::filesystem::path merge_lora_run(const std::filesystem::path& checkpoint,
+                                     const std::filesystem::path& out);
 
 // "the folder itself" when a Hugging Face folder holds tokenizer files, else "byte".
 std::string hf_folder_tokenizer(const std::filesystem::path& hf);

@@ -332,8 +332,11 @@ int64_t Run::resume() {
     // Weights from `tessera convert import` carry no optimizer state or data position: the run
     // fine-tunes them from step 0 with fresh AdamW moments, or trains adapters on them.
     if (state_.trains_adapters()) {
-      lora_base_ = fs::absolute(*latest);
+      // Adapters imported beside the base (a PEFT folder) are trained on from where they are.
+      const nlohmann::json meta = ckpt::read_manifest(*latest).metadata;
+      lora_base_ = ckpt::lora_base(*latest, meta).value_or(*latest);
       state_.load_base(*lora_base_);
+      if (meta.contains("lora_base")) state_.load(*latest, /*with_optimizer=*/false);
       spdlog::info("training LoRA adapters on the frozen imported weights of {}", latest->string());
     } else {
       state_.load(*latest, /*with_optimizer=*/false);
@@ -362,10 +365,8 @@ ckpt::Manifest Run::restore(const fs::path& step_dir) {
         "{}: {}; resume it with the train.lora_* settings it was written with", step_dir.string(),
         adapters ? "holds LoRA adapters alone, and this run trains every weight"
                  : "holds a whole model's training state, and this run trains LoRA adapters");
-  if (adapters && meta["lora_base"].is_string()) {
-    lora_base_ = meta["lora_base"].get<std::string>();
-    state_.load_base(*lora_base_);
-  }
+  lora_base_ = ckpt::lora_base(step_dir, meta);
+  if (lora_base_) state_.load_base(*lora_base_);
   state_.load(step_dir, /*with_optimizer=*/true);
   const int64_t samples_consumed = meta.value("samples_consumed", int64_t{-1});
   check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
@@ -565,7 +566,8 @@ nlohmann::json Run::checkpoint_metadata() const {
                          {"guard", guard_.state()},
                          {"goodput", goodput_->account().to_json()}};
   if (state_.trains_adapters()) {
-    meta["lora_base"] = lora_base_ ? nlohmann::json(lora_base_->string()) : nlohmann::json();
+    meta["lora_base"] =
+        lora_base_ ? ckpt::lora_base_reference(*lora_base_, ckpt_dir_) : nlohmann::json();
   }
   return meta;
 }
