@@ -209,6 +209,20 @@ case "$name" in
     row "toy-docs f32 # #% $peer"
     row "toy-docs bf16 # #% $peer $vs_f32"
     ;;
+  lora_step)
+    bench REPEATS=1 MATMUL_REPEATS=1 RANK=4 toy
+    peer='# #'
+    gain=', torch #x (# MiB)'
+    if left_out "the PyTorch peer" '^PEER VOID: '; then
+      peer='- -' gain=''
+      row "the peer cannot run at its best here: only our side is measured, and no ratio is printed"
+    fi
+    row "f32, LoRA rank 4 on attention and MLP; model state: parameters, gradients and AdamW moments held"
+    row "config mode trained model state ours tok/s torch tok/s ours/torch"
+    row "toy full # # MiB # $peer"
+    row "toy lora # # MiB # $peer"
+    row "toy lora/full: ours #x tokens/s, #x model state$gain"
+    ;;
   tensor_parallel)
     bench CONFIG="$tiny" BATCH=4 SEQ=64 STEPS=2
     row "all-reduce of # bytes over 2 ranks: # ms (# GB/s)"

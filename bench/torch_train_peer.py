@@ -10,6 +10,10 @@ matmuls go to oneDNN, on AMX where the CPU has it). Attention is the explicit ma
 Debian's PyTorch 1.13 has no fused attention on the CPU. With --documents L every L-th token is
 the separator 0 and the mask is block-diagonal causal: a document does not see the ones before.
 
+With --lora-rank R the model is frozen and LoRA adapters of rank R (alpha 2R) on the attention and
+MLP linears are trained instead, as PEFT does: one A [R, in] and B [out, R] per Hugging Face
+module (Llama's q, k and v, gate and up, each apart; GPT-2's fused c_attn and c_fc one each).
+
 Run it through bench/torch_env.sh, which checks that the peer can run at its best and sets the
 environment it is fastest in. Prints one 'RESULT {...}' JSON line: tokens/s over the timed steps
 (the mean, and the fastest step), the losses, and the torch version and BLAS it ran with.
@@ -85,6 +89,38 @@ class Mlp(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
+class Lora(nn.Module):
+    """A frozen linear plus alpha / r (x A_j^T) B_j^T on each piece j of its output."""
+
+    def __init__(self, base, pieces, r):
+        super().__init__()
+        self.base, self.r, self.scale = base, r, 2.0
+        self.a = nn.Parameter(torch.empty(r * len(pieces), base.in_features))
+        nn.init.kaiming_uniform_(self.a, a=math.sqrt(5))
+        self.b = nn.ParameterList(nn.Parameter(torch.zeros(w, r)) for w in pieces)
+
+    def forward(self, x):
+        u = x @ self.a.t()
+        r = self.r
+        delta = torch.cat([u[..., j * r:(j + 1) * r] @ b.t() for j, b in enumerate(self.b)], -1)
+        return self.base(x) + self.scale * delta
+
+
+def add_lora(model, a):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    llama = a.arch == "llama"
+    hd = a.d_model // a.n_head
+    for block in model.blocks:
+        qkv = ([a.n_head * hd, a.kv_heads * hd, a.kv_heads * hd] if llama
+               else [block.attention.qkv.out_features])
+        block.attention.qkv = Lora(block.attention.qkv, qkv, a.lora_rank)
+        block.attention.proj = Lora(block.attention.proj, [a.d_model], a.lora_rank)
+        up = [a.ffn, a.ffn] if llama else [a.ffn]
+        block.mlp.up = Lora(block.mlp.up, up, a.lora_rank)
+        block.mlp.down = Lora(block.mlp.down, [a.d_model], a.lora_rank)
+
+
 class Block(nn.Module):
     def __init__(self, a):
         super().__init__()
@@ -152,6 +188,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--documents", type=int, default=0,
                     help="tokens per packed document, its last the separator 0; 0: one per row")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="train LoRA adapters of this rank on a frozen model; 0: every weight")
     a = ap.parse_args()
     a.kv_heads = a.kv_heads or a.n_head
     if not a.ffn:
@@ -159,7 +197,10 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(1337)
     model = Model(a)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.999), eps=1e-8,
+    if a.lora_rank:
+        add_lora(model, a)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=3e-4, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=0.0)
     pool = torch.randint(1, a.vocab, (64, a.seq + 1), generator=torch.Generator().manual_seed(42))
     if a.documents:
@@ -184,6 +225,10 @@ def main():
         "arch": a.arch, "precision": a.precision, "B": B, "T": T, "n_layer": a.n_layer,
         "d_model": a.d_model, "vocab": a.vocab, "threads": torch.get_num_threads(),
         "params": sum(p.numel() for p in model.parameters()),
+        "trained_params": sum(p.numel() for p in trained),
+        # f32 parameters, and a gradient and AdamW's two moments for each trained one
+        "model_state_bytes": 4 * sum(p.numel() for p in model.parameters())
+        + 12 * sum(p.numel() for p in trained),
         "tokens_per_s": B * T * len(times) / sum(times), "tokens_per_s_best": B * T / min(times),
         "step_ms": [1e3 * t for t in times], "first_loss": losses[0], "last_loss": losses[-1],
         "torch": torch.__version__, "blas": blas}))

@@ -15,6 +15,8 @@
 // class of kernel: kernels/op_profile.h) and --limits 1 the machine's matmul rates and memory
 // bandwidth measured in the same run (bench/machine_limits.h), with the run's model FLOPs/s as a
 // share of the matmul rate in its precision. --kv-heads and --ffn shape Llama models.
+// --lora-rank R trains LoRA adapters of rank R (alpha 2R) on the attention and MLP linears of a
+// frozen model instead of every weight.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -74,7 +76,8 @@ BenchOptions parse_flags(int argc, char** argv) {
                                                   {"--tp", &o.tp},
                                                   {"--sp", &o.sp},
                                                   {"--probe-allreduce", &o.probe_bytes},
-                                                  {"--documents", &o.documents}};
+                                                  {"--documents", &o.documents},
+                                                  {"--lora-rank", &o.mc.lora.rank}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--precision") {
@@ -107,6 +110,7 @@ BenchOptions parse_flags(int argc, char** argv) {
   check(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got {}", o.device);
   check(o.documents >= 0, "--documents must be at least 0, got {}", o.documents);
   if (o.documents > 0) o.model.document_separator = kSeparator;
+  o.mc.lora.alpha = 2.0 * double(o.mc.lora.rank);
   return o;
 }
 
@@ -181,6 +185,15 @@ nlohmann::json profile_json(const kernels::OpProfile& ops, int64_t steps) {
   return classes;
 }
 
+// Every parameter, or a LoRA run's adapters alone; padding excluded.
+int64_t trained_parameters(const model::ModelLayout& layout) {
+  int64_t n = 0;
+  for (const model::ParamInfo& p : layout.params.entries()) {
+    if (!layout.has_adapters() || p.offset >= layout.adapters_begin) n += p.shape.numel();
+  }
+  return n;
+}
+
 nlohmann::json result_json(const BenchOptions& o, const model::Transformer& model,
                            const train::TrainState& state, const kernels::Context& ctx,
                            const Timings& t, int ranks) {
@@ -194,6 +207,7 @@ nlohmann::json result_json(const BenchOptions& o, const model::Transformer& mode
                       {"d_model", o.mc.d_model},
                       {"vocab", o.mc.vocab_size},
                       {"params", model.num_parameters()},
+                      {"trained_params", trained_parameters(model.model_layout())},
                       {"precision", enum_name(o.model.precision)},
                       {"recompute", enum_name(o.model.recompute)},
                       {"threads", num_threads()},

@@ -1,6 +1,7 @@
 // Fine-tuning on chat data end to end: a Llama trained on verses of the King James Bible, exported
 // as a Hugging Face folder, is fine-tuned on questions and answers made from other verses
-// (prepare --chat, with packed documents kept apart), and its held-out loss on the answers falls.
+// (prepare --chat, with packed documents kept apart), and its held-out loss on the answers falls,
+// with every weight trained and with LoRA adapters alone.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -96,6 +97,23 @@ TEST(ChatFineTune, HeldOutAnswerLossFallsAndPromptsAreNotTrainedOn) {
   ASSERT_EQ(held_out.size(), 2u) << tuned.output;
   EXPECT_LT(held_out[1], held_out[0] - 0.2) << tuned.output;
   std::printf("held-out loss on the answers: %.4f -> %.4f\n", held_out[0], held_out[1]);
+
+  // LoRA adapters on the frozen model learn the answers too, if more slowly at this size: the
+  // embeddings and the head, which the chat format's new turns most need, stay as they were.
+  const CliResult adapted = run_cli(
+      "train --config " + (dir / "hf") + " --data " + (dir / "chat") + " --out " +
+      (dir / "adapted") +
+      " --set train.batch_size=4 --set train.seq_len=32 --set train.steps=40 --set train.lr=1e-2"
+      " --set train.warmup_steps=2 --set train.eval_every=40 --set train.eval_batches=4"
+      " --set train.document_mask=true --set train.lora_rank=8 --set train.lora_alpha=16");
+  ASSERT_EQ(adapted.exit_code, 0) << adapted.output;
+  EXPECT_NE(adapted.output.find("training LoRA adapters"), std::string::npos) << adapted.output;
+  const std::vector<double> adapted_loss = held_out_losses(dir / "adapted");
+  ASSERT_EQ(adapted_loss.size(), 2u) << adapted.output;
+  EXPECT_EQ(adapted_loss[0], held_out[0]);  // the same model before its first step
+  EXPECT_LT(adapted_loss[1], adapted_loss[0] - 0.01) << adapted.output;
+  std::printf("held-out loss on the answers, LoRA rank 8: %.4f -> %.4f\n", adapted_loss[0],
+              adapted_loss[1]);
 
   // The same examples trained on all their tokens score differently from the first evaluation
   // on: the prompts' tokens were left out of the assistant-only loss.
