@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "tessera/core/rng.h"
+#include "tessera/model/lora_merge.h"
 #include "tessera/model/transformer.h"
 #include "tests/expect_error.h"
 #include "tests/model/small_configs.h"
@@ -128,6 +131,69 @@ TEST(Decode, InterleavedSequencesMatchTheFullPrefix) {
       }
     }
   }
+}
+
+// Sequences batched with different served adapters (and none) each decode as the model with its
+// adapter merged into its weights does.
+TEST(Decode, EachSequenceRunsWithItsOwnAdapter) {
+  const ModelConfig base = small_configs(20).llama;
+  ModelConfig attention = base, everything = base;
+  attention.lora = {.rank = 2, .alpha = 3, .targets = "attention"};
+  everything.lora = {.rank = 3, .alpha = 6, .targets = "attention,mlp"};
+  Transformer model_of_base(base, 1, base.max_seq, /*training=*/false);
+  model_of_base.init_weights(5);
+  const std::vector<float> base_params(model_of_base.params().begin(),
+                                       model_of_base.params().end());
+  AdapterBank bank(base, 2, 4, 3 * base.max_seq);
+  std::vector<std::unique_ptr<Transformer>> references;
+  for (const ModelConfig& adapted : {attention, everything}) {
+    const ModelLayout layout = model_layout(adapted);
+    std::vector<float> params = base_params;
+    params.resize(size_t(layout.params.total()));
+    CounterRng rng(int(references.size()) + 1, 0);
+    for (int64_t i = layout.adapters_begin; i < layout.params.total(); ++i) {
+      params[i] = float(0.3 * rng.normal(uint64_t(i)));
+    }
+    bank.load(int64_t(references.size()), adapted,
+              {params.data() + layout.adapters_begin, params.data() + params.size()});
+    const MergedModel merged = merge_lora(adapted, params);
+    references.push_back(std::make_unique<Transformer>(base, 1, base.max_seq, false));
+    std::copy(merged.params.begin(), merged.params.end(), references.back()->params().begin());
+  }
+  references.push_back(std::make_unique<Transformer>(base, 1, base.max_seq, false));
+  std::copy(base_params.begin(), base_params.end(), references.back()->params().begin());
+
+  Transformer model(base, 3, base.max_seq, /*training=*/false, {.adapters = &bank});
+  std::copy(base_params.begin(), base_params.end(), model.params().begin());
+  runtime::Decoder decoder(model);
+  const int32_t slots[3] = {0, -1, 1};
+  const int64_t reference_of[3] = {0, 2, 1};
+  InterleavedBlocks cache(base, 3);
+  std::vector<std::vector<int32_t>> tokens;
+  for (int64_t s = 0; s < 3; ++s) tokens.push_back(sequence_tokens(s, 12, base.vocab_size));
+  for (int64_t end : {6, 7, 8, 12}) {
+    std::vector<DecodeChunk> chunks;
+    for (int64_t s = 0; s < 3; ++s) {
+      chunks.push_back(cache.next(s, tokens[s], end));
+      chunks.back().adapter = slots[s];
+    }
+    const float* logits = decoder.decode(cache.view(), chunks);
+    const std::vector<float> rows(logits, logits + 3 * base.vocab_size);
+    for (int64_t s = 0; s < 3; ++s) {
+      expect_matches(*references[reference_of[s]], tokens[s], end, rows.data(), s, 1e-4);
+    }
+  }
+  // The adapters change what the model says: the base alone is elsewhere.
+  const float* base_logits = references[2]->next_token_logits(tokens[0].data(), 12);
+  const float* adapted_logits = references[0]->next_token_logits(tokens[0].data(), 12);
+  EXPECT_GT(
+      std::fabs(base_logits[0] - adapted_logits[0]) + std::fabs(base_logits[3] - adapted_logits[3]),
+      1e-3);
+  InterleavedBlocks fresh(base, 1);
+  std::vector<DecodeChunk> empty_slot = {fresh.next(0, tokens[0], 4)};
+  bank.unload(1);
+  empty_slot[0].adapter = 1;
+  testing::expect_error([&] { decoder.decode(cache.view(), empty_slot); }, {"adapter slot 1"});
 }
 
 TEST(Decode, APromptInTwoChunksEqualsOneChunk) {

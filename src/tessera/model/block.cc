@@ -45,7 +45,7 @@ std::optional<SharedHeads> shared_kv_heads(const BlockSpec& spec, const BlockWid
 Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayout& layout,
              int64_t layer, const ModelParallel& parallel, MatmulFormat format,
              const BlockWorkspace& workspace, const BlockActivations& activations,
-             MoeLayer<float>* moe, int64_t max_context)
+             MoeLayer<float>* moe, int64_t max_context, const AdapterBank* served_adapters)
     : ctx_(ctx),
       w_(spec.block, layout.sharding),
       parts_(layout.blocks[layer]),
@@ -57,7 +57,7 @@ Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayo
            tp_.sequence_parallel() ? parallel.tp : nullptr),
       ln2_(ctx, spec.block.norm, spec.block.norm_eps, w_.C, parts_[PartId::kMlpNorm], format,
            tp_.sequence_parallel() ? parallel.tp : nullptr),
-      adapters_(ctx, layout, layer, parallel.tp, ws_.lora_u, ws_.lora_du),
+      adapters_(ctx, layout, layer, parallel.tp, ws_.lora_u, ws_.lora_du, served_adapters),
       attention_(ctx, spec.block.attention, w_.C, w_.heads, w_.kv_heads, parts_, tp_, parallel.tp,
                  format, ws_.parallel, ws_.dy_low, ws_.int8_scratch,
                  shared_kv_heads(spec.block, w_, layout.sharding), ws_.attention_scratch,

@@ -73,7 +73,7 @@ class Block {
   Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayout& layout,
         int64_t layer, const ModelParallel& parallel, MatmulFormat format,
         const BlockWorkspace& workspace, const BlockActivations& activations, MoeLayer<float>* moe,
-        int64_t max_context);
+        int64_t max_context, const AdapterBank* served_adapters = nullptr);
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
 

@@ -57,8 +57,21 @@ const ParamInfo& param_at(const ParameterLayout& params, int64_t offset) {
 
 }  // namespace
 
+void BankedAdapter::backward(const ParamAccess&, const float*, const float*, float*,
+                             int64_t) const {
+  fail("adapters served per request are not trained");
+}
+
 BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& layout, int64_t layer,
-                             Collectives* tp_group, float* u, float* du) {
+                             Collectives* tp_group, float* u, float* du, const AdapterBank* bank) {
+  if (bank != nullptr) {
+    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
+      if (layout.spec.block.has(id)) {
+        adapters_[int(id)] = std::make_unique<BankedAdapter>(*bank, layout.first_block + layer, id);
+      }
+    }
+    return;
+  }
   if (layout.adapters.empty()) return;
   const BlockSpec& spec = layout.spec.block;
   for (const Part& a : spec.adapters) {
@@ -82,14 +95,10 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
       }
     }
     const int64_t in = param_at(layout.params, o.a).shape[1];
-    adapters_[int(a.id)].emplace(ctx, o, row, in, spec.lora_rank, std::move(widths),
-                                 float(spec.lora_scale), tp_group, u, du);
+    adapters_[int(a.id)] =
+        std::make_unique<LoraAdapter>(ctx, o, row, in, spec.lora_rank, std::move(widths),
+                                      float(spec.lora_scale), tp_group, u, du);
   }
-}
-
-const LoraAdapter* BlockAdapters::operator[](PartId id) const {
-  const std::optional<LoraAdapter>& a = adapters_[int(id)];
-  return a ? &*a : nullptr;
 }
 
 int64_t lora_scratch_floats(const BlockSpec& spec) {

@@ -2,15 +2,29 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <vector>
 
 #include "tessera/kernels/context.h"
+#include "tessera/model/adapter_bank.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/layer.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::model {
+
+// What a linear adds to its output beside its own weight's product: a LoRA update, trained with
+// the model (LoraAdapter) or served per request (BankedAdapter).
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  // y [N, out] += the update of x [N, in].
+  virtual void forward(const ParamAccess& p, const float* x, float* y, int64_t N) const = 0;
+  // dy [N, out]: the gradient of this rank's outputs (whole, row-parallel). Accumulates the
+  // adapter's gradients, and its input gradient into dx [N, in].
+  virtual void backward(const ParamAccess& p, const float* dy, const float* x, float* dx,
+                        int64_t N) const = 0;
+};
 
 // The LoRA update of one tensor-parallel linear, y += scale (x A^T) B^T (kernels/lora.h), on this
 // rank's slice. Column-parallel: x is the whole input, B this rank's rows of each piece, so the
@@ -19,7 +33,7 @@ namespace tessera::model {
 // rank's columns, A the same columns, so u is partial: added to the output's partial sums as it
 // is, and summed over tp in backward, where B's gradient needs it whole. Only f32: the adapter
 // reads its input and weights in f32, and recomputes u in backward rather than keeping it.
-class LoraAdapter {
+class LoraAdapter final : public LinearAdapter {
  public:
   // widths: this rank's rows of each piece of the linear's output; scratch: two buffers of
   // N x pieces x rank floats (u and du).
@@ -27,11 +41,9 @@ class LoraAdapter {
               int64_t rank, std::vector<int64_t> widths, float scale, Collectives* tp_group,
               float* u, float* du);
 
-  // y [N, out] += the update of x [N, in].
-  void forward(const ParamAccess& p, const float* x, float* y, int64_t N) const;
-  // dy [N, out]: the gradient of this rank's outputs (whole, row-parallel). Accumulates A's and
-  // B's gradients, and du A into dx [N, in].
-  void backward(const ParamAccess& p, const float* dy, const float* x, float* dx, int64_t N) const;
+  void forward(const ParamAccess& p, const float* x, float* y, int64_t N) const override;
+  void backward(const ParamAccess& p, const float* dy, const float* x, float* dx,
+                int64_t N) const override;
 
  private:
   int64_t cols() const { return rank_ * int64_t(widths_.size()); }
@@ -46,17 +58,35 @@ class LoraAdapter {
   float *u_, *du_;
 };
 
-// The adapters of one block's linears, by the part each adapts; they share the scratch u and du
-// (each N x the widest adapter's pieces x rank floats, lora_scratch_floats).
+// A linear's update from the adapters of an AdapterBank, each on the rows that asked for it.
+// Inference only.
+class BankedAdapter final : public LinearAdapter {
+ public:
+  BankedAdapter(const AdapterBank& bank, int64_t layer, PartId part)
+      : bank_(bank), layer_(layer), part_(part) {}
+  void forward(const ParamAccess&, const float* x, float* y, int64_t) const override {
+    bank_.apply(layer_, part_, x, y);
+  }
+  void backward(const ParamAccess&, const float*, const float*, float*, int64_t) const override;
+
+ private:
+  const AdapterBank& bank_;
+  int64_t layer_;
+  PartId part_;
+};
+
+// The adapters of one block's linears, by the part each adapts: the model's own LoRA adapters,
+// which share the scratch u and du (each N x the widest adapter's pieces x rank floats,
+// lora_scratch_floats), or those of a bank of served adapters.
 class BlockAdapters {
  public:
   BlockAdapters(const kernels::Context& ctx, const ModelLayout& layout, int64_t layer,
-                Collectives* tp_group, float* u, float* du);
+                Collectives* tp_group, float* u, float* du, const AdapterBank* bank);
   // Null where the part has no adapter.
-  const LoraAdapter* operator[](PartId id) const;
+  const LinearAdapter* operator[](PartId id) const { return adapters_[int(id)].get(); }
 
  private:
-  std::array<std::optional<LoraAdapter>, kPartIdCount> adapters_;
+  std::array<std::unique_ptr<LinearAdapter>, kPartIdCount> adapters_;
 };
 
 // Floats per token of each of the adapters' scratch buffers; 0 without adapters.

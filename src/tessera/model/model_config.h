@@ -27,6 +27,8 @@ struct MoeConfig {
   // n_experts) tokens, first come first served in token order; the rest are dropped for it.
   double capacity_factor = 0.0;
   double aux_loss_coef = 0.01;  // Switch Transformer load-balancing loss weight
+
+  bool operator==(const MoeConfig&) const = default;
 };
 
 // LoRA (the train.lora_* keys): each targeted linear gains the low-rank update
@@ -42,6 +44,7 @@ struct LoraConfig {
 
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / double(rank); }
+  bool operator==(const LoraConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -65,6 +68,8 @@ struct ModelConfig {
   bool tie_embeddings = true;  // the output projection reuses the token embedding
   MoeConfig moe;
   LoraConfig lora;  // a run's adapters, not the model's: never read from or written to its files
+
+  bool operator==(const ModelConfig&) const = default;
 
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }

@@ -14,7 +14,7 @@ ColumnParallelLinear::ColumnParallelLinear(const kernels::Context& ctx, int64_t 
                                            Collectives* tp_group, MatmulFormat format,
                                            const ParallelScratch& scratch, uint16_t* dy_low,
                                            float* int8_scratch, std::optional<SharedHeads> shared,
-                                           const LoraAdapter* lora)
+                                           const LinearAdapter* lora)
     : ctx_(ctx),
       linear_(ctx, in, out, params, format, dy_low, int8_scratch),
       tp_(tp),
@@ -103,7 +103,8 @@ void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const Ma
 RowParallelLinear::RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out,
                                      PartOffsets params, const TensorParallel& tp,
                                      MatmulFormat format, const ParallelScratch& scratch,
-                                     uint16_t* dy_low, float* int8_scratch, const LoraAdapter* lora)
+                                     uint16_t* dy_low, float* int8_scratch,
+                                     const LinearAdapter* lora)
     : ctx_(ctx),
       linear_(ctx, in, out, params, format, dy_low, int8_scratch),
       tp_(tp),

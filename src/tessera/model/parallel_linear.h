@@ -40,7 +40,7 @@ class ColumnParallelLinear {
                        const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
                        const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
                        std::optional<SharedHeads> shared = std::nullopt,
-                       const LoraAdapter* lora = nullptr);
+                       const LinearAdapter* lora = nullptr);
 
   // rows: this rank's rows of the input (all N without sequence parallelism); y [N, out].
   void forward(const ParamAccess& p, const MatmulInput& rows, float* y, int64_t N) const;
@@ -66,7 +66,7 @@ class ColumnParallelLinear {
   MatmulFormat format_;
   ParallelScratch scratch_;
   std::optional<SharedHeads> shared_;
-  const LoraAdapter* lora_;
+  const LinearAdapter* lora_;
 };
 
 // Megatron's row-parallel linear: this rank multiplies its slice of the input, and the ranks'
@@ -77,7 +77,7 @@ class RowParallelLinear {
  public:
   RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets params,
                     const TensorParallel& tp, MatmulFormat format, const ParallelScratch& scratch,
-                    uint16_t* dy_low, float* int8_scratch, const LoraAdapter* lora = nullptr);
+                    uint16_t* dy_low, float* int8_scratch, const LinearAdapter* lora = nullptr);
 
   // in [N, in]; out, this rank's rows, = residual + the completed sum + bias.
   void forward(const ParamAccess& p, const MatmulInput& in, const float* residual, float* out,
@@ -93,7 +93,7 @@ class RowParallelLinear {
   Linear linear_;
   const TensorParallel& tp_;
   ParallelScratch scratch_;
-  const LoraAdapter* lora_;
+  const LinearAdapter* lora_;
 };
 
 }  // namespace tessera::model

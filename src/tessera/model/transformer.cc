@@ -47,6 +47,8 @@ void check_options(const ModelConfig& config, const ModelOptions& options, bool 
   check(training || !options.document_separator,
         "packed documents are for training; a model built for inference decodes each sequence "
         "in its own cache");
+  check(options.adapters == nullptr || (!training && options.parallel == nullptr),
+        "adapters served per request need a model built for inference on one rank");
   if (options.weights != WeightFormat::kInt8) return;
   check(!training, "int8 weights are for inference: build the model with training=false");
   check(!config.is_moe(),
@@ -109,6 +111,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     store_ = resident_.get();
   }
   scratch_threads_ = omp_get_max_threads();
+  adapter_rows_.reserve(size_t(options_.adapters != nullptr ? N : 0));
   const ActivationOptions activation_options{max_batch_,
                                              max_seq_,
                                              training_,
@@ -159,7 +162,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   for (int64_t l = 0; l < blocks; ++l) {
     MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
     blocks_.push_back(std::make_unique<Block>(ctx_, layout_.spec, layout_, l, parallel_, format_,
-                                              ws, acts_.blocks[l], moe, config_.max_seq));
+                                              ws, acts_.blocks[l], moe, config_.max_seq,
+                                              options_.adapters));
   }
   if (layout_.has_head) {
     const HeadBuffers head{acts_.lnf,         acts_.lnf_mean,
@@ -393,7 +397,8 @@ const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
 const float* Transformer::forward_paged(const int32_t* tokens,
                                         std::span<const k::PagedChunk> chunks,
                                         std::span<const int64_t> logit_rows,
-                                        std::span<const k::PagedKv> kv, int64_t N) {
+                                        std::span<const k::PagedKv> kv, int64_t N,
+                                        std::span<const int32_t> chunk_adapters) {
   check(!training_ && N >= 1 && N <= max_tokens() && int64_t(kv.size()) == kv_rows(layout_).layers,
         "forward_paged: {} tokens over {} cache layers on a model built for {} tokens and {} "
         "layers{}",
@@ -409,6 +414,17 @@ const float* Transformer::forward_paged(const int32_t* tokens,
           "forward_paged: the logits of {} of a chunk's {} rows", logit_rows[s], chunks[s].n);
   }
   if (embedding_ != nullptr) check_tokens(tokens, N);
+  if (options_.adapters != nullptr) {
+    check(chunk_adapters.empty() || chunk_adapters.size() == chunks.size(),
+          "forward_paged: adapters for {} of {} chunks", chunk_adapters.size(), chunks.size());
+    adapter_rows_.clear();
+    for (int64_t s = 0; s < num_chunks && !chunk_adapters.empty(); ++s) {
+      adapter_rows_.push_back({chunks[s].row, chunks[s].n, chunk_adapters[s]});
+    }
+    options_.adapters->set_segments(adapter_rows_);
+  } else {
+    check(chunk_adapters.empty(), "forward_paged: adapters for a model that serves none");
+  }
   begin_pass(0);
   const Access& p = *access_;
   if (embedding_ != nullptr) {

@@ -12,6 +12,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/model/activation_memory.h"
+#include "tessera/model/adapter_bank.h"
 #include "tessera/model/block.h"
 #include "tessera/model/collectives.h"
 #include "tessera/model/embedding.h"
@@ -49,6 +50,9 @@ struct ModelOptions {
   // attention does not look past the start of a token's document. Every pipeline stage then
   // needs the pass's tokens.
   std::optional<int32_t> document_separator;
+  // LoRA adapters served per request: forward_paged applies each chunk's (inference on one rank;
+  // must outlive the model).
+  AdapterBank* adapters = nullptr;
 };
 
 // A decoder-only transformer: GPT-2 or Llama blocks, each MLP dense or a mixture of experts,
@@ -100,11 +104,13 @@ class Transformer {
   // the others), writes each chunk's keys and values into kv[l] for its layers and attends over
   // the positions the cache holds before them. Returns the next-token logits after each chunk's
   // last logit_rows[c] tokens (1 to its n), chunk after chunk, [sum of logit_rows, this rank's
-  // vocabulary slice], or on a stage without the head its output rows, [N, C]. Checked by
-  // runtime::Decoder, which runs it.
+  // vocabulary slice], or on a stage without the head its output rows, [N, C]. With served
+  // adapters (ModelOptions::adapters), chunk_adapters gives each chunk's slot, or -1 (or none at
+  // all) for the base alone. Checked by runtime::Decoder, which runs it.
   const float* forward_paged(const int32_t* tokens, std::span<const kernels::PagedChunk> chunks,
                              std::span<const int64_t> logit_rows,
-                             std::span<const kernels::PagedKv> kv, int64_t N);
+                             std::span<const kernels::PagedKv> kv, int64_t N,
+                             std::span<const int32_t> chunk_adapters = {});
 
   // The pieces a runner (runtime/) composes a training pass from, in this order, between
   // begin_pass and end_pass, which bind a slot of activations and hold the parameters the
@@ -215,6 +221,7 @@ class Transformer {
   std::vector<std::unique_ptr<MoeLayer<float>>> moe_;
   std::unique_ptr<Embedding> embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<AdapterBank::Segment> adapter_rows_;  // forward_paged's, for the served adapters
   std::unique_ptr<Head> head_;
   std::vector<std::vector<int64_t>> expert_tokens_;
   double aux_loss_ = 0;

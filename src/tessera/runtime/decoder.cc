@@ -18,6 +18,7 @@ Decoder::Decoder(model::Transformer& model)
       chunks_(size_t(model.max_tokens())),
       logits_(size_t(model.max_tokens())),
       tokens_(size_t(model.max_tokens())),
+      adapters_(size_t(model.max_tokens())),
       kv_(size_t(model::kv_rows(model.model_layout()).layers)) {
   tessera::check(!model.training(),
                  "decode: the model was built for training; build it with training=false");
@@ -56,6 +57,11 @@ int64_t Decoder::check(const KvCacheView& cache, std::span<const DecodeChunk> ch
                    "decode: the chunks hold more than the {} tokens the model's buffers take",
                    model_.max_tokens());
     model_.check_tokens(d.tokens, d.n);
+    tessera::check(d.adapter < 0 || (model_.options().adapters != nullptr &&
+                                     d.adapter < model_.options().adapters->slots() &&
+                                     model_.options().adapters->holds(d.adapter)),
+                   "decode: sequence {} asks for adapter slot {}, which holds no adapter", s,
+                   d.adapter);
     N += d.n;
   }
   return N;
@@ -70,14 +76,19 @@ const float* Decoder::decode(const KvCacheView& cache, std::span<const DecodeChu
     std::copy_n(d.tokens, d.n, tokens_.begin() + N);
     chunks_[s] = {d.block_table.data(), d.start, d.n, N};
     logits_[s] = d.logits;
+    adapters_[s] = d.adapter;
     N += d.n;
   }
   const int64_t kv_heads = model::kv_rows(model_.model_layout()).row_width / c.head_dim();
   for (size_t l = 0; l < kv_.size(); ++l) {
     kv_[l] = {cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
   }
+  const std::span<const int32_t> adapters =
+      model_.options().adapters != nullptr
+          ? std::span<const int32_t>(adapters_.data(), chunks.size())
+          : std::span<const int32_t>();
   return model_.forward_paged(tokens_.data(), {chunks_.data(), chunks.size()},
-                              {logits_.data(), chunks.size()}, kv_, N);
+                              {logits_.data(), chunks.size()}, kv_, N, adapters);
 }
 
 }  // namespace tessera::runtime

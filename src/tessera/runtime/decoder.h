@@ -28,6 +28,7 @@ struct DecodeChunk {
   int64_t n = 0, start = 0;
   std::span<const int32_t> block_table;
   int64_t logits = 1;
+  int32_t adapter = -1;  // the slot of the served adapter the sequence runs with; -1: the base
 };
 
 // The rows of logits a decode of these chunks returns: the sum of their `logits`.
@@ -46,7 +47,7 @@ class Decoder {
   // layout). A pipeline stage without the embedding reads its input rows, [N, C] for the chunks'
   // N tokens, from input(); one without the head returns its output rows, [N, C], for the next
   // stage. The chunks hold at most the model's max_tokens() in all, and no position reaches
-  // model.max_seq.
+  // model.max_seq. Each chunk runs with its adapter, on a model that serves adapters.
   const float* decode(const KvCacheView& cache, std::span<const DecodeChunk> chunks);
   // Throws what decode would throw for these chunks before it runs anything (so that ranks that
   // exchange rows around a decode all fail before the first exchange); returns their tokens.
@@ -60,6 +61,7 @@ class Decoder {
   std::vector<kernels::PagedChunk> chunks_;  // of the call in progress
   std::vector<int64_t> logits_;              // its chunks' logit rows
   std::vector<int32_t> tokens_;              // its chunks' tokens, one after another
+  std::vector<int32_t> adapters_;            // its chunks' served adapters
   std::vector<kernels::PagedKv> kv_;         // [layer]
 };
 
