@@ -12,7 +12,8 @@
 // Exits 1 when any request failed, was truncated or dropped.
 // --prompt gives every request the same text after a tag of its own (so the prefix cache cannot
 // answer it), instead of Bible openings; --temperature 0 decodes greedily; --response-format
-// sends its JSON as every request's response_format.
+// sends its JSON as every request's response_format. --model may list several models, comma-
+// separated (a model and its LoRA adapters): client i asks the i-th, round robin.
 //   node serve_load.mjs --url http://127.0.0.1:8000 [--model NAME] [--api-key KEY]
 //                       [--clients 64] [--duration 30] [--max-tokens 64] [--temperature 1]
 //                       [--prompt TEXT] [--response-format JSON]
@@ -179,7 +180,8 @@ async function serverTtftP99() {
   return buckets.length ? 1000 * histogramQuantile(0.99, buckets) : NaN;
 }
 
-const model = await modelName();
+const models = (await modelName()).split(',');
+const model = models.join(',');
 const stats = {
   completed: 0, failed: 0, truncated: 0, dropped: 0, tokens: 0, arrivals: 0, ttft: [], itl: [], errors: [],
   lastEnd: 0,
@@ -188,7 +190,8 @@ console.log(`${clients} clients streaming completions of ${maxTokens} tokens for
             `${durationMs / 1000} s against ${opts.url} (model ${model})`);
 const start = performance.now();
 await Promise.all(Array.from({ length: clients },
-                             (_, id) => client(id, model, start + durationMs, stats)));
+                             (_, id) => client(id, models[id % models.length],
+                                               start + durationMs, stats)));
 const seconds = (stats.lastEnd - start) / 1000;
 
 console.log(`requests               completed ${stats.completed}   failed ${stats.failed}   ` +

@@ -144,6 +144,15 @@ case "$name" in
     row "format tok/s median weight MB/tok bound tok/s % of bound params MB"
     for format in f32 bf16 int8; do row "$format # # # # #% #"; done
     ;;
+  serve_lora)
+    bench CONFIG="$tiny" CLIENTS=2 DURATION=1 MAX_TOKENS=8 RANK=4
+    row "serving * from * parameters, * context # tokens, on the CPU, # threads"
+    row "LoRA rank 4 on attention and MLP, 2 clients, 8 tokens each"
+    row "requests tokens/s"
+    row "the model alone #"
+    row "the model and 3 adapters, mixed #"
+    row "mixed / model alone: #"
+    ;;
   speculation)
     bench CONFIG="$tiny" STEPS=2 CLIENTS_LIST=2 DURATION=2 MAX_TOKENS=8 \
       DRAFT_MODEL="--set model.d_model=64 --set model.n_layer=1"

@@ -132,6 +132,16 @@ Settings<ServeFlags> serve_flags() {
                at_least(1)),
       },
       nest(&S::format, serving_format_flags()),
+      {flag("--lora", "NAME=PATH", &S::lora,
+            "serve a LoRA adapter of the model (a PEFT adapter folder or a LoRA run's folder or "
+            "step) to requests whose model is NAME or MODEL:NAME, batched with the others; "
+            "repeatable")},
+      nest(&S::format,
+           Settings<serve::ServingFormat>{
+               flag("--max-loras", "N", &serve::ServingFormat::lora_slots,
+                    "adapters held at once (default: as many as --lora gives)", at_least(0)),
+               flag("--max-lora-rank", "R", &serve::ServingFormat::max_lora_rank,
+                    "the highest rank an adapter may have", at_least(1))}),
       nest(&S::engine, engine_flags()),
       nest(&S::routes, Settings<serve::RouteOptions>{negated(
                            flag("--protect-metrics", "", &serve::RouteOptions::open_metrics,

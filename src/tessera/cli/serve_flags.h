@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/comm/mesh.h"
 #include "tessera/core/settings.h"
@@ -23,7 +24,8 @@ Settings<serve::ServingFormat> serving_format_flags();
 struct ServeFlags {
   std::string checkpoint;
   std::string chat_template;
-  std::string draft;  // a draft model's checkpoint for speculative decoding, or none
+  std::string draft;              // a draft model's checkpoint for speculative decoding, or none
+  std::vector<std::string> lora;  // NAME=PATH: LoRA adapters served per request
   std::optional<std::string> api_key;     // default: TESSERA_API_KEY, else none
   std::optional<std::string> model_name;  // default: the checkpoint's folder name
   std::optional<int64_t> max_tokens_cap;  // default: the model's context

@@ -44,12 +44,27 @@ ApiReply ApiService::handle(const HttpRequest& request) {
                                    {"tokens", tokens}});
       }
       case Route::kModels: {
-        const json model = {{"id", options_.limits.model_name},
+        // The model, then each of its LoRA adapters, which vLLM lists with the model as parent.
+        const ApiLimits& limits = options_.limits;
+        json models = json::array();
+        models.push_back({{"id", limits.model_name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "tessera"},
+                          {"root", limits.model_name},
+                          {"parent", nullptr},
+                          {"max_model_len", limits.context}});
+        for (const std::string& adapter : limits.adapters) {
+          if (adapter.empty()) continue;
+          models.push_back({{"id", adapter},
                             {"object", "model"},
                             {"created", 0},
                             {"owned_by", "tessera"},
-                            {"max_model_len", options_.limits.context}};
-        return json_response(200, {{"object", "list"}, {"data", json::array({model})}});
+                            {"root", adapter},
+                            {"parent", limits.model_name},
+                            {"max_model_len", limits.context}});
+        }
+        return json_response(200, {{"object", "list"}, {"data", models}});
       }
       case Route::kHealth:
         return json_response(200, {{"status", "ok"}});
@@ -79,6 +94,7 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
   }
   ApiRequest api = std::move(*routed.api);
   const bool stream = api.stream, include_usage = api.include_usage;
+  std::string model = api.model;
   const Endpoint endpoint = api.endpoint;
   std::vector<std::string> tool_names =
       api.tools.calls() ? api.tools.names : std::vector<std::string>();
@@ -104,7 +120,7 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
   }
   return std::make_shared<GenerationReply>(
       out,
-      ResponseBuilder(endpoint, options_.limits.model_name, *served_.tokenizer, with_logprobs,
+      ResponseBuilder(endpoint, std::move(model), *served_.tokenizer, with_logprobs,
                       std::move(tool_names)),
       stream, include_usage);
 }

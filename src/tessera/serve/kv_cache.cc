@@ -41,8 +41,11 @@ PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelLayout
   }
 }
 
-int64_t PagedKvCache::add_sequence() {
-  sequences_.emplace(next_id_, Sequence{});
+int64_t PagedKvCache::add_sequence(int32_t adapter) {
+  Sequence s;
+  s.adapter = adapter;
+  if (adapter >= 0) s.last_full_key = chain_block_key(kRootBlockKey, std::span(&adapter, 1));
+  sequences_.emplace(next_id_, std::move(s));
   return next_id_++;
 }
 
@@ -123,7 +126,7 @@ void PagedKvCache::release(int64_t seq) {
 
 runtime::DecodeChunk PagedKvCache::chunk(int64_t seq, std::span<const int32_t> tokens) const {
   const Sequence& s = sequence(seq);
-  return {tokens.data(), int64_t(tokens.size()), s.length, s.blocks};
+  return {tokens.data(), int64_t(tokens.size()), s.length, s.blocks, 1, s.adapter};
 }
 
 int64_t PagedKvCache::row_offset(int64_t seq, int64_t position) const {

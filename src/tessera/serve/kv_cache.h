@@ -38,8 +38,10 @@ class PagedKvCache {
   // Bytes one cached token takes: its keys and values in every layer.
   static int64_t bytes_per_token(const model::ModelLayout& layout);
 
-  // A new, empty sequence; ids are never reused.
-  int64_t add_sequence();
+  // A new, empty sequence; ids are never reused. `adapter`: the slot of the served LoRA adapter
+  // it runs with (-1: none), whose keys and values are its own: its blocks are published and
+  // found apart from other adapters' (a slot's adapter is fixed for the cache's life).
+  int64_t add_sequence(int32_t adapter = -1);
   // Makes room for new_tokens more tokens after the sequence's length, taking free blocks as
   // needed. Returns false, changing nothing, when the pool has too few.
   bool reserve(int64_t seq, int64_t new_tokens);
@@ -83,6 +85,7 @@ class PagedKvCache {
     int64_t length = 0;
     std::vector<int32_t> tokens;             // with prefix caching: the tokens written so far
     BlockKey last_full_key = kRootBlockKey;  // the key of its last full block
+    int32_t adapter = -1;
   };
   const Sequence& sequence(int64_t seq) const;
   Sequence& sequence(int64_t seq);

@@ -1,5 +1,6 @@
 #include "tessera/serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/core/json_nesting.h"
@@ -333,11 +334,20 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   r.endpoint = endpoint;
   const json* model = field(body, "model");
   if (model == nullptr || !model->is_string()) bad("model", "'model' must name the model");
-  if (model->get<std::string>() != limits.model_name) {
-    throw ApiError(404,
-                   fmt::format("the model {} does not exist; this server serves '{}'",
-                               describe(*model), limits.model_name),
-                   "invalid_request_error", "model", "model_not_found");
+  r.model = model->get<std::string>();
+  if (r.model != limits.model_name) {
+    const std::string prefix = limits.model_name + ":";
+    const std::string adapter =
+        r.model.starts_with(prefix) ? r.model.substr(prefix.size()) : r.model;
+    const auto it = std::find(limits.adapters.begin(), limits.adapters.end(), adapter);
+    if (adapter.empty() || it == limits.adapters.end()) {
+      const std::string also = limits.adapters.empty() ? "" : " and its LoRA adapters (/v1/models)";
+      throw ApiError(404,
+                     fmt::format("the model {} does not exist; this server serves '{}'{}",
+                                 describe(*model), limits.model_name, also),
+                     "invalid_request_error", "model", "model_not_found");
+    }
+    r.generation.adapter = int32_t(it - limits.adapters.begin());
   }
   if (endpoint == Endpoint::kTokenize) {
     // vLLM's form: a prompt, or messages with add_generation_prompt (default true).

@@ -10,6 +10,7 @@
 #include "tessera/core/json_file.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
+#include "tessera/interop/peft_adapter.h"
 #include "tessera/model/device_support.h"
 #include "tessera/model/lora_merge.h"
 #include "tessera/model/serving_memory.h"
@@ -55,6 +56,16 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
                            const ServingFormat& format, ServedModel& served) {
   served.device = std::make_unique<kernels::DeviceContext>(format.device);
   model::ModelOptions options;
+  if (format.lora_slots > 0) {
+    check(format.mesh == nullptr && format.device.kind == kernels::DeviceKind::kCpu,
+          "--lora adapters are served by one rank on the CPU; drop --tp, --pp, --ep and --device "
+          "cuda");
+    served.adapters = std::make_unique<model::AdapterBank>(
+        mc, format.lora_slots, format.max_lora_rank,
+        model::inference_max_batch(mc, max_step_tokens) * mc.max_seq);
+    served.adapter_names.assign(size_t(format.lora_slots), "");
+    options.adapters = served.adapters.get();
+  }
   options.context = &served.context();
   options.precision = format.precision;
   options.weights = format.weights;
@@ -185,6 +196,43 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
         served.step_dir.string(), served.tokenizer->vocab_size(), served.config().vocab_size);
   return served;
+}
+
+int32_t served_adapter_slot(const ServedModel& served, const std::string& name) {
+  const auto& names = served.adapter_names;
+  const auto it = std::find(names.begin(), names.end(), name);
+  return it == names.end() || name.empty() ? -1 : int32_t(it - names.begin());
+}
+
+void load_served_adapter(ServedModel& served, const std::string& name, const fs::path& path) {
+  check(served.adapters != nullptr, "--lora {}: the server was built without adapter slots", name);
+  check(!name.empty() && name.size() <= 128 && name.find_first_of(" \t\n\"") == std::string::npos,
+        "--lora '{}': an adapter's name is 1 to 128 characters without spaces or quotes", name);
+  check(served_adapter_slot(served, name) < 0, "--lora {}: the name is taken", name);
+  const auto free = std::find(served.adapter_names.begin(), served.adapter_names.end(), "");
+  check(free != served.adapter_names.end(),
+        "--lora {}: every one of the {} adapter slots is taken "
+        "(--max-loras)",
+        name, served.adapter_names.size());
+  const model::ModelConfig& base = served.config();
+  try {
+    if (fs::exists(path / interop::kPeftConfigFile)) {
+      const interop::PeftImport peft = interop::import_peft(path, base);
+      served.adapters->load(free - served.adapter_names.begin(), peft.config, peft.adapters);
+    } else {
+      const fs::path step_dir = ckpt::checkpoint_step_dir(path);
+      const auto [adapted, params] =
+          ckpt::read_checkpoint_params(step_dir, ckpt::read_manifest(step_dir));
+      check(adapted.lora.enabled(), "{} holds no LoRA adapters (train.lora_rank = 0)",
+            step_dir.string());
+      const int64_t begin = model::model_layout(adapted).adapters_begin;
+      served.adapters->load(free - served.adapter_names.begin(), adapted,
+                            std::span<const float>(params).subspan(size_t(begin)));
+    }
+  } catch (const Error& e) {
+    fail("--lora {}={}: {}", name, path.string(), e.what());
+  }
+  *free = name;
 }
 
 }  // namespace tessera::serve

@@ -28,6 +28,10 @@ struct ServingFormat {
   // served model.
   int64_t tp = 1, pp = 1, ep = 1;
   const comm::Mesh* mesh = nullptr;
+  // LoRA adapters served per request beside the model (one rank): this many of rank at most
+  // max_lora_rank; 0 serves the model alone.
+  int64_t lora_slots = 0;
+  int64_t max_lora_rank = 64;
 };
 // Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
 // --quantize (none, int8) or --device (cpu, cuda).
@@ -48,6 +52,10 @@ struct ServedModel {
   comm::Communicator* ranks = nullptr;
   comm::Communicator* vocab_ranks = nullptr;
   comm::Communicator* stage_ranks = nullptr;
+  // LoRA adapters served per request (ServingFormat::lora_slots), before the model that reads
+  // them, and each slot's name (empty: free).
+  std::unique_ptr<model::AdapterBank> adapters;
+  std::vector<std::string> adapter_names;
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
@@ -78,5 +86,14 @@ const float* on_host(const kernels::Context& ctx, const float* values, int64_t n
 ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format = {},
                               const std::filesystem::path& chat_template_file = {});
+
+// Reads the LoRA adapter at `path` for the served model, a PEFT adapter folder or a LoRA run of
+// Tessera's (its folder or a step) trained on the same model, into a free slot under `name`.
+// Throws naming the problem: no free slot (ServingFormat::lora_slots), a name taken, another
+// model's adapter, a rank above max_lora_rank.
+void load_served_adapter(ServedModel& served, const std::string& name,
+                         const std::filesystem::path& path);
+// The slot that serves `name`, or -1 when no adapter has it.
+int32_t served_adapter_slot(const ServedModel& served, const std::string& name);
 
 }  // namespace tessera::serve

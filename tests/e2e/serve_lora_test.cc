@@ -1,0 +1,160 @@
+// LoRA adapters served per request (serve --lora): one server holding three adapters answers 48
+// concurrent requests spread over the model and the adapters, each with the text (greedy) that a
+// server holding that adapter alone, or the model alone, gives; /v1/models lists the adapters.
+#include <httplib.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/cli_runner.h"
+#include "tests/e2e/server_process.h"
+
+namespace tessera::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string bible(const std::string& range) {
+  const CliResult r = run_command("bible -f '" + range + "' | cut -d' ' -f2-");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+const std::vector<std::string> kPrompts = {
+    "In the beginning",    "And God said", "And the LORD", "Blessed is the man",
+    "The earth was",       "Let there be", "And Moses",    "O LORD",
+    "And it came to pass", "Praise ye",    "The heavens",  "And he said"};
+
+// The greedy text of each prompt from `model` at `port`, all sent at once.
+std::vector<std::string> complete(int port,
+                                  const std::vector<std::pair<std::string, std::string>>& asks) {
+  std::vector<std::future<std::string>> replies;
+  for (const auto& [model, prompt] : asks) {
+    replies.push_back(std::async(std::launch::async, [port, model, prompt] {
+      httplib::Client client("127.0.0.1", port);
+      client.set_read_timeout(120);
+      const json body = {
+          {"model", model}, {"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+      auto r = client.Post("/v1/completions", body.dump(), "application/json");
+      if (!r || r->status != 200)
+        return std::string("<failed: ") + (r ? r->body : "no reply") + ">";
+      const json reply = json::parse(r->body);
+      EXPECT_EQ(reply["model"], model);
+      return reply["choices"][0]["text"].get<std::string>();
+    }));
+  }
+  std::vector<std::string> texts;
+  for (auto& f : replies) texts.push_back(f.get());
+  return texts;
+}
+
+TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
+  TempDir dir{"tessera-serve-lora"};
+  write_file(dir / "base.txt", bible("Gen1:1-Gen3:24"));
+  write_file(dir / "exodus.txt", bible("Ex1:1-Ex3:22"));
+  write_file(dir / "psalms.txt", bible("Ps1:1-Ps9:20"));
+  write_file(dir / "counting.txt", small_corpus());
+  ASSERT_EQ(run_cli("tokenizer train --vocab-size 300 --out " + (dir / "tok") + " " +
+                    (dir / "base.txt") + " " + (dir / "exodus.txt") + " " + (dir / "psalms.txt"))
+                .exit_code,
+            0);
+  const std::string model =
+      " --set model.n_layer=2 --set model.n_head=4 --set model.d_model=64 --set model.max_seq=64"
+      " --set model.vocab_size=300 --set train.batch_size=8 --set train.seq_len=64"
+      " --set train.eval_every=0 --set train.warmup_steps=2 --set train.threads=1";
+  ASSERT_EQ(
+      run_cli("train --data " + (dir / "base.txt") + " --tokenizer " + (dir / "tok") + " --out " +
+              (dir / "base") + model + " --set train.steps=150 --set train.lr=1e-2")
+          .exit_code,
+      0);
+  ASSERT_EQ(
+      run_cli("convert export --checkpoint " + (dir / "base") + " --out " + (dir / "hf")).exit_code,
+      0);
+  // Three adapters of different ranks and targets, each trained on other text.
+  const std::vector<std::pair<std::string, std::string>> adapters = {
+      {"exodus", "--set train.lora_rank=8 --set train.lora_targets=attention,mlp"},
+      {"psalms", "--set train.lora_rank=4 --set train.lora_targets=qkv,mlp_in"},
+      {"counting", "--set train.lora_rank=2 --set train.lora_targets=mlp"}};
+  for (const auto& [name, lora] : adapters) {
+    const CliResult r = run_cli("train --config " + (dir / "hf") + " --data " +
+                                (dir / (name + ".txt")) + " --out " + (dir / name) +
+                                " --set train.batch_size=8 --set train.seq_len=64"
+                                " --set train.steps=60 --set train.lr=3e-2 --set train.eval_every=0"
+                                " --set train.threads=1 " +
+                                lora);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  // One of them read as a PEFT adapter folder.
+  ASSERT_EQ(run_cli("convert export --format peft --checkpoint " + (dir / "counting") + " --out " +
+                    (dir / "counting-peft"))
+                .exit_code,
+            0);
+  const std::map<std::string, std::string> path = {
+      {"exodus", dir / "exodus"}, {"psalms", dir / "psalms"}, {"counting", dir / "counting-peft"}};
+
+  std::vector<std::pair<std::string, std::string>> asks;  // 48: every prompt with each model
+  for (const std::string& m : {"hf", "exodus", "hf:psalms", "counting"}) {
+    for (const std::string& p : kPrompts) asks.push_back({m, p});
+  }
+  std::vector<std::string> mixed;
+  double mixed_s = 0, base_s = 0;
+  {
+    ServerProcess server(
+        "--checkpoint " + (dir / "hf") + " --threads 1 --lora exodus=" + path.at("exodus") +
+        " --lora psalms=" + path.at("psalms") + " --lora counting=" + path.at("counting"));
+    httplib::Client client("127.0.0.1", server.port());
+    auto listed = client.Get("/v1/models");
+    ASSERT_TRUE(listed && listed->status == 200);
+    const json models = json::parse(listed->body)["data"];
+    ASSERT_EQ(models.size(), 4u) << listed->body;
+    EXPECT_EQ(models[1]["id"], "exodus");
+    EXPECT_EQ(models[1]["parent"], "hf");
+    const auto t0 = std::chrono::steady_clock::now();
+    mixed = complete(server.port(), asks);
+    const auto t1 = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::string, std::string>> base_only;
+    for (const auto& a : asks) base_only.push_back({"hf", a.second});
+    complete(server.port(), base_only);
+    const auto t2 = std::chrono::steady_clock::now();
+    mixed_s = std::chrono::duration<double>(t1 - t0).count();
+    base_s = std::chrono::duration<double>(t2 - t1).count();
+    auto unknown =
+        client.Post("/v1/completions", R"({"model": "hf:nope", "prompt": "a", "max_tokens": 1})",
+                    "application/json");
+    ASSERT_TRUE(unknown);
+    EXPECT_EQ(unknown->status, 404) << unknown->body;
+  }
+  std::printf(
+      "48 requests of 16 tokens, one server: mixed over the model and 3 adapters %.2f s, "
+      "the model alone %.2f s (%.2fx)\n",
+      mixed_s, base_s, base_s / mixed_s);
+  // Each model alone: its own server.
+  int differ = 0;
+  for (const std::string& m : {"hf", "exodus", "psalms", "counting"}) {
+    const std::string name = m == "hf" ? "hf" : m;
+    const std::string lora = m == "hf" ? "" : " --lora " + m + "=" + path.at(m);
+    ServerProcess alone("--checkpoint " + (dir / "hf") + " --threads 1" + lora);
+    std::vector<std::pair<std::string, std::string>> own;
+    for (const std::string& p : kPrompts) own.push_back({name, p});
+    const std::vector<std::string> texts = complete(alone.port(), own);
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      const size_t at = (m == "hf"       ? 0
+                         : m == "exodus" ? 1
+                         : m == "psalms" ? 2
+                                         : 3) *
+                            kPrompts.size() +
+                        i;
+      EXPECT_EQ(mixed[at], texts[i]) << m << ": " << kPrompts[i];
+      if (m != "hf" && texts[i] != mixed[i]) ++differ;
+    }
+  }
+  EXPECT_GE(differ, 12) << "the adapters hardly change what the model writes: " << mixed[0] << " / "
+                        << mixed[12] << " / " << mixed[24] << " / " << mixed[36];
+}
+
+}  // namespace
+}  // namespace tessera::testing
