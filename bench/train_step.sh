@@ -35,26 +35,15 @@ configs=(
 wanted=("$@")
 ((${#wanted[@]})) || wanted=(tiny-50k 124m 124m-1k)
 
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
-  "flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8|amx_tile' \
-    /proc/cpuinfo | sort -u | tr '\n' ' ')"
-peer_ok=1
-peer_check="$(THREADS=$threads bash "$root/bench/torch_env.sh" --check 2>&1)" || peer_ok=0
-echo "$peer_check"
-if ((peer_ok)); then
-  TORCH_PEER_CORETYPE="$(sed -n 's/.*OPENBLAS_CORETYPE=\([^ ]*\) .*/\1/p' <<<"$peer_check")"
-  export TORCH_PEER_CORETYPE
-else
-  echo "the peer cannot run at its best here: only our side is measured, and no ratio is printed"
-fi
+# shellcheck source=bench/torch_peer.bash
+source "$root/bench/torch_peer.bash"
+check_cpu_and_peer "$threads"
 
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 for name in "${wanted[@]}"; do
-  line=""
-  for c in "${configs[@]}"; do [[ "${c%%|*}" == "$name" ]] && line="$c"; done
-  [[ -n "$line" ]] || { echo "unknown config '$name'" >&2; exit 2; }
-  IFS='|' read -r _ model shape steps <<<"$line"
+  row="$(config_row "$name")"
+  IFS='|' read -r _ model shape steps <<<"$row"
   for ((round = 0; round < ${REPEATS:-3}; round++)); do
     for precision in f32 bf16; do
       limits=0

@@ -15,6 +15,7 @@
 #include "tessera/runtime/train_step.h"
 #include "tests/expect_error.h"
 #include "tests/model/small_configs.h"
+#include "tests/model/whole_model_gradients.h"
 
 namespace tessera::model {
 namespace {
@@ -85,24 +86,10 @@ void check_adapter_gradients(const ModelConfig& c) {
   const int64_t B = 2, T = 6;
   Transformer model(c, B, T, /*training=*/true);
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [name, view] : named_views(model.layout(), model.params().data())) {
-    float* p = view.as<float>();
-    const bool gain = view.shape.rank() == 1;
-    for (int64_t i = 0; i < view.numel(); ++i) {
-      const float r = normal(rng);
-      p[i] = gain ? 1.0f + 0.3f * r : r / std::sqrt(float(view.shape[1]));
-    }
-  }
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  std::uniform_int_distribution<int32_t> token(0, int32_t(c.vocab_size) - 1);
-  for (int32_t& t : inputs) t = token(rng);
-  for (int32_t& t : targets) t = token(rng);
-  model.zero_grad();
-  runtime::TrainStep(model).forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
-  const std::vector<float> grads(model.grads().begin(), model.grads().end());
+  randomize_for_gradient_check(model, rng);
+  RandomBatch batch;
+  const std::vector<float> grads = gradients_on_random_batch(model, rng, B, T, batch);
 
-  float* params = model.params().data();
   const float h = 2e-3f;
   int compared = 0;
   for (const ParamInfo& info : model.layout().entries()) {
@@ -110,13 +97,9 @@ void check_adapter_gradients(const ModelConfig& c) {
     for (int64_t i = 0; i < std::min<int64_t>(info.shape.numel(), 6); ++i) {
       const int64_t at =
           info.offset + i * (info.shape.numel() / 6 > 0 ? info.shape.numel() / 6 : 1);
-      const float saved = params[at];
-      params[at] = saved + h;
-      const double up = model.forward(inputs.data(), targets.data(), B, T);
-      params[at] = saved - h;
-      const double down = model.forward(inputs.data(), targets.data(), B, T);
-      params[at] = saved;
-      const double numeric = (up - down) / (2.0 * h), analytic = grads[at];
+      const double numeric =
+          central_difference(model, batch.inputs.data(), batch.targets.data(), B, T, at, h);
+      const double analytic = grads[at];
       if (std::abs(analytic) <= 5e-3) continue;
       ++compared;
       EXPECT_LT(std::abs(numeric - analytic) / std::abs(analytic), 2e-2)

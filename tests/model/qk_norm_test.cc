@@ -12,6 +12,7 @@
 #include "tessera/model/parameters.h"
 #include "tessera/model/transformer.h"
 #include "tessera/runtime/train_step.h"
+#include "tests/model/whole_model_gradients.h"
 
 namespace tessera::model {
 namespace {
@@ -49,24 +50,10 @@ TEST(QkNorm, GradientsMatchFiniteDifferences) {
   const int64_t B = 2, T = 6;
   Transformer model(c, B, T, /*training=*/true);
   std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [name, view] : named_views(model.layout(), model.params().data())) {
-    float* p = view.as<float>();
-    const bool gain = view.shape.rank() == 1;
-    for (int64_t i = 0; i < view.numel(); ++i) {
-      const float r = normal(rng);
-      p[i] = gain ? 1.0f + 0.3f * r : r / std::sqrt(float(view.shape[1]));
-    }
-  }
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  std::uniform_int_distribution<int32_t> token(0, int32_t(c.vocab_size) - 1);
-  for (int32_t& t : inputs) t = token(rng);
-  for (int32_t& t : targets) t = token(rng);
-  model.zero_grad();
-  runtime::TrainStep(model).forward_backward(inputs.data(), targets.data(), B, T, 1.0f);
-  const std::vector<float> grads(model.grads().begin(), model.grads().end());
+  randomize_for_gradient_check(model, rng);
+  RandomBatch batch;
+  const std::vector<float> grads = gradients_on_random_batch(model, rng, B, T, batch);
 
-  float* params = model.params().data();
   const float h = 1e-2f;
   int compared = 0;
   for (const std::string name :
@@ -75,13 +62,9 @@ TEST(QkNorm, GradientsMatchFiniteDifferences) {
     const ParamInfo& info = model.layout().find(name);
     for (int64_t i = 0; i < std::min<int64_t>(info.shape.numel(), 8); ++i) {
       const int64_t at = info.offset + i;
-      const float saved = params[at];
-      params[at] = saved + h;
-      const double up = model.forward(inputs.data(), targets.data(), B, T);
-      params[at] = saved - h;
-      const double down = model.forward(inputs.data(), targets.data(), B, T);
-      params[at] = saved;
-      const double numeric = (up - down) / (2.0 * h), analytic = grads[at];
+      const double numeric =
+          central_difference(model, batch.inputs.data(), batch.targets.data(), B, T, at, h);
+      const double analytic = grads[at];
       if (std::abs(analytic) <= 1e-3) continue;
       ++compared;
       EXPECT_LT(std::abs(numeric - analytic) / std::abs(analytic), 2e-2)

@@ -133,6 +133,7 @@ void TrainState::init(uint64_t seed) {
                                 s->frozen->params().data());
     }
   }
+  if (lora_base_) load_base(*lora_base_);
 }
 
 void TrainState::load_base(const std::filesystem::path& step_dir) {
@@ -141,6 +142,7 @@ void TrainState::load_base(const std::filesystem::path& step_dir) {
     ckpt::read_state_range(step_dir, config_, s->layout.params, ckpt::StatePart::kParams, 0,
                            s->layout.adapters_begin, s->frozen->params().data());
   }
+  lora_base_ = std::filesystem::absolute(step_dir);
 }
 
 void TrainState::load(const std::filesystem::path& step_dir, bool with_optimizer) {

@@ -53,6 +53,8 @@ class TrainState {
   int zero_stage() const { return zero_; }
   int64_t bucket_count() const;
 
+  // A LoRA run's base model is the seed's too, unless load_base read it from a step, which it
+  // then reads again.
   void init(uint64_t seed);
   // Reads parameters (and, when asked, the AdamW moments) written by any layout; in a LoRA run,
   // the adapters'.
@@ -60,6 +62,8 @@ class TrainState {
   // A LoRA run: reads the frozen base model's parameters written by any layout.
   void load_base(const std::filesystem::path& step_dir);
   bool trains_adapters() const { return layout().has_adapters(); }
+  // The step load_base read; none while the base is the seed's initial model.
+  const std::optional<std::filesystem::path>& lora_base() const { return lora_base_; }
   // What this rank saves (nothing when another rank saves its slice), in host memory, and the
   // manifest metadata that places every rank's pieces ("placed"), or null when rank 0 saves every
   // tensor by name.
@@ -138,6 +142,7 @@ class TrainState {
   kernels::DeviceArray<float> scaled_;        // a gradient chunk times the update's multiplier
   std::vector<float> host_values_;
   std::vector<std::vector<float>> host_mirrors_;  // checkpoint_tensors' copies of device state
+  std::optional<std::filesystem::path> lora_base_;
 };
 
 }  // namespace tessera::train

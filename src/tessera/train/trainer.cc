@@ -75,8 +75,6 @@ class Run {
   void moe_statistics(StepResult& r);
   double batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B);
   int64_t roll_back(int64_t done, const std::string& reason);
-  // The initial state: a LoRA run's adapters fresh on its base model.
-  void start_over();
   nlohmann::json checkpoint_metadata() const;
   void save(int64_t step);
   std::pair<double, double> evaluate(int64_t step);
@@ -110,8 +108,6 @@ class Run {
   std::optional<Evaluator> evaluator_;
   RunReport report_;
   std::optional<Goodput> goodput_;
-  // A LoRA run's frozen base model, a committed step; none when it is the seed's initial model.
-  std::optional<fs::path> lora_base_;
   nlohmann::json tokenizer_;
   std::set<int64_t> nan_gradient_steps_;  // still to inject
 };
@@ -334,8 +330,7 @@ int64_t Run::resume() {
     if (state_.trains_adapters()) {
       // Adapters imported beside the base (a PEFT folder) are trained on from where they are.
       const nlohmann::json meta = ckpt::read_manifest(*latest).metadata;
-      lora_base_ = ckpt::lora_base(*latest, meta).value_or(*latest);
-      state_.load_base(*lora_base_);
+      state_.load_base(ckpt::lora_base(*latest, meta).value_or(*latest));
       if (meta.contains("lora_base")) state_.load(*latest, /*with_optimizer=*/false);
       spdlog::info("training LoRA adapters on the frozen imported weights of {}", latest->string());
     } else {
@@ -365,8 +360,7 @@ ckpt::Manifest Run::restore(const fs::path& step_dir) {
         "{}: {}; resume it with the train.lora_* settings it was written with", step_dir.string(),
         adapters ? "holds LoRA adapters alone, and this run trains every weight"
                  : "holds a whole model's training state, and this run trains LoRA adapters");
-  lora_base_ = ckpt::lora_base(step_dir, meta);
-  if (lora_base_) state_.load_base(*lora_base_);
+  if (const auto base = ckpt::lora_base(step_dir, meta)) state_.load_base(*base);
   state_.load(step_dir, /*with_optimizer=*/true);
   const int64_t samples_consumed = meta.value("samples_consumed", int64_t{-1});
   check(samples_consumed >= 0, "{}: the checkpoint metadata has no samples_consumed",
@@ -535,7 +529,8 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
     step = manifest.step;
     goodput_->rolled_back(manifest.metadata.value("goodput", nlohmann::json()));
   } else {
-    start_over();
+    state_.init(uint64_t(tc_.seed));
+    state_.set_steps_taken(0);
     scaler_.restore(tc_.loss_scale, 0);
     goodput_->rolled_back(nullptr);
   }
@@ -549,12 +544,6 @@ int64_t Run::roll_back(int64_t done, const std::string& reason) {
   return step;
 }
 
-void Run::start_over() {
-  state_.init(uint64_t(tc_.seed));
-  if (lora_base_) state_.load_base(*lora_base_);
-  state_.set_steps_taken(0);
-}
-
 nlohmann::json Run::checkpoint_metadata() const {
   nlohmann::json meta = {{"config", config_.to_json()},
                          {"model", enum_name(rc_.model.arch)},
@@ -566,8 +555,8 @@ nlohmann::json Run::checkpoint_metadata() const {
                          {"guard", guard_.state()},
                          {"goodput", goodput_->account().to_json()}};
   if (state_.trains_adapters()) {
-    meta["lora_base"] =
-        lora_base_ ? ckpt::lora_base_reference(*lora_base_, ckpt_dir_) : nlohmann::json();
+    const std::optional<fs::path>& base = state_.lora_base();
+    meta["lora_base"] = base ? ckpt::lora_base_reference(*base, ckpt_dir_) : nlohmann::json();
   }
   return meta;
 }
