@@ -10,8 +10,11 @@
 #include <initializer_list>
 #include <string>
 
+#include "tessera/comm/single_communicator.h"
+#include "tessera/model/flops.h"
 #include "tessera/model/transformer.h"
 #include "tessera/plan/cost_model.h"
+#include "tessera/train/train_state.h"
 #include "tests/expect_error.h"
 #include "tests/plan/test_accelerator.h"
 
@@ -144,6 +147,39 @@ TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
           << begin << (split ? ", split backward" : "");
     }
   }
+}
+
+// A LoRA run: the memory model counts the frozen model and the adapters' state as the training
+// state holds them, and the planner's step the FLOPs of frozen weights with no weight gradients.
+TEST(DryRun, LoraMemoryAndFlopsAreTheEnginesOwn) {
+  const RunConfig run = run_with({"train.lora_rank=4", "train.lora_targets=attention,mlp"});
+  comm::SingleCommunicator alone;
+  const comm::Mesh mesh(alone, {});
+  TrainState state(kernels::kCpuContext, run.model, run.train, mesh, {}, int64_t{1} << 20);
+  parallel::MemoryModel memory(run.model);
+  const parallel::TrainingShape shape{
+      0, 1, model::ActivationOptions{.max_batch = 4, .max_seq = 16, .training = true}};
+  const parallel::RankMemory planned = memory.rank({{model::Sharding{}}, {1}}, shape);
+  const MemoryReport held = state.memory();
+  EXPECT_EQ(planned.params, double(held.params));
+  EXPECT_EQ(planned.grads, double(held.grads));
+  EXPECT_EQ(planned.optimizer, double(held.optimizer));
+  const model::ModelLayout& layout = state.layout();
+  const double adapters = double(layout.params.total() - layout.adapters_begin);
+  EXPECT_EQ(planned.grads, 4 * adapters);
+  EXPECT_EQ(planned.optimizer, 8 * adapters);
+
+  // Per token: 4 x the frozen matmul weights, 6 x the adapters' and the attention's 12 L T d.
+  model::ModelConfig plain = run.model;
+  plain.lora = {};
+  const model::MatmulWeights w = model::matmul_weights(model::model_spec(run.model));
+  const double L = double(run.model.n_layer), attention = 12 * L * 16 * 32;
+  EXPECT_DOUBLE_EQ(w.adapters, adapters / L);
+  const model::FlopsPerToken lora = model::flops_per_token(run.model, 16, model::Recompute::kNone);
+  const model::FlopsPerToken full = model::flops_per_token(plain, 16, model::Recompute::kNone);
+  EXPECT_DOUBLE_EQ(full.model, 6 * (w.block * L + w.head) + attention);
+  EXPECT_DOUBLE_EQ(lora.model, 4 * (w.block * L + w.head) + 6 * adapters + attention);
+  EXPECT_DOUBLE_EQ(lora.hardware, lora.model + 2 * w.adapters_down * L);
 }
 
 TEST(DryRun, AMeshOrScheduleThatCannotRunIsAnError) {

@@ -288,6 +288,10 @@ MatmulWeights matmul_weights(const ModelSpec& spec) {
   for (const Part& p : spec.embedding) {
     if (spec.tied_head && p.id == PartId::kTokenEmbedding) w.head += matrix(p);
   }
+  for (const Part& p : spec.block.adapters) {
+    w.adapters += matrix(p);
+    if (p.lora == LoraMatrix::kA) w.adapters_down += matrix(p);
+  }
   return w;
 }
 

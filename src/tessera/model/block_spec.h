@@ -204,6 +204,9 @@ ModelSpec model_spec(const ModelConfig& config);
 // share) and in the head (the tied embedding's matrix when the head has none of its own).
 struct MatmulWeights {
   double block = 0, head = 0;
+  // Per block, of LoRA adapters: their A and B matrices, and the A alone (the down-projection that
+  // backward computes again).
+  double adapters = 0, adapters_down = 0;
 };
 MatmulWeights matmul_weights(const ModelSpec& spec);
 

@@ -11,8 +11,9 @@
 namespace tessera::model {
 
 // The model count is 6 x (matmul weights a token passes through: matmul_weights) + 12 x layers x
-// sequence x attention width, counting the full attention matrix as Megatron and PaLM do; the
-// hardware count adds what recomputation runs again.
+// sequence x attention width, counting the full attention matrix as Megatron and PaLM do; with
+// LoRA, 4 x the frozen weights (no weight gradients) + 6 x the adapters'. The hardware count adds
+// what recomputation runs again.
 struct FlopsPerToken {
   double model = 0, hardware = 0;
 };

@@ -71,8 +71,7 @@ ChipParameters PlannedModel::parameters(int64_t tp, int64_t ep) {
   const auto [it, added] = parameters_.try_emplace({tp, ep});
   if (added) {
     const model::ModelLayout layout = model::model_layout(config_, {.tp = tp, .ep = ep});
-    it->second = {double(layout.experts_begin),
-                  double(layout.adapters_begin - layout.experts_begin)};
+    it->second = {double(layout.trained_dense()), double(layout.trained_experts())};
   }
   return it->second;
 }

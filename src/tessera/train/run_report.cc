@@ -97,10 +97,9 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
   // A LoRA run trains its adapters (the "dense" group) and holds the rest frozen, in f32.
   for (int k = 0; k < state.stages(); ++k) {
     const model::ModelLayout& layout = state.layout(k);
-    const bool lora = layout.has_adapters();
-    dense += double(lora ? layout.params.total() - layout.adapters_begin : layout.experts_begin);
-    experts += double(layout.adapters_begin - layout.experts_begin);
-    if (lora) frozen += double(sizeof(float)) * double(layout.params.total());
+    dense += double(layout.trained_dense());
+    experts += double(layout.trained_experts());
+    frozen += double(layout.frozen_bytes());
   }
   std::vector<double> all(size_t(kFields * world.size()), 0.0);
   const double mine[kFields] = {

@@ -387,7 +387,7 @@ MemoryReport TrainState::memory() const {
       r.optimizer += b.master + 8 * (g.shards->owned_end() - g.shards->owned_begin());
       r.working += b.working;
     }
-    if (s->frozen) r.params += int64_t(sizeof(float)) * s->layout.params.total();
+    r.params += s->layout.frozen_bytes();
   }
   return r;
 }
