@@ -228,12 +228,29 @@ TEST_F(LoraCli, AdaptersLeaveAsAPeftFolderComeBackAndMerge) {
       "holds LoRA adapters");
 }
 
+// In bf16 the frozen model multiplies in bf16 and the adapters in f32 from their master weights:
+// the losses follow f32's, and data parallelism's, as bf16 full training does.
+TEST_F(LoraCli, Bf16AdaptersFollowTheF32Losses) {
+  auto args = [&](const std::string& out, const std::string& extra) {
+    return "train --data " + (dir / "corpus.txt") + " --out " + (dir / out) + kLoraGpt2 +
+           kLoraFlags + " --set train.steps=10 " + extra;
+  };
+  ASSERT_EQ(run_cli(args("f32", "")).exit_code, 0);
+  ASSERT_EQ(run_cli(args("bf16", "--set train.precision=bf16")).exit_code, 0);
+  const CliResult dp = run_mpi(2, args("bf16-dp2", "--set train.precision=bf16 --set mesh.dp=2"));
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  const std::vector<double> f32 = training_losses(dir / "f32");
+  expect_same_losses(training_losses(dir / "bf16"), f32, 1e-2);
+  expect_same_losses(training_losses(dir / "bf16-dp2"), training_losses(dir / "bf16"), 1e-3);
+  EXPECT_LT(f32.back(), f32.front() - 0.1);
+}
+
 TEST_F(LoraCli, SettingsItCannotRunAreRefusedByName) {
   const std::string base =
       "train --data " + (dir / "corpus.txt") + " --out " + (dir / "bad") + kLoraGpt2 + kLoraFlags;
   expect_one_line_error(run_cli(base + " --set train.lora_targets=attention,ffn"),
                         "train.lora_targets");
-  expect_one_line_error(run_cli(base + " --set train.precision=bf16"), "train.precision");
+  expect_one_line_error(run_cli(base + " --set train.device=cuda"), "train.device");
   expect_one_line_error(run_cli(base + " --set train.lora_alpha=0"), "train.lora_alpha");
 }
 

@@ -132,7 +132,7 @@ PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
     check(is_off(unsupported),
           "{}: \"{}\" = {} changes the update Tessera computes; it is not "
           "supported",
-          source, unsupported, c[unsupported].dump());
+          source, unsupported, c.value(unsupported, json()).dump());
   }
   const json& listed = key("target_modules");
   check(listed.is_array(),

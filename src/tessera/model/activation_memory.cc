@@ -149,6 +149,7 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
   if (const int64_t lora = lora_scratch_floats(x.spec); lora > 0) {
     ws.lora_u = a.floats(N * lora);
     if (o.training) ws.lora_du = a.floats(N * lora);
+    if (o.training && x.low) ws.lora_x = a.floats(N * lora_input_floats(x.spec));
   }
   if (o.weights == WeightFormat::kInt8) {
     ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));

@@ -60,7 +60,9 @@ struct BlockWorkspace {
   float* decode_scratch = nullptr;
   uint16_t* dy_low = nullptr;
   float* int8_scratch = nullptr;
-  float *lora_u = nullptr, *lora_du = nullptr;  // LoRA adapters' scratch (lora_scratch_floats)
+  // LoRA adapters' scratch (lora_scratch_floats), and their widened input in a low precision
+  // (lora_input_floats).
+  float *lora_u = nullptr, *lora_du = nullptr, *lora_x = nullptr;
 };
 
 // One transformer block on this rank: its attention norm, attention, MLP norm, and dense MLP or

@@ -5,6 +5,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/lora.h"
+#include "tessera/kernels/low_precision.h"
 
 namespace tessera::model {
 
@@ -12,7 +13,8 @@ namespace k = kernels;
 
 LoraAdapter::LoraAdapter(const kernels::Context& ctx, AdapterOffsets params, bool row_parallel,
                          int64_t in, int64_t rank, std::vector<int64_t> widths, float scale,
-                         Collectives* tp_group, float* u, float* du)
+                         Collectives* tp_group, MatmulFormat format, float* u, float* du,
+                         float* x_scratch)
     : ctx_(ctx),
       params_(params),
       row_parallel_(row_parallel),
@@ -21,16 +23,23 @@ LoraAdapter::LoraAdapter(const kernels::Context& ctx, AdapterOffsets params, boo
       widths_(std::move(widths)),
       scale_(scale),
       tp_group_(tp_group),
+      format_(format),
       u_(u),
-      du_(du) {}
+      du_(du),
+      x_scratch_(x_scratch) {}
 
 void LoraAdapter::forward(const ParamAccess& p, const float* x, float* y, int64_t N) const {
   k::lora_down(ctx_, x, p.f32(params_.a), u_, N, in_, cols());
   k::lora_up(ctx_, u_, p.f32(params_.b), y, N, rank_, std::span<const int64_t>(widths_), scale_);
 }
 
-void LoraAdapter::backward(const ParamAccess& p, const float* dy, const float* x, float* dx,
-                           int64_t N) const {
+void LoraAdapter::backward(const ParamAccess& p, const float* dy, const MatmulInput& input,
+                           float* dx, int64_t N) const {
+  const float* x = input.f32;
+  if (format_.low && input.low != nullptr) {
+    k::cast_from_low(ctx_, input.low, x_scratch_, N * in_, format_.precision);
+    x = x_scratch_;
+  }
   const float* a = p.f32(params_.a);
   const int64_t n = N * cols();
   k::lora_down(ctx_, x, a, u_, N, in_, cols());
@@ -57,13 +66,14 @@ const ParamInfo& param_at(const ParameterLayout& params, int64_t offset) {
 
 }  // namespace
 
-void BankedAdapter::backward(const ParamAccess&, const float*, const float*, float*,
+void BankedAdapter::backward(const ParamAccess&, const float*, const MatmulInput&, float*,
                              int64_t) const {
   fail("adapters served per request are not trained");
 }
 
 BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& layout, int64_t layer,
-                             Collectives* tp_group, float* u, float* du, const AdapterBank* bank) {
+                             Collectives* tp_group, MatmulFormat format, float* u, float* du,
+                             float* x_scratch, const AdapterBank* bank) {
   if (bank != nullptr) {
     for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
       if (layout.spec.block.has(id)) {
@@ -97,8 +107,16 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
     const int64_t in = param_at(layout.params, o.a).shape[1];
     adapters_[int(a.id)] =
         std::make_unique<LoraAdapter>(ctx, o, row, in, spec.lora_rank, std::move(widths),
-                                      float(spec.lora_scale), tp_group, u, du);
+                                      float(spec.lora_scale), tp_group, format, u, du, x_scratch);
   }
+}
+
+int64_t lora_input_floats(const BlockSpec& spec) {
+  int64_t widest = 0;
+  for (const Part& a : spec.adapters) {
+    if (a.lora == LoraMatrix::kA) widest = std::max(widest, a.in);
+  }
+  return widest;
 }
 
 int64_t lora_scratch_floats(const BlockSpec& spec) {

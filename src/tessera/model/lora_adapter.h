@@ -20,9 +20,10 @@ class LinearAdapter {
   virtual ~LinearAdapter() = default;
   // y [N, out] += the update of x [N, in].
   virtual void forward(const ParamAccess& p, const float* x, float* y, int64_t N) const = 0;
-  // dy [N, out]: the gradient of this rank's outputs (whole, row-parallel). Accumulates the
-  // adapter's gradients, and its input gradient into dx [N, in].
-  virtual void backward(const ParamAccess& p, const float* dy, const float* x, float* dx,
+  // dy [N, out]: the gradient of this rank's outputs (whole, row-parallel); x: the input as the
+  // linear keeps it for its backward. Accumulates the adapter's gradients, and its input gradient
+  // into dx [N, in].
+  virtual void backward(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
                         int64_t N) const = 0;
 };
 
@@ -31,18 +32,20 @@ class LinearAdapter {
 // down-projection's gradient du is partial until summed over tp (A's gradient needs it whole; the
 // input gradient, partial like the linear's own, takes it as it is). Row-parallel: x is this
 // rank's columns, A the same columns, so u is partial: added to the output's partial sums as it
-// is, and summed over tp in backward, where B's gradient needs it whole. Only f32: the adapter
-// reads its input and weights in f32, and recomputes u in backward rather than keeping it.
+// is, and summed over tp in backward, where B's gradient needs it whole. The adapter multiplies
+// in f32, whatever the run's format: it reads its weights in f32, its input in f32 forward and,
+// where a low precision keeps only the input's low copy for backward, that copy widened
+// (x_scratch); it computes u again in backward rather than keeping it.
 class LoraAdapter final : public LinearAdapter {
  public:
   // widths: this rank's rows of each piece of the linear's output; scratch: two buffers of
-  // N x pieces x rank floats (u and du).
+  // N x pieces x rank floats (u and du) and, in a low precision, one of N x in (x_scratch).
   LoraAdapter(const kernels::Context& ctx, AdapterOffsets params, bool row_parallel, int64_t in,
               int64_t rank, std::vector<int64_t> widths, float scale, Collectives* tp_group,
-              float* u, float* du);
+              MatmulFormat format, float* u, float* du, float* x_scratch);
 
   void forward(const ParamAccess& p, const float* x, float* y, int64_t N) const override;
-  void backward(const ParamAccess& p, const float* dy, const float* x, float* dx,
+  void backward(const ParamAccess& p, const float* dy, const MatmulInput& x, float* dx,
                 int64_t N) const override;
 
  private:
@@ -55,7 +58,8 @@ class LoraAdapter final : public LinearAdapter {
   std::vector<int64_t> widths_;
   float scale_;
   Collectives* tp_group_;
-  float *u_, *du_;
+  MatmulFormat format_;
+  float *u_, *du_, *x_scratch_;
 };
 
 // A linear's update from the adapters of an AdapterBank, each on the rows that asked for it.
@@ -67,7 +71,8 @@ class BankedAdapter final : public LinearAdapter {
   void forward(const ParamAccess&, const float* x, float* y, int64_t) const override {
     bank_.apply(layer_, part_, x, y);
   }
-  void backward(const ParamAccess&, const float*, const float*, float*, int64_t) const override;
+  void backward(const ParamAccess&, const float*, const MatmulInput&, float*,
+                int64_t) const override;
 
  private:
   const AdapterBank& bank_;
@@ -81,7 +86,8 @@ class BankedAdapter final : public LinearAdapter {
 class BlockAdapters {
  public:
   BlockAdapters(const kernels::Context& ctx, const ModelLayout& layout, int64_t layer,
-                Collectives* tp_group, float* u, float* du, const AdapterBank* bank);
+                Collectives* tp_group, MatmulFormat format, float* u, float* du, float* x_scratch,
+                const AdapterBank* bank);
   // Null where the part has no adapter.
   const LinearAdapter* operator[](PartId id) const { return adapters_[int(id)].get(); }
 
@@ -89,7 +95,9 @@ class BlockAdapters {
   std::array<std::unique_ptr<LinearAdapter>, kPartIdCount> adapters_;
 };
 
-// Floats per token of each of the adapters' scratch buffers; 0 without adapters.
+// Floats per token of each of the adapters' scratch buffers u and du, and of the input scratch a
+// low precision needs; 0 without adapters.
 int64_t lora_scratch_floats(const BlockSpec& spec);
+int64_t lora_input_floats(const BlockSpec& spec);
 
 }  // namespace tessera::model

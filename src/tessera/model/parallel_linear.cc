@@ -46,7 +46,7 @@ const float* ColumnParallelLinear::backward(const ParamAccess& p, const float* d
   const MatmulInput g =
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, scratch_.d_input, N);
-  if (lora_ != nullptr) lora_->backward(p, dy, input(rows, N).f32, scratch_.d_input, N);
+  if (lora_ != nullptr) lora_->backward(p, dy, input(rows, N), scratch_.d_input, N);
   if (held != nullptr) {
     keep_matmul_input(ctx_, rows, held->x, tp_.rows(N) * linear_.in());
   } else {
@@ -134,7 +134,7 @@ void RowParallelLinear::backward(const ParamAccess& p, const float* d_out, const
   const MatmulInput g =
       held != nullptr ? linear_.output_gradient(dy, held->dy, N) : linear_.output_gradient(dy, N);
   linear_.input_backward(p, dy, g, dx, N);
-  if (lora_ != nullptr) lora_->backward(p, dy, in.f32, dx, N);
+  if (lora_ != nullptr) lora_->backward(p, dy, in, dx, N);
   if (held != nullptr) {
     keep_matmul_input(ctx_, in, held->x, N * linear_.in());
   } else {

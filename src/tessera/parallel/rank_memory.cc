@@ -40,7 +40,6 @@ std::pair<MemoryModel::StageKey, const MemoryModel::Stage*> MemoryModel::stage(
     it->second.layout = model::model_layout(config_, first);
     it->second.dense = double(it->second.layout.trained_dense());
     it->second.experts = double(it->second.layout.trained_experts());
-    it->second.frozen = double(it->second.layout.frozen_bytes());
   }
   return {key, &it->second};
 }
@@ -73,7 +72,7 @@ RankMemory MemoryModel::rank(const RankWork& work, const TrainingShape& shape) {
     const model::ActivationBytes& a = activations(s, shape.activations);
     const ZeroBytes dense = zero_model_state(shape.zero, precision, c.dense, shape.dp);
     const ZeroBytes experts = zero_model_state(shape.zero, precision, c.experts, shape.dp / s.ep);
-    m.params += dense.params + experts.params + c.frozen;
+    m.params += dense.params + experts.params + double(c.layout.frozen_bytes(precision));
     m.grads += dense.grads + experts.grads;
     m.optimizer += dense.optimizer + experts.optimizer;
     // The stage's arena holds one micro-batch; each further slot its input and saved activations

@@ -68,7 +68,6 @@ class MemoryModel {
   struct Stage {
     model::ModelLayout layout;
     double dense = 0, experts = 0;  // parameters ZeRO shards over dp, and over dp / ep
-    double frozen = 0;              // bytes of a LoRA run's frozen model
   };
   using ActivationKey = std::tuple<StageKey, int64_t, int64_t, bool, model::Precision,
                                    model::Recompute, model::WeightFormat, bool, int, int64_t, bool>;

@@ -263,8 +263,6 @@ Settings<FaultConfig> fault_settings() {
 void check_lora(const RunConfig& run) {
   if (!run.model.lora.enabled()) return;
   model::lora_target_parts(run.model);  // names every target, or throws
-  check(run.train.precision == model::Precision::kF32,
-        "train.lora_rank: adapters train in f32 only for now; set train.precision = \"f32\"");
   check(run.train.device == kernels::DeviceKind::kCpu,
         "train.lora_rank: adapters train on the CPU only for now; set train.device = \"cpu\"");
 }

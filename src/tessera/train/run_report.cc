@@ -94,12 +94,12 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
   for (const model::Transformer* stage : models.stages) {
     activations += double(stage->activation_bytes_total());
   }
-  // A LoRA run trains its adapters (the "dense" group) and holds the rest frozen, in f32.
+  // A LoRA run trains its adapters (the "dense" group) and holds the rest frozen.
   for (int k = 0; k < state.stages(); ++k) {
     const model::ModelLayout& layout = state.layout(k);
     dense += double(layout.trained_dense());
     experts += double(layout.trained_experts());
-    frozen += double(layout.frozen_bytes());
+    frozen += double(layout.frozen_bytes(tc.precision));
   }
   std::vector<double> all(size_t(kFields * world.size()), 0.0);
   const double mine[kFields] = {

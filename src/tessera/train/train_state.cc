@@ -51,6 +51,7 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       config_(config),
       mesh_(mesh),
       zero_(int(train.zero)),
+      precision_(train.precision),
       scaled_(ctx, ZeroShards::kChunk) {
   const comm::MeshShape& shape = mesh.shape();
   model::check_device_runs(ctx.device.kind,
@@ -92,7 +93,9 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       st.groups.push_back(std::move(g));
     }
     if (st.layout.has_adapters()) {
-      st.frozen = std::make_unique<model::ResidentParameters>(ctx, st.layout, std::nullopt,
+      std::optional<kernels::LowPrecision> low;
+      if (train.precision != model::Precision::kF32) low = model::low_precision_of(train.precision);
+      st.frozen = std::make_unique<model::ResidentParameters>(ctx, st.layout, low,
                                                               /*with_gradients=*/false);
     }
     const bool holds_tied = tied_ != nullptr && st.layout.has_embedding != st.layout.has_head;
@@ -387,7 +390,7 @@ MemoryReport TrainState::memory() const {
       r.optimizer += b.master + 8 * (g.shards->owned_end() - g.shards->owned_begin());
       r.working += b.working;
     }
-    r.params += s->layout.frozen_bytes();
+    r.params += s->layout.frozen_bytes(precision_);
   }
   return r;
 }
