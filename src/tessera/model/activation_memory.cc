@@ -146,10 +146,10 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
   if (!o.training) {
     ws.decode_scratch = a.floats(kernels::paged_attention_scratch_size(c.max_seq) * o.threads);
   }
-  if (const int64_t lora = lora_scratch_floats(x.spec); lora > 0) {
-    ws.lora_u = a.floats(N * lora);
-    if (o.training) ws.lora_du = a.floats(N * lora);
-    if (o.training && x.low) ws.lora_x = a.floats(N * lora_input_floats(x.spec));
+  if (const LoraScratch lora = lora_scratch(x.spec); lora.down > 0) {
+    ws.lora_u = a.floats(N * lora.down);
+    if (o.training) ws.lora_du = a.floats(N * lora.down);
+    if (o.training && x.low) ws.lora_x = a.floats(N * lora.input);
   }
   if (o.weights == WeightFormat::kInt8) {
     ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));

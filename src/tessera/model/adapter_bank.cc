@@ -26,6 +26,7 @@ AdapterBank::AdapterBank(const ModelConfig& base, int64_t slots, int64_t max_ran
       adapters_(size_t(slots)),
       u_(size_t(max_tokens * widest_down(base, max_rank))) {
   check(slots >= 1 && max_rank >= 1, "an adapter bank of {} slots of rank {}", slots, max_rank);
+  segments_.reserve(size_t(max_tokens));
   check(!base.lora.enabled(), "the served model already carries LoRA adapters of its own");
 }
 
@@ -44,6 +45,9 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
         a.layout.params.total() - a.layout.adapters_begin);
   a.values.assign(values.begin(), values.end());
   a.scale = float(adapted.lora.scale());
+  for (const Part& p : a.layout.spec.block.adapters) {
+    if (p.lora == LoraMatrix::kB) a.piece_rows[int(p.id)] = lora_piece_rows(p);
+  }
   adapters_[size_t(slot)] = std::move(a);
 }
 
@@ -79,7 +83,7 @@ void AdapterBank::apply(int64_t layer, PartId part, const float* x, float* y) co
     const BlockSpec& spec = a.layout.spec.block;
     const Part& base = spec.part(part);
     const float* values = a.values.data() - a.layout.adapters_begin;
-    const std::vector<int64_t> widths = lora_piece_rows(base);
+    const std::vector<int64_t>& widths = a.piece_rows[int(part)];
     const int64_t r = spec.lora_rank, cols = r * int64_t(widths.size());
     kernels::lora_down(kernels::kCpuContext, x + s.row * base.in, values + o.a, u_.data(), s.rows,
                        base.in, cols);

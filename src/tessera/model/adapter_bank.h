@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -44,6 +45,7 @@ class AdapterBank {
     ModelLayout layout;
     std::vector<float> values;  // from layout.adapters_begin
     float scale = 0;
+    std::array<std::vector<int64_t>, kPartIdCount> piece_rows;  // of each adapted part
   };
   ModelConfig base_;
   int64_t max_rank_, max_tokens_;

@@ -60,8 +60,7 @@ struct BlockWorkspace {
   float* decode_scratch = nullptr;
   uint16_t* dy_low = nullptr;
   float* int8_scratch = nullptr;
-  // LoRA adapters' scratch (lora_scratch_floats), and their widened input in a low precision
-  // (lora_input_floats).
+  // LoRA adapters' scratch, and their widened input in a low precision (lora_scratch).
   float *lora_u = nullptr, *lora_du = nullptr, *lora_x = nullptr;
 };
 

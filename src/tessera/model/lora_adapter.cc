@@ -111,18 +111,12 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
   }
 }
 
-int64_t lora_input_floats(const BlockSpec& spec) {
-  int64_t widest = 0;
+LoraScratch lora_scratch(const BlockSpec& spec) {
+  LoraScratch widest;
   for (const Part& a : spec.adapters) {
-    if (a.lora == LoraMatrix::kA) widest = std::max(widest, a.in);
-  }
-  return widest;
-}
-
-int64_t lora_scratch_floats(const BlockSpec& spec) {
-  int64_t widest = 0;
-  for (const Part& a : spec.adapters) {
-    if (a.lora == LoraMatrix::kA) widest = std::max(widest, a.out);
+    if (a.lora != LoraMatrix::kA) continue;
+    widest.down = std::max(widest.down, a.out);
+    widest.input = std::max(widest.input, a.in);
   }
   return widest;
 }

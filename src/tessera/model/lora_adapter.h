@@ -82,7 +82,7 @@ class BankedAdapter final : public LinearAdapter {
 
 // The adapters of one block's linears, by the part each adapts: the model's own LoRA adapters,
 // which share the scratch u and du (each N x the widest adapter's pieces x rank floats,
-// lora_scratch_floats), or those of a bank of served adapters.
+// lora_scratch), or those of a bank of served adapters.
 class BlockAdapters {
  public:
   BlockAdapters(const kernels::Context& ctx, const ModelLayout& layout, int64_t layer,
@@ -95,9 +95,11 @@ class BlockAdapters {
   std::array<std::unique_ptr<LinearAdapter>, kPartIdCount> adapters_;
 };
 
-// Floats per token of each of the adapters' scratch buffers u and du, and of the input scratch a
-// low precision needs; 0 without adapters.
-int64_t lora_scratch_floats(const BlockSpec& spec);
-int64_t lora_input_floats(const BlockSpec& spec);
+// Floats per token of each of the adapters' scratch buffers u and du (the widest down-projection),
+// and of the input scratch a low precision needs; 0 without adapters.
+struct LoraScratch {
+  int64_t down = 0, input = 0;
+};
+LoraScratch lora_scratch(const BlockSpec& spec);
 
 }  // namespace tessera::model
