@@ -144,7 +144,7 @@ TEST(Decode, EachSequenceRunsWithItsOwnAdapter) {
   model_of_base.init_weights(5);
   const std::vector<float> base_params(model_of_base.params().begin(),
                                        model_of_base.params().end());
-  AdapterBank bank(base, 2, 4, 3 * base.max_seq);
+  AdapterBank bank(base, 3, 4, 3 * base.max_seq);  // slot 2 stays empty
   std::vector<std::unique_ptr<Transformer>> references;
   for (const ModelConfig& adapted : {attention, everything}) {
     const ModelLayout layout = model_layout(adapted);
@@ -191,9 +191,11 @@ TEST(Decode, EachSequenceRunsWithItsOwnAdapter) {
       1e-3);
   InterleavedBlocks fresh(base, 1);
   std::vector<DecodeChunk> empty_slot = {fresh.next(0, tokens[0], 4)};
-  bank.unload(1);
-  empty_slot[0].adapter = 1;
-  testing::expect_error([&] { decoder.decode(cache.view(), empty_slot); }, {"adapter slot 1"});
+  for (const int32_t slot : {2, 3}) {  // empty, and past the bank's slots
+    empty_slot[0].adapter = slot;
+    testing::expect_error([&] { decoder.decode(cache.view(), empty_slot); },
+                          {"adapter slot " + std::to_string(slot)});
+  }
 }
 
 TEST(Decode, APromptInTwoChunksEqualsOneChunk) {

@@ -51,14 +51,6 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
   adapters_[size_t(slot)] = std::move(a);
 }
 
-int64_t AdapterBank::bytes() const {
-  int64_t n = 0;
-  for (const auto& a : adapters_) {
-    if (a) n += int64_t(a->values.size() * sizeof(float));
-  }
-  return n;
-}
-
 void AdapterBank::set_segments(std::span<const Segment> segments) {
   segments_.clear();
   for (const Segment& s : segments) {

@@ -26,14 +26,14 @@ class AdapterBank {
   AdapterBank(const ModelConfig& base, int64_t slots, int64_t max_rank, int64_t max_tokens);
 
   int64_t slots() const { return int64_t(adapters_.size()); }
-  bool holds(int64_t slot) const { return adapters_.at(size_t(slot)).has_value(); }
+  // Whether `slot` is one of the bank's and holds an adapter.
+  bool holds(int64_t slot) const {
+    return slot >= 0 && slot < slots() && adapters_[size_t(slot)].has_value();
+  }
   // Puts the adapters of `adapted` (the base model with its lora settings) in `slot`: `values`
   // are the range [adapters_begin, total) of model_layout(adapted). Throws naming what does not
   // fit: another model, a rank above max_rank.
   void load(int64_t slot, const ModelConfig& adapted, std::span<const float> values);
-  void unload(int64_t slot) { adapters_.at(size_t(slot)).reset(); }
-  // Bytes the loaded adapters' values take.
-  int64_t bytes() const;
 
   // Which slot each row of the next forwards belongs to: rows not covered run the base alone.
   void set_segments(std::span<const Segment> segments);

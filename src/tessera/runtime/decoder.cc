@@ -57,9 +57,8 @@ int64_t Decoder::check(const KvCacheView& cache, std::span<const DecodeChunk> ch
                    "decode: the chunks hold more than the {} tokens the model's buffers take",
                    model_.max_tokens());
     model_.check_tokens(d.tokens, d.n);
-    tessera::check(d.adapter < 0 || (model_.options().adapters != nullptr &&
-                                     d.adapter < model_.options().adapters->slots() &&
-                                     model_.options().adapters->holds(d.adapter)),
+    const model::AdapterBank* bank = model_.options().adapters;
+    tessera::check(d.adapter < 0 || (bank != nullptr && bank->holds(d.adapter)),
                    "decode: sequence {} asks for adapter slot {}, which holds no adapter", s,
                    d.adapter);
     N += d.n;

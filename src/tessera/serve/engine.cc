@@ -225,8 +225,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
         "the request's grammar is bound to a vocabulary of {} tokens, the model's has {}",
         request.grammar ? request.grammar->vocabulary().size() : 0, served_.config().vocab_size);
   check(request.adapter < 0 ||
-            (served_.adapters != nullptr && request.adapter < served_.adapters->slots() &&
-             served_.adapters->holds(request.adapter)),
+            (served_.adapters != nullptr && served_.adapters->holds(request.adapter)),
         "the request asks for adapter slot {}, which holds no adapter", request.adapter);
   auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer);
   std::shared_ptr<RequestStream> out = seq->out;

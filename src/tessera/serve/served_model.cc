@@ -198,17 +198,13 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
   return served;
 }
 
-int32_t served_adapter_slot(const ServedModel& served, const std::string& name) {
-  const auto& names = served.adapter_names;
-  const auto it = std::find(names.begin(), names.end(), name);
-  return it == names.end() || name.empty() ? -1 : int32_t(it - names.begin());
-}
-
 void load_served_adapter(ServedModel& served, const std::string& name, const fs::path& path) {
   check(served.adapters != nullptr, "--lora {}: the server was built without adapter slots", name);
   check(!name.empty() && name.size() <= 128 && name.find_first_of(" \t\n\"") == std::string::npos,
         "--lora '{}': an adapter's name is 1 to 128 characters without spaces or quotes", name);
-  check(served_adapter_slot(served, name) < 0, "--lora {}: the name is taken", name);
+  check(std::find(served.adapter_names.begin(), served.adapter_names.end(), name) ==
+            served.adapter_names.end(),
+        "--lora {}: the name is taken", name);
   const auto free = std::find(served.adapter_names.begin(), served.adapter_names.end(), "");
   check(free != served.adapter_names.end(),
         "--lora {}: every one of the {} adapter slots is taken "

@@ -93,7 +93,5 @@ ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t m
 // model's adapter, a rank above max_lora_rank.
 void load_served_adapter(ServedModel& served, const std::string& name,
                          const std::filesystem::path& path);
-// The slot that serves `name`, or -1 when no adapter has it.
-int32_t served_adapter_slot(const ServedModel& served, const std::string& name);
 
 }  // namespace tessera::serve

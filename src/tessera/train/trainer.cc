@@ -324,12 +324,12 @@ TrainSummary Run::train() {
 
 int64_t Run::resume() {
   std::optional<fs::path> latest = ckpt::find_latest(ckpt_dir_);
-  if (latest && ckpt::read_manifest(*latest).metadata.contains("imported_from")) {
+  const nlohmann::json meta = latest ? ckpt::read_manifest(*latest).metadata : nlohmann::json();
+  if (latest && meta.contains("imported_from")) {
     // Weights from `tessera convert import` carry no optimizer state or data position: the run
     // fine-tunes them from step 0 with fresh AdamW moments, or trains adapters on them.
     if (state_.trains_adapters()) {
       // Adapters imported beside the base (a PEFT folder) are trained on from where they are.
-      const nlohmann::json meta = ckpt::read_manifest(*latest).metadata;
       state_.load_base(ckpt::lora_base(*latest, meta).value_or(*latest));
       if (meta.contains("lora_base")) state_.load(*latest, /*with_optimizer=*/false);
       spdlog::info("training LoRA adapters on the frozen imported weights of {}", latest->string());
