@@ -18,10 +18,13 @@ using namespace tessera::serve;
 // Answers one request the way the service would, short of running the engine.
 void answer(HttpRequest request) {
   static const tessera::tokenizer::ByteTokenizer tokenizer;
-  const RouteOptions options{"key", true, {"tiny", 64, 48}};
+  const RouteOptions options{"key", true, {"tiny", 64, 48}, "/nonexistent-adapters"};
   try {
     RoutedRequest routed = route_request(request, options);
     if (routed.api) to_generation(std::move(*routed.api), tokenizer, options.limits);
+    if (routed.adapter_change && routed.route == Route::kLoadAdapter) {
+      adapter_path_within(options.lora_dir, routed.adapter_change->path);
+    }
   } catch (const ApiError&) {
   }
 }

@@ -1,6 +1,9 @@
 // LoRA adapters served per request (serve --lora): one server holding three adapters answers 48
 // concurrent requests spread over the model and the adapters, each with the text (greedy) that a
 // server holding that adapter alone, or the model alone, gives; /v1/models lists the adapters.
+// Adapters loaded and unloaded while serving (serve --lora-dir) answer the same, within the
+// slots, from the adapter folder alone, and an unloaded adapter's cached prompts never serve the
+// adapter loaded into its slot next.
 #include <httplib.h>
 
 #include <chrono>
@@ -8,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/e2e/cli_runner.h"
@@ -29,6 +33,10 @@ const std::vector<std::string> kPrompts = {
     "The earth was",       "Let there be", "And Moses",    "O LORD",
     "And it came to pass", "Praise ye",    "The heavens",  "And he said"};
 
+// Long enough to fill whole KV blocks, which the prefix cache keeps.
+const std::string kLongPrompt =
+    "In the beginning God created the heaven and the earth. And the earth was without form";
+
 // The greedy text of each prompt from `model` at `port`, all sent at once.
 std::vector<std::string> complete(int port,
                                   const std::vector<std::pair<std::string, std::string>>& asks) {
@@ -37,8 +45,10 @@ std::vector<std::string> complete(int port,
     replies.push_back(std::async(std::launch::async, [port, model, prompt] {
       httplib::Client client("127.0.0.1", port);
       client.set_read_timeout(120);
-      const json body = {
-          {"model", model}, {"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+      const json body = {{"model", model},
+                         {"prompt", prompt},
+                         {"max_tokens", prompt == kLongPrompt ? 8 : 16},
+                         {"temperature", 0}};
       auto r = client.Post("/v1/completions", body.dump(), "application/json");
       if (!r || r->status != 200)
         return std::string("<failed: ") + (r ? r->body : "no reply") + ">";
@@ -97,6 +107,72 @@ std::map<std::string, std::string> train_model_and_adapters(const TempDir& dir) 
       {"exodus", dir / "exodus"}, {"psalms", dir / "psalms"}, {"counting", dir / "counting-peft"}};
 }
 
+int post(httplib::Client& client, const std::string& path, const json& body) {
+  auto r = client.Post(path, body.dump(), "application/json");
+  return r ? r->status : -1;
+}
+
+// A server that loads adapters from `dir` while it runs, two at a time: each answers as it did
+// loaded at start (`mixed`: the 12 prompts of the model, exodus, psalms and counting in turn;
+// `psalms_long`: psalms' text of kLongPrompt).
+void check_runtime_adapters(const TempDir& dir, const std::vector<std::string>& mixed,
+                            const std::string& psalms_long) {
+  ServerProcess server("--checkpoint " + (dir / "hf") + " --threads 1 --lora-dir " +
+                       dir.path().string() + " --max-loras 2");
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(120);
+  const std::string load = "/v1/load_lora_adapter", unload = "/v1/unload_lora_adapter";
+  EXPECT_EQ(post(client, load, {{"lora_name", "exodus"}, {"lora_path", "exodus"}}), 200);
+  EXPECT_EQ(post(client, load, {{"lora_name", "counting"}, {"lora_path", dir / "counting-peft"}}),
+            200);
+  EXPECT_EQ(post(client, load, {{"lora_name", "counting"}, {"lora_path", "counting-peft"}}), 400);
+  EXPECT_EQ(post(client, load, {{"lora_name", "psalms"}, {"lora_path", "psalms"}}), 400)
+      << "a third adapter in two slots";
+  EXPECT_EQ(post(client, load, {{"lora_name", "up"}, {"lora_path", "../"}}), 403);
+  EXPECT_EQ(post(client, load, {{"lora_name", "etc"}, {"lora_path", "/etc"}}), 403);
+  EXPECT_EQ(post(client, load, {{"lora_name", "none"}, {"lora_path", "absent"}}), 404);
+  EXPECT_EQ(post(client, unload, {{"lora_name", "absent"}}), 404);
+
+  std::vector<std::pair<std::string, std::string>> asks;
+  for (const std::string& m : {"exodus", "hf:counting"}) {
+    for (const std::string& p : kPrompts) asks.push_back({m, p});
+  }
+  asks.push_back({"exodus", kLongPrompt});
+  const std::vector<std::string> texts = complete(server.port(), asks);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(texts[i], mixed[kPrompts.size() + i]) << "exodus: " << kPrompts[i];
+    EXPECT_EQ(texts[kPrompts.size() + i], mixed[3 * kPrompts.size() + i])
+        << "counting: " << kPrompts[i];
+  }
+  // Unloaded while a request may still run with it: the request ends as usual, new ones find no
+  // adapter,
+  // and its slot takes another adapter once the request is done.
+  auto running = std::async(std::launch::async, [&] {
+    return complete(server.port(), {{"exodus", kPrompts[0]}})[0];
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(post(client, unload, {{"lora_name", "exodus"}}), 200);
+  EXPECT_EQ(running.get(), mixed[kPrompts.size()]);
+  EXPECT_EQ(
+      post(client, "/v1/completions", {{"model", "exodus"}, {"prompt", "a"}, {"max_tokens", 1}}),
+      404);
+  EXPECT_EQ(post(client, load, {{"lora_name", "psalms"}, {"lora_path", "psalms"}}), 200);
+  auto listed = client.Get("/v1/models");
+  ASSERT_TRUE(listed);
+  const json models = json::parse(listed->body)["data"];
+  ASSERT_EQ(models.size(), 3u) << listed->body;
+  EXPECT_EQ(models[1]["id"], "psalms");  // in exodus's slot
+  EXPECT_EQ(models[2]["id"], "counting");
+  EXPECT_EQ(complete(server.port(), {{"psalms", kLongPrompt}})[0], psalms_long)
+      << "the slot's last adapter's cached prompt answered for the new one";
+  std::vector<std::pair<std::string, std::string>> psalms;
+  for (const std::string& p : kPrompts) psalms.push_back({"psalms", p});
+  const std::vector<std::string> sung = complete(server.port(), psalms);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(sung[i], mixed[2 * kPrompts.size() + i]) << "psalms: " << kPrompts[i];
+  }
+}
+
 TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
   TempDir dir{"tessera-serve-lora"};
   const std::map<std::string, std::string> path = train_model_and_adapters(dir);
@@ -106,6 +182,7 @@ TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
     for (const std::string& p : kPrompts) asks.push_back({m, p});
   }
   std::vector<std::string> mixed;
+  std::string psalms_long;
   double mixed_s = 0, base_s = 0;
   {
     ServerProcess server(
@@ -132,7 +209,11 @@ TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
                     "application/json");
     ASSERT_TRUE(unknown);
     EXPECT_EQ(unknown->status, 404) << unknown->body;
+    EXPECT_EQ(post(client, "/v1/load_lora_adapter", {{"lora_name", "a"}, {"lora_path", "b"}}), 404)
+        << "loading while serving without --lora-dir";
+    psalms_long = complete(server.port(), {{"psalms", kLongPrompt}})[0];
   }
+  check_runtime_adapters(dir, mixed, psalms_long);
   std::printf(
       "48 requests of 16 tokens, one server: mixed over the model and 3 adapters %.2f s, "
       "the model alone %.2f s (%.2fx)\n",

@@ -1,6 +1,10 @@
 #include "tessera/serve/api_routes.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 namespace tessera::serve {
 namespace {
@@ -75,6 +79,66 @@ TEST(ApiRoutes, GenerationBodiesMustBeJson) {
     r.content_type = type;
     EXPECT_EQ(status_of(r, o).first, 200) << type;
   }
+}
+
+// vLLM's runtime adapter routes answer only a server given a folder to load from, need the key,
+// and check their bodies.
+TEST(ApiRoutes, AdapterRoutesNeedTheFolderTheKeyAndTheirFields) {
+  RouteOptions o = options();
+  HttpRequest load = request("POST", "/v1/load_lora_adapter");
+  load.body = R"({"lora_name": "a", "lora_path": "runs/a"})";
+  EXPECT_EQ(status_of(load, o).first, 404);
+  o.lora_dir = "/srv/adapters";
+  const RoutedRequest routed = route_request(load, o);
+  EXPECT_EQ(routed.route, Route::kLoadAdapter);
+  ASSERT_TRUE(routed.adapter_change.has_value());
+  EXPECT_EQ(routed.adapter_change->name, "a");
+  EXPECT_EQ(routed.adapter_change->path, "runs/a");
+  load.authorization.clear();
+  EXPECT_EQ(status_of(load, o).first, 401);
+  HttpRequest unload = request("POST", "/v1/unload_lora_adapter");
+  unload.body = R"({"lora_name": "a"})";
+  EXPECT_EQ(route_request(unload, o).adapter_change->name, "a");
+  for (const char* body :
+       {R"({"lora_name": "a"})", R"({"lora_name": "", "lora_path": "x"})",
+        R"({"lora_name": 3, "lora_path": "x"})", R"([1])", R"({"lora_name": "a", "lora_path":)"}) {
+    HttpRequest bad = request("POST", "/v1/load_lora_adapter");
+    bad.body = body;
+    EXPECT_EQ(status_of(bad, o).first, 400) << body;
+  }
+  HttpRequest long_name = unload;
+  long_name.body = nlohmann::json{{"lora_name", std::string(129, 'x')}}.dump();
+  EXPECT_EQ(status_of(long_name, o).first, 400);
+}
+
+// A client names adapters inside the server's adapter folder, never elsewhere.
+TEST(ApiRoutes, AdapterPathsStayInsideTheFolder) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("tessera-adapter-dir-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "adapters" / "a");
+  fs::create_directories(root / "secret");
+  fs::create_directory_symlink(root / "secret", root / "adapters" / "link");
+  const fs::path dir = root / "adapters";
+  const auto status = [&](const std::string& path) {
+    try {
+      adapter_path_within(dir, path);
+      return 200;
+    } catch (const ApiError& e) {
+      return e.status();
+    }
+  };
+  EXPECT_EQ(adapter_path_within(dir, "a"), fs::canonical(dir / "a"));
+  EXPECT_EQ(adapter_path_within(dir, (dir / "a").string()), fs::canonical(dir / "a"));
+  EXPECT_EQ(status("./a/../a"), 200);
+  EXPECT_EQ(status("../secret"), 403);
+  EXPECT_EQ(status("a/../../secret"), 403);
+  EXPECT_EQ(status((root / "secret").string()), 403);
+  EXPECT_EQ(status("link"), 403) << "a link out of the folder";
+  EXPECT_EQ(status("/"), 403);
+  EXPECT_EQ(status("missing"), 404);
+  fs::remove_all(root);
 }
 
 TEST(ApiRoutes, LabelsComeFromTheTable) {

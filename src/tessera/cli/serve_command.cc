@@ -78,10 +78,16 @@ void print_banner(const ServeFlags& flags, const serve::ServedModel& served,
               static_cast<long long>(cache.block_tokens()),
               static_cast<long long>(cache.blocks_total() * cache.block_tokens()),
               double(cache.bytes()) / (1 << 20), flags.engine.prefix_caching ? "on" : "off");
-  for (size_t slot = 0; slot < served.adapter_names.size(); ++slot) {
-    if (served.adapter_names[slot].empty()) continue;
-    std::printf("LoRA adapter '%s' (model '%s:%s')\n", served.adapter_names[slot].c_str(),
-                limits.model_name.c_str(), served.adapter_names[slot].c_str());
+  if (served.adapters != nullptr) {
+    for (const std::string& name : served.adapters->names()) {
+      std::printf("LoRA adapter '%s' (model '%s:%s')\n", name.c_str(), limits.model_name.c_str(),
+                  name.c_str());
+    }
+    const std::string runtime = flags.routes.lora_dir.empty()
+                                    ? ""
+                                    : ", loaded at run time from " + flags.routes.lora_dir.string();
+    std::printf("LoRA adapter slots: %lld%s\n", static_cast<long long>(served.adapters->slots()),
+                runtime.c_str());
   }
   std::printf("listening on http://%s:%d%s\n", flags.http.host.c_str(), port,
               flags.routes.api_key.empty() ? "" : " (API key required)");
@@ -129,14 +135,26 @@ int serve_command(int argc, char** argv) {
   set_num_threads(int(flags.threads.value_or(std::max(1, num_threads() - 1))));
 
   const std::unique_ptr<comm::Mesh> mesh = serving_mesh(flags.format);
-  if (!command.given("--max-loras")) flags.format.lora_slots = int64_t(flags.lora.size());
+  if (!flags.lora_dir.empty()) {
+    check(std::filesystem::is_directory(flags.lora_dir), "--lora-dir {}: no such folder",
+          flags.lora_dir);
+    flags.routes.lora_dir = flags.lora_dir;
+  }
+  if (!command.given("--max-loras")) {
+    flags.format.lora_slots = int64_t(flags.lora.size()) + (flags.lora_dir.empty() ? 0 : 4);
+  }
   serve::ServedModel served = serve::load_served_model(
       flags.checkpoint, flags.engine.max_step_tokens, flags.format, flags.chat_template);
   for (const std::string& lora : flags.lora) {
     const size_t eq = lora.find('=');
     check(eq != std::string::npos && eq > 0 && eq + 1 < lora.size(),
           "--lora '{}': give NAME=PATH, e.g. --lora support=runs/support-lora", lora);
-    serve::load_served_adapter(served, lora.substr(0, eq), lora.substr(eq + 1));
+    check(served.adapters != nullptr, "--lora {}: --max-loras 0 leaves no adapter slot", lora);
+    try {
+      served.adapters->load(lora.substr(0, eq), lora.substr(eq + 1));
+    } catch (const Error& e) {
+      fail("--lora {}: {}", lora, e.what());
+    }
   }
   if (served.ranks != nullptr && served.ranks->rank() != 0) {
     // A stop signal drains the leader, which then ends this rank's steps; a rank that fails ends
@@ -153,7 +171,7 @@ int serve_command(int argc, char** argv) {
   limits.model_name = flags.model_name.value_or(default_model_name(flags.checkpoint));
   limits.context = served.config().max_seq;
   limits.max_tokens_cap = flags.max_tokens_cap.value_or(limits.context);
-  limits.adapters = served.adapter_names;
+  limits.adapters = served.adapters.get();
   const char* env_key = std::getenv("TESSERA_API_KEY");
   flags.routes.api_key = flags.api_key.value_or(env_key != nullptr ? env_key : "");
   flags.http.max_connections = connection_cap(flags.http.max_connections);

@@ -135,11 +135,16 @@ Settings<ServeFlags> serve_flags() {
       {flag("--lora", "NAME=PATH", &S::lora,
             "serve a LoRA adapter of the model (a PEFT adapter folder or a LoRA run's folder or "
             "step) to requests whose model is NAME or MODEL:NAME, batched with the others; "
-            "repeatable")},
+            "repeatable"),
+       flag("--lora-dir", "DIR", &S::lora_dir,
+            "let clients load adapters found in DIR, and unload adapters, while serving (POST "
+            "/v1/load_lora_adapter and /v1/unload_lora_adapter, as vLLM)")},
       nest(&S::format,
            Settings<serve::ServingFormat>{
                flag("--max-loras", "N", &serve::ServingFormat::lora_slots,
-                    "adapters held at once (default: as many as --lora gives)", at_least(0)),
+                    "adapters held at once (default: as many as --lora gives, and 4 more with "
+                    "--lora-dir)",
+                    at_least(0)),
                flag("--max-lora-rank", "R", &serve::ServingFormat::max_lora_rank,
                     "the highest rank an adapter may have", at_least(1))}),
       nest(&S::engine, engine_flags()),

@@ -26,6 +26,7 @@ struct ServeFlags {
   std::string chat_template;
   std::string draft;              // a draft model's checkpoint for speculative decoding, or none
   std::vector<std::string> lora;  // NAME=PATH: LoRA adapters served per request
+  std::string lora_dir;           // where adapters may be loaded from while serving, or none
   std::optional<std::string> api_key;     // default: TESSERA_API_KEY, else none
   std::optional<std::string> model_name;  // default: the checkpoint's folder name
   std::optional<int64_t> max_tokens_cap;  // default: the model's context

@@ -51,6 +51,11 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
   adapters_[size_t(slot)] = std::move(a);
 }
 
+void AdapterBank::unload(int64_t slot) {
+  check(slot >= 0 && slot < slots(), "adapter slot {} of {}", slot, slots());
+  adapters_[size_t(slot)].reset();
+}
+
 void AdapterBank::set_segments(std::span<const Segment> segments) {
   segments_.clear();
   for (const Segment& s : segments) {

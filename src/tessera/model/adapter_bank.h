@@ -34,6 +34,8 @@ class AdapterBank {
   // are the range [adapters_begin, total) of model_layout(adapted). Throws naming what does not
   // fit: another model, a rank above max_rank.
   void load(int64_t slot, const ModelConfig& adapted, std::span<const float> values);
+  // Empties `slot`, which no forward may be running with.
+  void unload(int64_t slot);
 
   // Which slot each row of the next forwards belongs to: rows not covered run the base alone.
   void set_segments(std::span<const Segment> segments);

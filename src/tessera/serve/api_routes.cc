@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <vector>
 
 namespace tessera::serve {
 
@@ -47,9 +48,9 @@ RoutedRequest route_request(const HttpRequest& request, const RouteOptions& opti
   const std::string path = request.path();
   const RouteSpec* spec = find_route(path);
   if (spec == nullptr) {
-    throw ApiError(404,
-                   "no such route; the server answers /v1/completions, "
-                   "/v1/chat/completions, /v1/models, /tokenize, /health, /ready and /metrics",
+    std::vector<std::string_view> paths;
+    for (const RouteSpec& s : kRoutes) paths.push_back(s.path);
+    throw ApiError(404, fmt::format("no such route; the server answers {}", fmt::join(paths, ", ")),
                    "invalid_request_error", "", "not_found");
   }
   if (request.method != spec->method) {
@@ -64,19 +65,31 @@ RoutedRequest route_request(const HttpRequest& request, const RouteOptions& opti
     throw ApiError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
                    "invalid_request_error", "", "invalid_api_key");
   }
-  RoutedRequest routed{spec->route, std::nullopt};
-  if (spec->route == Route::kCompletions || spec->route == Route::kChatCompletions ||
-      spec->route == Route::kTokenize) {
-    if (!is_json(request.content_type)) {
-      throw ApiError(415,
-                     "the request body must be JSON, sent with 'Content-Type: application/json'",
-                     "invalid_request_error", "", "unsupported_media_type");
-    }
-    const Endpoint endpoint = spec->route == Route::kCompletions ? Endpoint::kCompletions
-                              : spec->route == Route::kTokenize  ? Endpoint::kTokenize
-                                                                 : Endpoint::kChatCompletions;
-    routed.api = parse_request(endpoint, request.body, options.limits);
+  RoutedRequest routed{spec->route, std::nullopt, std::nullopt};
+  const bool adapter_route =
+      spec->route == Route::kLoadAdapter || spec->route == Route::kUnloadAdapter;
+  if (adapter_route && options.lora_dir.empty()) {
+    throw ApiError(404,
+                   "adapters are not loaded or unloaded while this server runs; start it with "
+                   "--lora-dir DIR to load them from DIR",
+                   "invalid_request_error", "", "not_found");
   }
+  if (spec->route == Route::kModels || spec->route == Route::kHealth ||
+      spec->route == Route::kReady || spec->route == Route::kMetrics) {
+    return routed;
+  }
+  if (!is_json(request.content_type)) {
+    throw ApiError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
+                   "invalid_request_error", "", "unsupported_media_type");
+  }
+  if (adapter_route) {
+    routed.adapter_change = parse_adapter_change(request.body, spec->route == Route::kLoadAdapter);
+    return routed;
+  }
+  const Endpoint endpoint = spec->route == Route::kCompletions ? Endpoint::kCompletions
+                            : spec->route == Route::kTokenize  ? Endpoint::kTokenize
+                                                               : Endpoint::kChatCompletions;
+  routed.api = parse_request(endpoint, request.body, options.limits);
   return routed;
 }
 

@@ -1,5 +1,7 @@
 #include "tessera/serve/api_service.h"
 
+#include <spdlog/spdlog.h>
+
 namespace tessera::serve {
 
 using nlohmann::json;
@@ -54,8 +56,9 @@ ApiReply ApiService::handle(const HttpRequest& request) {
                           {"root", limits.model_name},
                           {"parent", nullptr},
                           {"max_model_len", limits.context}});
-        for (const std::string& adapter : limits.adapters) {
-          if (adapter.empty()) continue;
+        const std::vector<std::string> adapters =
+            served_.adapters != nullptr ? served_.adapters->names() : std::vector<std::string>();
+        for (const std::string& adapter : adapters) {
           models.push_back({{"id", adapter},
                             {"object", "model"},
                             {"created", 0},
@@ -66,6 +69,9 @@ ApiReply ApiService::handle(const HttpRequest& request) {
         }
         return json_response(200, {{"object", "list"}, {"data", models}});
       }
+      case Route::kLoadAdapter:
+      case Route::kUnloadAdapter:
+        return change_adapters(routed.route, *routed.adapter_change);
       case Route::kHealth:
         return json_response(200, {{"status", "ok"}});
       case Route::kReady: {
@@ -87,6 +93,33 @@ ApiReply ApiService::handle(const HttpRequest& request) {
   }
 }
 
+HttpResponse ApiService::change_adapters(Route route, const AdapterChange& change) {
+  // vLLM's answers: a sentence of plain text on success, an error object otherwise.
+  HttpResponse r;
+  r.content_type = "text/plain";
+  if (route == Route::kUnloadAdapter) {
+    if (served_.adapters == nullptr || !served_.adapters->unload(change.name)) {
+      throw ApiError(404, fmt::format("no LoRA adapter named {} is served", json_text(change.name)),
+                     "invalid_request_error", "lora_name", "not_found");
+    }
+    spdlog::info("LoRA adapter '{}' unloaded", change.name);
+    r.body = fmt::format("Success: LoRA adapter '{}' removed successfully.", change.name);
+    return r;
+  }
+  if (served_.adapters == nullptr) {
+    throw ApiError(400, "the server holds no adapter slots (--max-loras 0)");
+  }
+  const std::filesystem::path path = adapter_path_within(options_.lora_dir, change.path);
+  try {
+    served_.adapters->load(change.name, path);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", "lora_path");
+  }
+  spdlog::info("LoRA adapter '{}' loaded from {}", change.name, path.string());
+  r.body = fmt::format("Success: LoRA adapter '{}' added successfully.", change.name);
+  return r;
+}
+
 ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::time_point arrival) {
   if (draining_) {
     throw ApiError(503, kShutdownMessage, "server_error", "", "server_shutting_down")
@@ -101,8 +134,15 @@ ApiReply ApiService::generate(RoutedRequest routed, std::chrono::steady_clock::t
   if (api.response_grammar) {
     api.generation.grammar = formats_.bind(api.response_key, *api.response_grammar);
   }
+  std::shared_ptr<const AdapterLease> adapter;
+  if (!api.adapter.empty()) {
+    // The adapter may have been unloaded since the request was checked.
+    adapter = served_.adapters->lease(api.adapter);
+    if (adapter == nullptr) throw unknown_model(model, options_.limits);
+  }
   GenerationRequest g = to_generation(std::move(api), *served_.tokenizer, options_.limits,
                                       served_.chat_template_or_null());
+  g.adapter = std::move(adapter);
   const bool with_logprobs = g.top_logprobs >= 0;
   g.arrival = arrival;
   std::shared_ptr<RequestStream> out;

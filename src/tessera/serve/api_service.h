@@ -18,7 +18,8 @@ namespace tessera::serve {
 using ApiReply = std::variant<HttpResponse, std::shared_ptr<GenerationReply>>;
 
 // The OpenAI-compatible API over an engine, independent of how requests arrive: /v1/completions
-// and /v1/chat/completions (streamed or whole), /v1/models, /health, /ready and /metrics. It also
+// and /v1/chat/completions (streamed or whole), /v1/models, vLLM's /tokenize and LoRA adapter
+// routes, /health, /ready and /metrics. It also
 // holds the server's drain state: once draining, /ready answers 503 and new generations are
 // refused with 503, while those already running carry on.
 class ApiService {
@@ -40,6 +41,7 @@ class ApiService {
 
  private:
   ApiReply generate(RoutedRequest routed, std::chrono::steady_clock::time_point arrival);
+  HttpResponse change_adapters(Route route, const AdapterChange& change);
 
   ServedModel& served_;
   Engine& engine_;

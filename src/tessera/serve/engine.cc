@@ -224,9 +224,6 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   check(!request.grammar || request.grammar->vocabulary().size() == served_.config().vocab_size,
         "the request's grammar is bound to a vocabulary of {} tokens, the model's has {}",
         request.grammar ? request.grammar->vocabulary().size() : 0, served_.config().vocab_size);
-  check(request.adapter < 0 ||
-            (served_.adapters != nullptr && served_.adapters->holds(request.adapter)),
-        "the request asks for adapter slot {}, which holds no adapter", request.adapter);
   auto seq = std::make_unique<Sequence>(std::move(request), *served_.tokenizer);
   std::shared_ptr<RequestStream> out = seq->out;
   {
@@ -360,7 +357,9 @@ void Engine::admit() {
     const int64_t blocks =
         (int64_t(seq.tokens.size()) + cache_.block_tokens()) / cache_.block_tokens();
     if (!running_.empty() && blocks + int64_t(running_.size()) > cache_.blocks_free()) break;
-    seq.cache_id = cache_.add_sequence(seq.request.adapter);
+    const AdapterLease* adapter = seq.request.adapter.get();
+    seq.cache_id = adapter != nullptr ? cache_.add_sequence(adapter->slot, adapter->key)
+                                      : cache_.add_sequence();
     seq.cached = 0;
     seq.admission = next_admission_++;
     if (!seq.admitted_before) {

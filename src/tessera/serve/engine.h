@@ -64,8 +64,9 @@ struct GenerationRequest {
   // sampling), and the request ends, "stop", once the grammar's value is complete. Such a
   // sequence is never drafted for.
   std::shared_ptr<grammar::TokenGrammar> grammar;
-  // The slot of the served LoRA adapter the request runs with (ServedModel::adapters); -1: none.
-  int32_t adapter = -1;
+  // The served LoRA adapter the request runs with, held until the request ends
+  // (ServedAdapters::lease); null: the model alone.
+  std::shared_ptr<const AdapterLease> adapter;
   // When the request arrived, from which its queue time and time to first token count.
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };

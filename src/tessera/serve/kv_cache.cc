@@ -1,6 +1,7 @@
 #include "tessera/serve/kv_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -41,10 +42,13 @@ PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelLayout
   }
 }
 
-int64_t PagedKvCache::add_sequence(int32_t adapter) {
+int64_t PagedKvCache::add_sequence(int32_t adapter, uint64_t adapter_key) {
   Sequence s;
   s.adapter = adapter;
-  if (adapter >= 0) s.last_full_key = chain_block_key(kRootBlockKey, std::span(&adapter, 1));
+  if (adapter >= 0) {
+    const std::array<int32_t, 2> salt = {int32_t(adapter_key >> 32), int32_t(adapter_key)};
+    s.last_full_key = chain_block_key(kRootBlockKey, salt);
+  }
   sequences_.emplace(next_id_, std::move(s));
   return next_id_++;
 }

@@ -40,8 +40,8 @@ class PagedKvCache {
 
   // A new, empty sequence; ids are never reused. `adapter`: the slot of the served LoRA adapter
   // it runs with (-1: none), whose keys and values are its own: its blocks are published and
-  // found apart from other adapters' (a slot's adapter is fixed for the cache's life).
-  int64_t add_sequence(int32_t adapter = -1);
+  // found under `adapter_key`, apart from every other adapter's (AdapterLease::key).
+  int64_t add_sequence(int32_t adapter = -1, uint64_t adapter_key = 0);
   // Makes room for new_tokens more tokens after the sequence's length, taking free blocks as
   // needed. Returns false, changing nothing, when the pool has too few.
   bool reserve(int64_t seq, int64_t new_tokens);

@@ -314,7 +314,7 @@ std::string render_chat(const json& messages, const nlohmann::ordered_json& tool
   return text + "Assistant:";
 }
 
-ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const ApiLimits& limits) {
+json request_body(const std::string& body_text) {
   if (json_nesting_depth(body_text, kMaxJsonNesting) > kMaxJsonNesting) {
     bad("", fmt::format("the request body nests arrays and objects more than {} deep",
                         kMaxJsonNesting));
@@ -330,6 +330,11 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
     bad("", fmt::format("the request body is not valid JSON: {}", why));
   }
   if (!body.is_object()) bad("", "the request body must be a JSON object");
+  return body;
+}
+
+ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const ApiLimits& limits) {
+  const json body = request_body(body_text);
   ApiRequest r;
   r.endpoint = endpoint;
   const json* model = field(body, "model");
@@ -337,17 +342,10 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text, const 
   r.model = model->get<std::string>();
   if (r.model != limits.model_name) {
     const std::string prefix = limits.model_name + ":";
-    const std::string adapter =
-        r.model.starts_with(prefix) ? r.model.substr(prefix.size()) : r.model;
-    const auto it = std::find(limits.adapters.begin(), limits.adapters.end(), adapter);
-    if (adapter.empty() || it == limits.adapters.end()) {
-      const std::string also = limits.adapters.empty() ? "" : " and its LoRA adapters (/v1/models)";
-      throw ApiError(404,
-                     fmt::format("the model {} does not exist; this server serves '{}'{}",
-                                 describe(*model), limits.model_name, also),
-                     "invalid_request_error", "model", "model_not_found");
+    r.adapter = r.model.starts_with(prefix) ? r.model.substr(prefix.size()) : r.model;
+    if (limits.adapters == nullptr || !limits.adapters->serves(r.adapter)) {
+      throw unknown_model(r.model, limits);
     }
-    r.generation.adapter = int32_t(it - limits.adapters.begin());
   }
   if (endpoint == Endpoint::kTokenize) {
     // vLLM's form: a prompt, or messages with add_generation_prompt (default true).
@@ -441,6 +439,14 @@ std::vector<int32_t> prompt_tokens(ApiRequest& request, const tokenizer::Tokeniz
   }
   if (!request.prompt_tokens.empty()) return std::move(request.prompt_tokens);
   return tokenizer.encode(request.prompt);
+}
+
+ApiError unknown_model(const std::string& model, const ApiLimits& limits) {
+  const std::string also = limits.adapters == nullptr ? "" : " and its LoRA adapters (/v1/models)";
+  return ApiError(404,
+                  fmt::format("the model {} does not exist; this server serves '{}'{}",
+                              describe(model), limits.model_name, also),
+                  "invalid_request_error", "model", "model_not_found");
 }
 
 GenerationRequest to_generation(ApiRequest request, const tokenizer::Tokenizer& tokenizer,

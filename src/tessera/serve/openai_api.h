@@ -43,15 +43,16 @@ struct ApiLimits {
   std::string model_name;
   int64_t context = 0;         // the model's max_seq
   int64_t max_tokens_cap = 0;  // the largest max_tokens a request may ask for
-  // The served LoRA adapters by slot (empty: a free slot): a request names one as "NAME" or
+  // The LoRA adapters served beside the model (null: none): a request names one as "NAME" or
   // "MODEL:NAME", as vLLM's clients do.
-  std::vector<std::string> adapters;
+  const ServedAdapters* adapters = nullptr;
 };
 
 // A checked request: the engine's part still needs its prompt tokenized.
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                   // as the request named it: the model, or one of its adapters
+  std::string adapter;                 // the adapter it names; empty: the model alone
   std::string prompt;                  // text (completions, and tokenize without messages)
   std::vector<int32_t> prompt_tokens;  // given directly as token ids (completions only)
   nlohmann::json messages;             // a checked conversation: {"role", "content": text}
@@ -72,10 +73,13 @@ struct ApiRequest {
 // depth 4); deeper bodies are refused before they are parsed.
 constexpr int64_t kMaxJsonNesting = 32;
 
+// A request body parsed as a JSON object, nested at most kMaxJsonNesting deep; else a 400.
+nlohmann::json request_body(const std::string& body_text);
 // Parses and checks a request body; throws ApiError (400, or 404 for an unknown model or
-// adapter) naming the parameter at fault. An adapter's request gets its slot in
-// generation.adapter.
+// adapter) naming the parameter at fault.
 ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLimits& limits);
+// The 404 for a request whose model (as it named it) is neither the model nor one of its adapters.
+ApiError unknown_model(const std::string& model, const ApiLimits& limits);
 
 // The prompt's tokens: the ids given, the text encoded (special tokens spelled in it are
 // ordinary text), or the conversation rendered by the model's chat template and encoded with the

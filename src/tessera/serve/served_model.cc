@@ -10,7 +10,6 @@
 #include "tessera/core/json_file.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/interop/hf_convert.h"
-#include "tessera/interop/peft_adapter.h"
 #include "tessera/model/device_support.h"
 #include "tessera/model/lora_merge.h"
 #include "tessera/model/serving_memory.h"
@@ -60,11 +59,10 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
     check(format.mesh == nullptr && format.device.kind == kernels::DeviceKind::kCpu,
           "--lora adapters are served by one rank on the CPU; drop --tp, --pp, --ep and --device "
           "cuda");
-    served.adapters = std::make_unique<model::AdapterBank>(
+    served.adapters = std::make_unique<ServedAdapters>(
         mc, format.lora_slots, format.max_lora_rank,
         model::inference_max_batch(mc, max_step_tokens) * mc.max_seq);
-    served.adapter_names.assign(size_t(format.lora_slots), "");
-    options.adapters = served.adapters.get();
+    options.adapters = &served.adapters->bank();
   }
   options.context = &served.context();
   options.precision = format.precision;
@@ -196,39 +194,6 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
         served.step_dir.string(), served.tokenizer->vocab_size(), served.config().vocab_size);
   return served;
-}
-
-void load_served_adapter(ServedModel& served, const std::string& name, const fs::path& path) {
-  check(served.adapters != nullptr, "--lora {}: the server was built without adapter slots", name);
-  check(!name.empty() && name.size() <= 128 && name.find_first_of(" \t\n\"") == std::string::npos,
-        "--lora '{}': an adapter's name is 1 to 128 characters without spaces or quotes", name);
-  check(std::find(served.adapter_names.begin(), served.adapter_names.end(), name) ==
-            served.adapter_names.end(),
-        "--lora {}: the name is taken", name);
-  const auto free = std::find(served.adapter_names.begin(), served.adapter_names.end(), "");
-  check(free != served.adapter_names.end(),
-        "--lora {}: every one of the {} adapter slots is taken "
-        "(--max-loras)",
-        name, served.adapter_names.size());
-  const model::ModelConfig& base = served.config();
-  try {
-    if (fs::exists(path / interop::kPeftConfigFile)) {
-      const interop::PeftImport peft = interop::import_peft(path, base);
-      served.adapters->load(free - served.adapter_names.begin(), peft.config, peft.adapters);
-    } else {
-      const fs::path step_dir = ckpt::checkpoint_step_dir(path);
-      const auto [adapted, params] =
-          ckpt::read_checkpoint_params(step_dir, ckpt::read_manifest(step_dir));
-      check(adapted.lora.enabled(), "{} holds no LoRA adapters (train.lora_rank = 0)",
-            step_dir.string());
-      const int64_t begin = model::model_layout(adapted).adapters_begin;
-      served.adapters->load(free - served.adapter_names.begin(), adapted,
-                            std::span<const float>(params).subspan(size_t(begin)));
-    }
-  } catch (const Error& e) {
-    fail("--lora {}={}: {}", name, path.string(), e.what());
-  }
-  *free = name;
 }
 
 }  // namespace tessera::serve

@@ -11,6 +11,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/model/transformer.h"
 #include "tessera/parallel/model_parallel.h"
+#include "tessera/serve/served_adapters.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::serve {
@@ -52,10 +53,9 @@ struct ServedModel {
   comm::Communicator* ranks = nullptr;
   comm::Communicator* vocab_ranks = nullptr;
   comm::Communicator* stage_ranks = nullptr;
-  // LoRA adapters served per request (ServingFormat::lora_slots), before the model that reads
-  // them, and each slot's name (empty: free).
-  std::unique_ptr<model::AdapterBank> adapters;
-  std::vector<std::string> adapter_names;
+  // LoRA adapters served per request (ServingFormat::lora_slots; null: none), before the model
+  // that reads them.
+  std::unique_ptr<ServedAdapters> adapters;
   std::unique_ptr<model::Transformer> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // The chat template of the tokenizer's tokenizer_config.json, or of --chat-template; without
@@ -86,12 +86,5 @@ const float* on_host(const kernels::Context& ctx, const float* values, int64_t n
 ServedModel load_served_model(const std::filesystem::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format = {},
                               const std::filesystem::path& chat_template_file = {});
-
-// Reads the LoRA adapter at `path` for the served model, a PEFT adapter folder or a LoRA run of
-// Tessera's (its folder or a step) trained on the same model, into a free slot under `name`.
-// Throws naming the problem: no free slot (ServingFormat::lora_slots), a name taken, another
-// model's adapter, a rank above max_lora_rank.
-void load_served_adapter(ServedModel& served, const std::string& name,
-                         const std::filesystem::path& path);
 
 }  // namespace tessera::serve

@@ -1,0 +1,135 @@
+#include "tessera/serve/served_adapters.h"
+
+#include <algorithm>
+
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/state_reader.h"
+#include "tessera/core/error.h"
+#include "tessera/interop/peft_adapter.h"
+
+namespace tessera::serve {
+
+namespace fs = std::filesystem;
+
+ServedAdapters::ServedAdapters(const model::ModelConfig& base, int64_t slots, int64_t max_rank,
+                               int64_t max_tokens)
+    : base_(base), bank_(base, slots, max_rank, max_tokens), slots_(size_t(slots)) {}
+
+void ServedAdapters::check_name(const std::string& name) const {
+  check(
+      !name.empty() && name.size() <= 128 && name.find_first_of(" \t\r\n\"':") == std::string::npos,
+      "'{}': an adapter's name is 1 to 128 characters without spaces, quotes or colons", name);
+  for (const Slot& s : slots_) {
+    check(s.name != name, "an adapter named '{}' is already served", name);
+  }
+}
+
+void ServedAdapters::load(const std::string& name, const model::ModelConfig& adapted,
+                          std::span<const float> values) {
+  int32_t slot = -1;
+  {
+    std::lock_guard lock(mutex_);
+    check_name(name);
+    const auto free = std::find_if(slots_.begin(), slots_.end(),
+                                   [](const Slot& s) { return s.state == State::kFree; });
+    check(free != slots_.end(),
+          "adapter '{}': every one of the {} adapter slots is taken (--max-loras); unload one "
+          "first",
+          name, slots_.size());
+    *free = {State::kLoading, name, 0, 0};
+    slot = int32_t(free - slots_.begin());
+  }
+  try {
+    bank_.load(slot, adapted, values);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    slots_[size_t(slot)] = {};
+    throw;
+  }
+  std::lock_guard lock(mutex_);
+  slots_[size_t(slot)].state = State::kServed;
+  slots_[size_t(slot)].key = next_key_++;
+}
+
+void ServedAdapters::load(const std::string& name, const fs::path& path) {
+  {
+    std::lock_guard lock(mutex_);
+    check_name(name);
+  }
+  try {
+    if (fs::exists(path / interop::kPeftConfigFile)) {
+      const interop::PeftImport peft = interop::import_peft(path, base_);
+      load(name, peft.config, peft.adapters);
+      return;
+    }
+    const fs::path step_dir = ckpt::checkpoint_step_dir(path);
+    const auto [adapted, params] =
+        ckpt::read_checkpoint_params(step_dir, ckpt::read_manifest(step_dir));
+    check(adapted.lora.enabled(), "{} holds no LoRA adapters (train.lora_rank = 0)",
+          step_dir.string());
+    const int64_t begin = model::model_layout(adapted).adapters_begin;
+    load(name, adapted, std::span<const float>(params).subspan(size_t(begin)));
+  } catch (const std::exception& e) {
+    fail("adapter '{}' from {}: {}", name, path.string(), e.what());
+  }
+}
+
+bool ServedAdapters::unload(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != State::kServed || s.name != name) continue;
+    s.name.clear();
+    if (s.leases > 0) {
+      s.state = State::kDraining;
+    } else {
+      bank_.unload(int64_t(i));
+      s = {};
+    }
+    return true;
+  }
+  return false;
+}
+
+std::shared_ptr<const AdapterLease> ServedAdapters::lease(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != State::kServed || s.name != name) continue;
+    ++s.leases;
+    return std::shared_ptr<const AdapterLease>(new AdapterLease{int32_t(i), s.key},
+                                               [this](const AdapterLease* held) {
+                                                 release(held->slot);
+                                                 delete held;
+                                               });
+  }
+  return nullptr;
+}
+
+void ServedAdapters::release(int32_t slot) {
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_[size_t(slot)];
+  if (--s.leases == 0 && s.state == State::kDraining) {
+    bank_.unload(slot);
+    s = {};
+  }
+}
+
+bool ServedAdapters::serves(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  for (const Slot& s : slots_) {
+    if (s.state == State::kServed && s.name == name) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ServedAdapters::names() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> served;
+  for (const Slot& s : slots_) {
+    if (s.state == State::kServed) served.push_back(s.name);
+  }
+  return served;
+}
+
+}  // namespace tessera::serve
