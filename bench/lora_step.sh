@@ -8,14 +8,16 @@
 # REPEATS rounds (default 3), alternating, and keeps its best tokens/s. Prints the CPU and, per
 # config and mode: the parameters trained, the model state held (parameters, gradients, AdamW
 # moments), tokens/s of both sides and their ratio, and LoRA's speed-up over full training.
+# DROPOUT=P (default 0) trains the adapters with dropout P on their inputs, on both sides.
 # Installs what is missing first (scripts/setup.sh --bench), unless INSTALL=0.
-#   [REPEATS=N] [THREADS=N] [RANK=R] [BUILD=dir] [INSTALL=0] bench/lora_step.sh [config ...]
+#   [REPEATS=N] [THREADS=N] [RANK=R] [DROPOUT=P] [BUILD=dir] [INSTALL=0] bench/lora_step.sh [config ...]
 # configs: toy (seconds: CI's check that the benchmark runs), 124m, llama-350m (default: 124m).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 threads="${THREADS:-2}"
 rank="${RANK:-16}"
+dropout="${DROPOUT:-0}"
 [[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/bench/train_step_bench" ]] || bash "$root/scripts/build.sh" train_step_bench >/dev/null
 
@@ -42,16 +44,17 @@ for name in "${wanted[@]}"; do
       lora=0
       [[ "$mode" == lora ]] && lora="$rank"
       "$build/bench/train_step_bench" $model $shape $steps --threads "$threads" \
-        --lora-rank "$lora" | sed -n "s/^RESULT /$name ours $mode /p" >>"$results"
+        --lora-rank "$lora" --lora-dropout "$dropout" | sed -n "s/^RESULT /$name ours $mode /p" >>"$results"
       if ((peer_ok)); then
         bash "$root/bench/torch_env.sh" "$root/bench/torch_train_peer.py" $model $shape $steps \
-          --threads "$threads" --lora-rank "$lora" | sed -n "s/^RESULT /$name peer $mode /p" >>"$results"
+          --threads "$threads" --lora-rank "$lora" --lora-dropout "$dropout" |
+          sed -n "s/^RESULT /$name peer $mode /p" >>"$results"
       fi
     done
   done
 done
 
-python3 - "$results" "$rank" "${wanted[@]}" <<'PY'
+python3 - "$results" "$rank" "$dropout" "${wanted[@]}" <<'PY'
 import json, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -60,11 +63,12 @@ for line in open(sys.argv[1]):
     best = rows.setdefault(name, {}).setdefault((side, mode), r)
     if r["tokens_per_s"] > best["tokens_per_s"]:
         rows[name][(side, mode)] = r
-print(f"f32, LoRA rank {sys.argv[2]} on attention and MLP; model state: parameters, gradients and "
-      "AdamW moments held")
+dropout = f", dropout {sys.argv[3]}" if float(sys.argv[3]) > 0 else ""
+print(f"f32, LoRA rank {sys.argv[2]} on attention and MLP{dropout}; model state: parameters, "
+      "gradients and AdamW moments held")
 print(f"{'config':<11} {'mode':<5} {'trained':>12} {'model state':>12} {'ours tok/s':>10} "
       f"{'torch tok/s':>11} {'ours/torch':>10}")
-for name in sys.argv[3:]:
+for name in sys.argv[4:]:
     r = rows[name]
     for mode in ("full", "lora"):
         ours, peer = r[("ours", mode)], r.get(("peer", mode))

@@ -12,7 +12,8 @@ the separator 0 and the mask is block-diagonal causal: a document does not see t
 
 With --lora-rank R the model is frozen and LoRA adapters of rank R (alpha 2R) on the attention and
 MLP linears are trained instead, as PEFT does: one A [R, in] and B [out, R] per Hugging Face
-module (Llama's q, k and v, gate and up, each apart; GPT-2's fused c_attn and c_fc one each).
+module (Llama's q, k and v, gate and up, each apart; GPT-2's fused c_attn and c_fc one each);
+--lora-dropout P drops their inputs with probability P, one mask per wrapped linear.
 
 Run it through bench/torch_env.sh, which checks that the peer can run at its best and sets the
 environment it is fastest in. Prints one 'RESULT {...}' JSON line: tokens/s over the timed steps
@@ -92,15 +93,16 @@ class Mlp(nn.Module):
 class Lora(nn.Module):
     """A frozen linear plus alpha / r (x A_j^T) B_j^T on each piece j of its output."""
 
-    def __init__(self, base, pieces, r):
+    def __init__(self, base, pieces, r, dropout):
         super().__init__()
         self.base, self.r, self.scale = base, r, 2.0
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.a = nn.Parameter(torch.empty(r * len(pieces), base.in_features))
         nn.init.kaiming_uniform_(self.a, a=math.sqrt(5))
         self.b = nn.ParameterList(nn.Parameter(torch.zeros(w, r)) for w in pieces)
 
     def forward(self, x):
-        u = x @ self.a.t()
+        u = self.dropout(x) @ self.a.t()
         r = self.r
         delta = torch.cat([u[..., j * r:(j + 1) * r] @ b.t() for j, b in enumerate(self.b)], -1)
         return self.base(x) + self.scale * delta
@@ -114,11 +116,11 @@ def add_lora(model, a):
     for block in model.blocks:
         qkv = ([a.n_head * hd, a.kv_heads * hd, a.kv_heads * hd] if llama
                else [block.attention.qkv.out_features])
-        block.attention.qkv = Lora(block.attention.qkv, qkv, a.lora_rank)
-        block.attention.proj = Lora(block.attention.proj, [a.d_model], a.lora_rank)
+        block.attention.qkv = Lora(block.attention.qkv, qkv, a.lora_rank, a.lora_dropout)
+        block.attention.proj = Lora(block.attention.proj, [a.d_model], a.lora_rank, a.lora_dropout)
         up = [a.ffn, a.ffn] if llama else [a.ffn]
-        block.mlp.up = Lora(block.mlp.up, up, a.lora_rank)
-        block.mlp.down = Lora(block.mlp.down, [a.d_model], a.lora_rank)
+        block.mlp.up = Lora(block.mlp.up, up, a.lora_rank, a.lora_dropout)
+        block.mlp.down = Lora(block.mlp.down, [a.d_model], a.lora_rank, a.lora_dropout)
 
 
 class Block(nn.Module):
@@ -190,6 +192,8 @@ def main():
                     help="tokens per packed document, its last the separator 0; 0: one per row")
     ap.add_argument("--lora-rank", type=int, default=0,
                     help="train LoRA adapters of this rank on a frozen model; 0: every weight")
+    ap.add_argument("--lora-dropout", type=float, default=0.0,
+                    help="dropout on the LoRA adapters' inputs")
     a = ap.parse_args()
     a.kv_heads = a.kv_heads or a.n_head
     if not a.ffn:

@@ -16,7 +16,7 @@
 // bandwidth measured in the same run (bench/machine_limits.h), with the run's model FLOPs/s as a
 // share of the matmul rate in its precision. --kv-heads and --ffn shape Llama models.
 // --lora-rank R trains LoRA adapters of rank R (alpha 2R) on the attention and MLP linears of a
-// frozen model instead of every weight.
+// frozen model instead of every weight, --lora-dropout P with dropout P on their inputs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,6 +88,8 @@ BenchOptions parse_flags(int argc, char** argv) {
       o.comm = v;
     } else if (k == "--device") {
       o.device = v;
+    } else if (k == "--lora-dropout") {
+      o.mc.lora.dropout = std::stod(v);
     } else if (k == "--bucket-mb") {
       o.bucket_mb = std::stod(v);
     } else if (k == "--arch") {
@@ -156,8 +158,8 @@ Timings run_steps(const BenchOptions& o, model::Transformer& model, train::Train
     const double comm0 = groups.communication_seconds();
     state.zero_grad();
     state.begin_micro_step(o.comm == "overlap");
-    const float loss = runtime::TrainStep(model).forward_backward(x.data(), y.data(), B, T,
-                                                                  1.0f / float(dp_ranks));
+    const float loss = runtime::TrainStep(model).forward_backward(
+        x.data(), y.data(), B, T, 1.0f / float(dp_ranks), uint64_t(step) + 1);
     state.reduce_gradients();
     kernels::synchronize(ctx);
     const auto t1 = std::chrono::steady_clock::now();

@@ -121,6 +121,8 @@ TEST_F(LoraCli, AdapterLossesFollowOneRankOnEveryLayout) {
     const std::vector<JobLayout> layouts = {
         {2, "--set mesh.dp=2 --set train.zero=2"},
         {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"},
+        // Llama's 2 key/value heads on 4 ranks: qkv's adapters share their rows of B.
+        {4, "--set mesh.tp=4"},
         {2, "--set mesh.pp=2 --set train.grad_accum=2 --set mesh.pp_schedule=zb-h1"},
         {8, "--set mesh.dp=2 --set mesh.tp=2 --set mesh.pp=2 --set train.zero=1"}};
     for (size_t i = 0; i < layouts.size(); ++i) {
@@ -245,6 +247,39 @@ TEST_F(LoraCli, Bf16AdaptersFollowTheF32Losses) {
   EXPECT_LT(f32.back(), f32.front() - 0.1);
 }
 
+// Dropout draws its masks by step, micro-batch and data-parallel rank: tensor-parallel ranks
+// (each with its columns of a row-parallel adapter's input), pipeline stages and recomputed
+// forwards draw what one rank draws, so their losses follow one rank's, and bf16's nearly; and
+// the masks change what is trained.
+TEST_F(LoraCli, DropoutDrawsOneRanksMasksOnTensorAndPipelineRanks) {
+  auto args = [&](const std::string& out, const std::string& more) {
+    return "train --data " + (dir / "corpus.txt") + " --out " + (dir / out) + kLoraGpt2 +
+           kLoraFlags + " --set train.steps=6 --set train.grad_accum=2 " + more;
+  };
+  ASSERT_EQ(run_cli(args("plain", "")).exit_code, 0);
+  ASSERT_EQ(run_cli(args("one", "--set train.lora_dropout=0.2")).exit_code, 0);
+  const std::vector<double> one = training_losses(dir / "one");
+  ASSERT_EQ(one.size(), 6u);
+  EXPECT_NE(one, training_losses(dir / "plain"));
+  const CliResult tp = run_mpi(
+      2,
+      args("tp", "--set train.lora_dropout=0.2 --set mesh.tp=2 --set mesh.sequence_parallel=true"));
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  expect_same_losses(training_losses(dir / "tp"), one);
+  const CliResult pp = run_mpi(2, args("pp", "--set train.lora_dropout=0.2 --set mesh.pp=2"));
+  ASSERT_EQ(pp.exit_code, 0) << pp.output;
+  expect_same_losses(training_losses(dir / "pp"), one);
+  ASSERT_EQ(run_cli(args("recompute", "--set train.lora_dropout=0.2 --set train.recompute=full"))
+                .exit_code,
+            0);
+  expect_same_losses(training_losses(dir / "recompute"), one);
+  // In bf16 the adapters' input is kept low for backward: widened, it takes the same masks.
+  ASSERT_EQ(
+      run_cli(args("bf16", "--set train.lora_dropout=0.2 --set train.precision=bf16")).exit_code,
+      0);
+  expect_same_losses(training_losses(dir / "bf16"), one, 1e-2);
+}
+
 TEST_F(LoraCli, SettingsItCannotRunAreRefusedByName) {
   const std::string base =
       "train --data " + (dir / "corpus.txt") + " --out " + (dir / "bad") + kLoraGpt2 + kLoraFlags;
@@ -252,6 +287,7 @@ TEST_F(LoraCli, SettingsItCannotRunAreRefusedByName) {
                         "train.lora_targets");
   expect_one_line_error(run_cli(base + " --set train.device=cuda"), "train.device");
   expect_one_line_error(run_cli(base + " --set train.lora_alpha=0"), "train.lora_alpha");
+  expect_one_line_error(run_cli(base + " --set train.lora_dropout=1"), "train.lora_dropout");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ model::ModelConfig adapted_llama() {
   c.lora.rank = 3;
   c.lora.alpha = 5;
   c.lora.targets = "qkv,mlp_out";
+  c.lora.dropout = 0.05;
   return c;
 }
 
@@ -55,6 +56,7 @@ TEST(PeftAdapter, ReadsBackWhatItWrites) {
   EXPECT_EQ(back.config.lora.rank, 3);
   EXPECT_EQ(back.config.lora.alpha, 5);
   EXPECT_EQ(back.config.lora.targets, "qkv,mlp_out");
+  EXPECT_EQ(back.config.lora.dropout, 0.05);
   const model::ModelLayout layout = model::model_layout(c);
   ASSERT_EQ(int64_t(back.adapters.size()), layout.params.total() - layout.adapters_begin);
   for (const model::ParamInfo& p : layout.params.entries()) {
@@ -115,6 +117,7 @@ TEST(PeftAdapter, WhatTesseraDoesNotComputeIsRefused) {
   refused([](nlohmann::json& j) { j["r"] = 5; }, {"has shape", "r = 5"});
   refused([](nlohmann::json& j) { j["r"] = -1; }, {"r must be"});
   refused([](nlohmann::json& j) { j.erase("lora_alpha"); }, {"lora_alpha"});
+  refused([](nlohmann::json& j) { j["lora_dropout"] = 1; }, {"lora_dropout"});
   // A module the config does not name, but whose tensors the file holds.
   refused(
       [](nlohmann::json& j) {

@@ -80,25 +80,26 @@ TEST(Lora, AFreshAdapterChangesNothing) {
 
 // Random weights (B not zero), then central differences on elements of every adapter's A and B
 // against forward_backward's gradient. In f32, as the model runs: h = 2e-3, since the attention's
-// softmax bends the loss enough over 1e-2 to move qkv's adapters by a few percent, and gradients
-// under 5e-3 are left out, where the loss's f32 rounding over 2h is a few percent of them.
-void check_adapter_gradients(const ModelConfig& c) {
+// softmax bends the loss enough over 1e-2 to move qkv's adapters by a few percent (1e-3 with
+// dropout, whose 1 / (1 - p) scaling bends it more), and gradients under 5e-3 are left out, where
+// the loss's f32 rounding over 2h is a few percent of them.
+void check_adapter_gradients(const ModelConfig& c, uint64_t dropout_key = 0) {
   const int64_t B = 2, T = 6;
   Transformer model(c, B, T, /*training=*/true);
   std::mt19937 rng(11);
   randomize_for_gradient_check(model, rng);
   RandomBatch batch;
-  const std::vector<float> grads = gradients_on_random_batch(model, rng, B, T, batch);
+  const std::vector<float> grads = gradients_on_random_batch(model, rng, B, T, batch, dropout_key);
 
-  const float h = 2e-3f;
+  const float h = dropout_key != 0 ? 1e-3f : 2e-3f;
   int compared = 0;
   for (const ParamInfo& info : model.layout().entries()) {
     if (info.offset < model.model_layout().adapters_begin) continue;
     for (int64_t i = 0; i < std::min<int64_t>(info.shape.numel(), 6); ++i) {
       const int64_t at =
           info.offset + i * (info.shape.numel() / 6 > 0 ? info.shape.numel() / 6 : 1);
-      const double numeric =
-          central_difference(model, batch.inputs.data(), batch.targets.data(), B, T, at, h);
+      const double numeric = central_difference(model, batch.inputs.data(), batch.targets.data(), B,
+                                                T, at, h, dropout_key);
       const double analytic = grads[at];
       if (std::abs(analytic) <= 5e-3) continue;
       ++compared;
@@ -116,6 +117,44 @@ TEST(Lora, GradientsOfEveryRoleMatchFiniteDifferences) {
     check_adapter_gradients(with_lora(small_configs(8).llama, target));
     check_adapter_gradients(with_lora(small_configs(8).gpt2, target));
   }
+}
+
+ModelConfig with_dropout(ModelConfig c, double p) {
+  c.lora.dropout = p;
+  return c;
+}
+
+// With dropout, a pass of one key is one function of the weights: its gradients, through the
+// masks on the adapters' inputs and on their input gradients, match its finite differences.
+TEST(Lora, GradientsThroughDropoutMatchFiniteDifferences) {
+  for (const std::string target : {"qkv", "attn_out", "mlp_in", "mlp_out"}) {
+    SCOPED_TRACE(target);
+    check_adapter_gradients(with_dropout(with_lora(small_configs(8).llama, target), 0.3), 77);
+  }
+}
+
+// Dropout acts only in a pass with a key: without one the model computes what it does without
+// dropout, to the bit; a key draws the same masks each time, and another key others.
+TEST(Lora, DropoutActsOnlyInPassesWithAKey) {
+  const ModelConfig plain = with_lora(small_configs(8).llama, "attention,mlp");
+  const ModelConfig dropped = with_dropout(plain, 0.5);
+  const int64_t B = 2, T = 8, n = B * T * plain.vocab_size;
+  Transformer without(plain, B, T, /*training=*/true), with(dropped, B, T, /*training=*/true);
+  std::mt19937 rng(5);
+  randomize_for_gradient_check(without, rng);
+  std::copy(without.params().begin(), without.params().end(), with.params().begin());
+  std::vector<int32_t> tokens(B * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 5 % plain.vocab_size);
+  const auto logits = [&](Transformer& m, uint64_t key) {
+    m.forward(tokens.data(), nullptr, B, T, key);
+    return std::vector<float>(m.logits(), m.logits() + n);
+  };
+  const std::vector<float> reference = logits(without, 9);
+  EXPECT_EQ(logits(with, 0), reference);
+  const std::vector<float> first = logits(with, 9);
+  EXPECT_NE(first, reference);
+  EXPECT_EQ(logits(with, 9), first);
+  EXPECT_NE(logits(with, 10), first);
 }
 
 // Folded into the weights, every adapter of every role gives the logits the adapted model gives.

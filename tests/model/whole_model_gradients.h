@@ -30,28 +30,32 @@ inline void randomize_for_gradient_check(Transformer& model, std::mt19937& rng) 
 struct RandomBatch {
   std::vector<int32_t> inputs, targets;
 };
-// Draws the batch, and returns the model's gradients of its loss on it.
+// Draws the batch, and returns the model's gradients of its loss on it (with the dropout of
+// dropout_key, Transformer::set_dropout_key).
 inline std::vector<float> gradients_on_random_batch(Transformer& model, std::mt19937& rng,
-                                                    int64_t B, int64_t T, RandomBatch& batch) {
+                                                    int64_t B, int64_t T, RandomBatch& batch,
+                                                    uint64_t dropout_key = 0) {
   batch.inputs.resize(size_t(B * T));
   batch.targets.resize(size_t(B * T));
   std::uniform_int_distribution<int32_t> token(0, int32_t(model.config().vocab_size) - 1);
   for (int32_t& t : batch.inputs) t = token(rng);
   for (int32_t& t : batch.targets) t = token(rng);
   model.zero_grad();
-  runtime::TrainStep(model).forward_backward(batch.inputs.data(), batch.targets.data(), B, T, 1.0f);
+  runtime::TrainStep(model).forward_backward(batch.inputs.data(), batch.targets.data(), B, T, 1.0f,
+                                             dropout_key);
   return {model.grads().begin(), model.grads().end()};
 }
 
 // (loss(p + h) - loss(p - h)) / 2h in the flat parameter `at`, which is left as it was.
 inline double central_difference(Transformer& model, const int32_t* inputs, const int32_t* targets,
-                                 int64_t B, int64_t T, int64_t at, float h) {
+                                 int64_t B, int64_t T, int64_t at, float h,
+                                 uint64_t dropout_key = 0) {
   float* params = model.params().data();
   const float saved = params[at];
   params[at] = saved + h;
-  const double up = model.forward(inputs, targets, B, T);
+  const double up = model.forward(inputs, targets, B, T, dropout_key);
   params[at] = saved - h;
-  const double down = model.forward(inputs, targets, B, T);
+  const double down = model.forward(inputs, targets, B, T, dropout_key);
   params[at] = saved;
   return (up - down) / (2.0 * h);
 }

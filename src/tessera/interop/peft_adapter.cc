@@ -57,6 +57,15 @@ std::string tensor_name(const PeftModule& m, char matrix) {
   return fmt::format("{}{}.lora_{}.weight", kPeftPrefix, m.name, matrix);
 }
 
+// The config's lora_dropout, 0 when it has none.
+double lora_dropout(const json& c, const std::string& source) {
+  if (!c.contains("lora_dropout") || c["lora_dropout"].is_null()) return 0;
+  const json& dropout = c["lora_dropout"];
+  check(dropout.is_number() && dropout.get<double>() >= 0 && dropout.get<double>() < 1,
+        "{}: lora_dropout must be a number in [0, 1), got {}", source, dropout.dump());
+  return dropout.get<double>();
+}
+
 }  // namespace
 
 void export_peft(const model::ModelConfig& config, std::span<const float> params,
@@ -88,7 +97,7 @@ void export_peft(const model::ModelConfig& config, std::span<const float> params
       {"base_model_name_or_path", base_model},
       {"r", r},
       {"lora_alpha", config.lora.alpha},
-      {"lora_dropout", 0.0},
+      {"lora_dropout", config.lora.dropout},
       {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
       {"bias", "none"},
       {"fan_in_fan_out", layout.spec.block.part(model::PartId::kQkv).hf_transposed},
@@ -150,6 +159,7 @@ PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
   model::ModelConfig& config = imported.config;
   config.lora.rank = key("r").get<int64_t>();
   config.lora.alpha = key("lora_alpha").get<double>();
+  config.lora.dropout = lora_dropout(c, source);
   // The parts whose modules PEFT adapts, by the names a module's path ends with.
   const model::ModelSpec spec = model::model_spec(base);
   const auto targeted = [&](const std::string& module) {

@@ -149,7 +149,7 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
   if (const LoraScratch lora = lora_scratch(x.spec); lora.down > 0) {
     ws.lora_u = a.floats(N * lora.down);
     if (o.training) ws.lora_du = a.floats(N * lora.down);
-    if (o.training && x.low) ws.lora_x = a.floats(N * lora.input);
+    if (o.training && (x.low || x.spec.lora_dropout > 0)) ws.lora_x = a.floats(N * lora.input);
   }
   if (o.weights == WeightFormat::kInt8) {
     ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));

@@ -60,8 +60,10 @@ struct BlockWorkspace {
   float* decode_scratch = nullptr;
   uint16_t* dy_low = nullptr;
   float* int8_scratch = nullptr;
-  // LoRA adapters' scratch, and their widened input in a low precision (lora_scratch).
+  // LoRA adapters' scratch, and their input widened from a low precision or with dropout applied
+  // (lora_scratch); the dropout key of the pass in progress (0: none), which the model sets.
   float *lora_u = nullptr, *lora_du = nullptr, *lora_x = nullptr;
+  const uint64_t* lora_dropout_key = nullptr;
 };
 
 // One transformer block on this rank: its attention norm, attention, MLP norm, and dense MLP or

@@ -165,6 +165,7 @@ struct BlockSpec {
   std::vector<Part> adapters;
   int64_t lora_rank = 0;
   double lora_scale = 0;  // alpha / rank: what each adapter's update is multiplied by
+  double lora_dropout = 0;
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
   AttentionGeometry attention;

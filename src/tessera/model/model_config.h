@@ -41,6 +41,9 @@ struct LoraConfig {
   // Comma-separated: qkv, attn_out, mlp_in, mlp_out, or attention (both attention linears) and
   // mlp (both MLP linears).
   std::string targets = "attention,mlp";
+  // The probability that an input value of an adapter is zeroed in training (the rest scaled by
+  // 1 / (1 - dropout)), as PEFT's lora_dropout; the adapted linear's own product sees it whole.
+  double dropout = 0;
 
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / double(rank); }

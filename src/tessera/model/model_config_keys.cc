@@ -64,6 +64,10 @@ const Settings<LoraConfig>& lora_settings() {
       setting("train.lora_targets", &L::targets,
               "LoRA: the linears adapted, comma-separated: qkv, attn_out, mlp_in, mlp_out, "
               "attention (= qkv,attn_out), mlp (= mlp_in,mlp_out)"),
+      setting("train.lora_dropout", &L::dropout,
+              "LoRA: the probability that training zeroes an adapter's input value (PEFT's "
+              "lora_dropout)",
+              Range{0.0, 1.0, false, true}),
   };
   return rows;
 }

@@ -72,32 +72,15 @@ void ColumnParallelLinear::weight_backward(const ParamAccess& p, const MatmulInp
   }
 }
 
-// The gradient of the shared rows is each rank's part of it: the rows' gradients of every rank
-// meet in a buffer of all the heads, are summed over tp, and each rank adds its own head's sum.
+// The shared rows' gradient is each rank's part of it, summed over the ranks that share them.
 void ColumnParallelLinear::weight_backward_shared(const ParamAccess& p, const MatmulInput& g,
                                                   const MatmulInput& x, int64_t N) const {
-  const SharedHeads& s = *shared_;
-  const int64_t C = linear_.in(), local = linear_.out() * C, head = s.head_rows * C;
-  const int64_t all_heads = s.total_heads * head;
+  const int64_t C = linear_.in(), local = linear_.out() * C;
   float* mine = scratch_.shared_rows;  // [out, C]: this micro-batch's gradient of the local rows
-  float* summed = mine + local;        // [segments, total_heads, head_rows, C]
   std::fill(mine, mine + local, 0.0f);
   linear_.weight_backward(g, x, mine, N);
-  std::fill(summed, summed + s.segments * all_heads, 0.0f);
-  for (int64_t j = 0; j < s.segments; ++j) {
-    const float* rows = mine + (s.first_row + j * s.head_rows) * C;
-    std::copy(rows, rows + head, summed + j * all_heads + s.head * head);
-  }
-  tp_group_->all_reduce(summed, s.segments * all_heads);
-  float* dw = p.grad(linear_.params().weight);
-  const int64_t own = s.first_row * C;  // the rows before the shared ones are this rank's alone
-  k::add(ctx_, dw, mine, dw, own);
-  for (int64_t j = 0; j < s.segments; ++j) {
-    float* rows = dw + (s.first_row + j * s.head_rows) * C;
-    k::add(ctx_, rows, summed + j * all_heads + s.head * head, rows, head);
-  }
-  const int64_t after = (s.first_row + s.segments * s.head_rows) * C;
-  k::add(ctx_, dw + after, mine + after, dw + after, local - after);
+  add_shared_gradient(ctx_, *tp_group_, *shared_, mine, mine + local,
+                      p.grad(linear_.params().weight), linear_.out(), C);
 }
 
 RowParallelLinear::RowParallelLinear(const kernels::Context& ctx, int64_t in, int64_t out,

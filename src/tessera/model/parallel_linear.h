@@ -8,6 +8,7 @@
 #include "tessera/model/layer.h"
 #include "tessera/model/linear.h"
 #include "tessera/model/lora_adapter.h"
+#include "tessera/model/shared_heads.h"
 #include "tessera/model/tensor_parallel.h"
 
 namespace tessera::model {
@@ -21,14 +22,6 @@ struct ParallelScratch {
   float* d_rows = nullptr;
   float* d_input = nullptr;  // [N, in] of the widest column-parallel input
   float* shared_rows = nullptr;
-};
-
-// Rows of a column-parallel weight that several tensor-parallel ranks hold alike (a key and a
-// value head shared by tp / kv_heads ranks): `heads` segments of `head_rows` rows, the first at
-// local row `first_row`, each this rank's copy of head `head` of `total_heads`. Their weight
-// gradients are partial on each rank and are summed over the ranks that share them.
-struct SharedHeads {
-  int64_t first_row = 0, head_rows = 0, segments = 0, head = 0, total_heads = 0;
 };
 
 // Megatron's column-parallel linear: this rank computes its slice of the outputs from the whole

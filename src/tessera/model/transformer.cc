@@ -154,6 +154,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     }
     expert_tokens_.assign(blocks, std::vector<int64_t>(config_.moe.n_experts, 0));
   }
+  slot_dropout_keys_.assign(size_t(options_.in_flight), 0);
+  acts_.workspace.lora_dropout_key = &dropout_key_;
   const BlockWorkspace& ws = acts_.workspace;
   if (layout_.has_embedding) {
     embedding_ = std::make_unique<Embedding>(ctx_, layout_, tp_, parallel_.tp, ws.parallel,
@@ -264,6 +266,7 @@ const float* Transformer::input_of(int64_t l) const {
 void Transformer::select_slot(int64_t slot) {
   check(slot >= 0 && slot < options_.in_flight,
         "micro-batch slot {} of a model built for {} in flight", slot, options_.in_flight);
+  dropout_key_ = slot_dropout_keys_[size_t(slot)];
   if (slot == slot_) return;
   slot_ = slot;
   const int64_t blocks = int64_t(blocks_.size());
@@ -326,6 +329,13 @@ void Transformer::begin_pass(int64_t slot) {
 
 void Transformer::end_pass() { release(0); }
 
+void Transformer::set_dropout_key(int64_t slot, uint64_t key) {
+  check(slot >= 0 && slot < options_.in_flight,
+        "micro-batch slot {} of a model built for {} in flight", slot, options_.in_flight);
+  slot_dropout_keys_[size_t(slot)] = key;
+  if (slot == slot_) dropout_key_ = key;
+}
+
 void Transformer::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   check_batch(B, T);
   if (options_.document_separator) find_documents(inputs, B, T);
@@ -372,7 +382,9 @@ float* Transformer::stage_input(int64_t slot) {
   return acts_.slot_inputs[slot];
 }
 
-float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                           uint64_t dropout_key) {
+  set_dropout_key(0, dropout_key);
   begin_pass(0);
   forward_blocks(inputs, B, T);
   float loss = 0.0f;
@@ -387,6 +399,7 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
   check(!tp_.active() && embedding_ != nullptr && head_ != nullptr,
         "next_token_logits runs the whole model on one rank");
+  set_dropout_key(0, 0);
   begin_pass(0);
   forward_blocks(tokens, 1, T);
   head_->logits_of_rows(*access_, T - 1, 1);

@@ -93,8 +93,9 @@ class Transformer {
   // the targets trained on (kIgnoredTarget marks the others);
   // without, returns 0 and leaves the logits readable. A pipeline stage runs its part: the first
   // reads the tokens, the others stage_input(0); all but the last return 0 and leave their output
-  // in stage_output().
-  float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // in stage_output(). dropout_key: as set_dropout_key gives it to slot 0 (0: none).
+  float forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                uint64_t dropout_key = 0);
   // [B*T, this rank's vocabulary slice] (the whole vocabulary on one rank).
   const float* logits() const { return acts_.logits; }
   // Logits of the next token after tokens[0..T), for sampling (one rank).
@@ -118,6 +119,9 @@ class Transformer {
   // between their forward and backward.
   void begin_pass(int64_t slot);
   void end_pass();
+  // The key of the dropout (train.lora_dropout) of the micro-batch in `slot`, set before its
+  // forward and kept for its backward: the same key draws the same masks. 0: no dropout.
+  void set_dropout_key(int64_t slot, uint64_t key);
   // The embedding (first stage) or stage_input(slot) (the others), every block, and on the last
   // stage the head's norm, over B x T tokens.
   void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
@@ -227,6 +231,8 @@ class Transformer {
   double aux_loss_ = 0;
   int64_t dropped_ = 0;
   int64_t slot_ = 0;  // the slot the blocks and input_of point at
+  std::vector<uint64_t> slot_dropout_keys_;
+  uint64_t dropout_key_ = 0;  // slot_'s, which the blocks' adapters read
   int scratch_threads_ = 0;
 };
 

@@ -146,7 +146,7 @@ double PipelineRuntime::run(std::span<const MicroBatch> micro_batches, int64_t B
       case Kind::kForward: {
         const auto start = std::chrono::steady_clock::now();
         const float f = m.forward(take_slot(l, a.micro_batch), batch.inputs, batch.targets, B, T,
-                                  float(loss_scale * batch.share));
+                                  float(loss_scale * batch.share), batch.dropout_key);
         forward_seconds_ += seconds_since(start);
         if (a.stage == last) loss += f * batch.share;
         aux_loss_ += m.model().aux_loss();

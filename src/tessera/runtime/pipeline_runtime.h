@@ -24,6 +24,7 @@ struct MicroBatch {
   // Its share of the step's loss: its mean loss counts `share` times in the step's, and its
   // gradients are scaled by that much more (a step weighs micro-batches by their trained targets).
   double share = 1;
+  uint64_t dropout_key = 0;  // Transformer::set_dropout_key; 0: no dropout
 };
 
 // One pipeline rank's models for a table: one for each of its stages of the split `boundaries`

@@ -23,7 +23,8 @@ const PipelineStage::Slot& PipelineStage::held(int64_t slot) const {
 }
 
 float PipelineStage::forward(int64_t slot, const int32_t* inputs, const int32_t* targets, int64_t B,
-                             int64_t T, float loss_scale) {
+                             int64_t T, float loss_scale, uint64_t dropout_key) {
+  model_.set_dropout_key(slot, dropout_key);
   model_.begin_pass(slot);
   slots_[slot] = {B, T, loss_scale};
   clock_.enter(Phase::kForward);

@@ -20,8 +20,9 @@ class PipelineStage {
   // The first stage reads tokens; the others read input(slot), which the caller fills with the
   // previous stage's output first. The last stage returns the mean cross-entropy (others 0) and
   // takes its head's gradients, scaled by loss_scale, at once, so that no slot keeps logits.
+  // dropout_key: the micro-batch's (Transformer::set_dropout_key).
   float forward(int64_t slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
-                float loss_scale);
+                float loss_scale, uint64_t dropout_key = 0);
   // Accumulates the gradients of the micro-batch in `slot` (inputs: its tokens, on the first
   // stage) and frees the slot.
   void backward(int64_t slot, const int32_t* inputs);

@@ -12,7 +12,8 @@ TrainStep::TrainStep(model::Transformer& model) : model_(model), clock_(model) {
 }
 
 float TrainStep::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B,
-                                  int64_t T, float loss_scale) {
+                                  int64_t T, float loss_scale, uint64_t dropout_key) {
+  model_.set_dropout_key(0, dropout_key);
   model_.begin_pass(0);
   clock_.enter(Phase::kForward);
   model_.forward_blocks(inputs, B, T);

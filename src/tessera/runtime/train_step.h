@@ -18,8 +18,9 @@ class TrainStep {
   // d(loss_scale * (mean cross-entropy + MoE auxiliary loss))/d(params) into the model's
   // gradients. The loss gradient is fused into the softmax: the [B*T, vocab] logits are
   // overwritten by it.
+  // dropout_key: the micro-batch's (Transformer::set_dropout_key).
   float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
-                         float loss_scale);
+                         float loss_scale, uint64_t dropout_key = 0);
   const PhaseSeconds& phase_seconds() const { return clock_.seconds(); }
   model::Transformer& model() { return model_; }
 

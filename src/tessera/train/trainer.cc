@@ -71,7 +71,7 @@ class Run {
   StepResult run_step(int64_t step, double lr);
   // A step's micro-batches through the model (through the pipeline's schedule when there is
   // one): their summed cross-entropy and MoE auxiliary loss on every rank of the replica.
-  std::pair<double, double> forward_backward(StepResult& r, double backward_scale);
+  std::pair<double, double> forward_backward(int64_t step, StepResult& r, double backward_scale);
   void moe_statistics(StepResult& r);
   double batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B);
   int64_t roll_back(int64_t done, const std::string& reason);
@@ -111,15 +111,6 @@ class Run {
   nlohmann::json tokenizer_;
   std::set<int64_t> nan_gradient_steps_;  // still to inject
 };
-
-// Text is prepared by rank 0; the others open what it wrote.
-data::Dataset open_data(const RunConfig& rc, const fs::path& out_dir, comm::Communicator& world) {
-  const bool lead = world.rank() == 0;
-  if (!lead) world.barrier();
-  data::Dataset d = open_training_data(rc, out_dir);
-  if (lead) world.barrier();
-  return d;
-}
 
 std::vector<int64_t> pipeline_boundaries(const RunConfig& rc) {
   return parallel::stage_boundaries(
@@ -184,7 +175,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       dp_(mesh_.dp()),
       lead_(world_.rank() == 0),
       local_batch_(tc_.batch_size / dp_.size()),
-      dataset_(open_data(rc_, out_dir, world_)),
+      dataset_(open_training_data(rc_, out_dir, world_)),
       groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
       device_(train_device(tc_)),
       state_(device_.context(), rc_.model, tc_, mesh_, groups_.parallel().sharding,
@@ -396,7 +387,7 @@ StepResult Run::run_step(int64_t step, double lr) {
   state_.zero_grad();
   r.optimizer = std::chrono::duration<double>(Clock::now() - zero_start).count();
   // Summed over ranks and micro-steps, the gradients are those of the global mean loss.
-  const auto [loss, aux] = forward_backward(r, backward_scale);
+  const auto [loss, aux] = forward_backward(step, r, backward_scale);
   double losses[2] = {loss, aux};
   r.comm_wait = state_.reduce_gradients();
   if (dp_.size() > 1) {
@@ -438,7 +429,8 @@ StepResult Run::run_step(int64_t step, double lr) {
   return judged();
 }
 
-std::pair<double, double> Run::forward_backward(StepResult& r, double backward_scale) {
+std::pair<double, double> Run::forward_backward(int64_t step, StepResult& r,
+                                                double backward_scale) {
   const auto phase_seconds = [&] {
     return pipeline_ ? pipeline_->phase_seconds() : step_->phase_seconds();
   };
@@ -463,13 +455,15 @@ std::pair<double, double> Run::forward_backward(StepResult& r, double backward_s
     std::copy_n(batch.targets, n, at + n);
   }
   weigh_micro_batches(micro_batches_, n, dataset_.train.has_loss_mask(), dp_);
+  if (rc_.model.lora.dropout > 0) draw_dropout_keys(micro_batches_, tc_.seed, step, dp_.rank());
   if (!pipeline_) {
     double losses[2] = {0, 0};
     for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
       const runtime::MicroBatch& b = micro_batches_[size_t(micro)];
       state_.begin_micro_step(micro + 1 == tc_.grad_accum);
-      losses[0] += b.share * step_->forward_backward(b.inputs, b.targets, local_batch_, tc_.seq_len,
-                                                     float(backward_scale * b.share));
+      losses[0] +=
+          b.share * step_->forward_backward(b.inputs, b.targets, local_batch_, tc_.seq_len,
+                                            float(backward_scale * b.share), b.dropout_key);
       losses[1] += step_->model().aux_loss();
     }
     count_phases();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/core/rng.h"
 #include "tessera/core/targets.h"
 #include "tessera/core/text_corpus.h"
 #include "tessera/data/prepare.h"
@@ -62,9 +63,8 @@ fs::path prepared_text(const RunConfig& rc, const fs::path& out_dir) {
   return dir;
 }
 
-}  // namespace
-
-data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
+// The dataset of data.path, prepared first when it is text.
+data::Dataset prepared_dataset(const RunConfig& rc, const fs::path& out_dir) {
   check(!rc.data.path.empty(),
         "no training data: pass --data PATH (a prepared dataset, a text file or a folder)");
   fs::path dir;
@@ -94,6 +94,26 @@ data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir) {
     tokenizer::copy_tokenizer(dir / m.tokenizer_copy, out_dir / tokenizer::kTokenizerCopyDir);
   }
   return dataset;
+}
+
+}  // namespace
+
+data::Dataset open_training_data(const RunConfig& rc, const fs::path& out_dir,
+                                 comm::Communicator& world) {
+  const bool lead = world.rank() == 0;
+  if (!lead) world.barrier();
+  data::Dataset d = prepared_dataset(rc, out_dir);
+  if (lead) world.barrier();
+  return d;
+}
+
+void draw_dropout_keys(std::span<runtime::MicroBatch> micro_batches, uint64_t seed, int64_t step,
+                       int64_t dp_rank) {
+  const CounterRng keys(seed, uint64_t(step));
+  const int64_t n = int64_t(micro_batches.size());
+  for (int64_t micro = 0; micro < n; ++micro) {
+    micro_batches[size_t(micro)].dropout_key = keys.bits(uint64_t(dp_rank * n + micro)) | 1;
+  }
 }
 
 nlohmann::json tokenizer_metadata(const data::Dataset& dataset, const fs::path& out_dir) {

@@ -18,8 +18,10 @@ namespace tessera::train {
 // checking it was made from the same files and tokenizer). The tokenizer's files are copied to
 // out_dir/tokenizer with their digests (tokenizer::copy_tokenizer, which checks the dataset's copy
 // against its own), so the run folder alone can decode what it trains. Errors when
-// model.vocab_size cannot hold the tokenizer's ids.
-data::Dataset open_training_data(const RunConfig& rc, const std::filesystem::path& out_dir);
+// model.vocab_size cannot hold the tokenizer's ids. Text is prepared by the world's rank 0; the
+// others open what it wrote.
+data::Dataset open_training_data(const RunConfig& rc, const std::filesystem::path& out_dir,
+                                 comm::Communicator& world);
 
 // The token that ends each packed document, when train.document_mask asks for them: the
 // dataset's end-of-text token, without which it is an error.
@@ -31,6 +33,13 @@ std::optional<int32_t> document_separator(const TrainConfig& tc, const data::Dat
 // Without a loss mask (`masked` false) each share is 1 / (micro-batches x data-parallel ranks).
 void weigh_micro_batches(std::span<runtime::MicroBatch> micro_batches, int64_t tokens, bool masked,
                          comm::Communicator& dp);
+
+// The dropout keys of a step's micro-batches on data-parallel rank dp_rank (train.lora_dropout):
+// one for each micro-batch of each rank, never 0 (no dropout), drawn from the seed and the step,
+// so tensor-parallel ranks and pipeline stages draw the same and a resumed run draws what an
+// uninterrupted one would.
+void draw_dropout_keys(std::span<runtime::MicroBatch> micro_batches, uint64_t seed, int64_t step,
+                       int64_t dp_rank);
 
 // How checkpoints name the tokenizer: "byte", or {"kind": ..., "dir": out_dir/tokenizer}.
 nlohmann::json tokenizer_metadata(const data::Dataset& dataset,
