@@ -173,6 +173,36 @@ void check_runtime_adapters(const TempDir& dir, const std::vector<std::string>& 
   }
 }
 
+// Split over tensor-parallel ranks and pipeline stages, each rank holding its slice of every
+// adapter, the server answers as one rank does; so does a LoRA run served whole, its adapters
+// merged, over tensor-parallel ranks.
+void check_adapters_across_ranks(const TempDir& dir, const std::map<std::string, std::string>& path,
+                                 const std::vector<std::string>& mixed) {
+  {
+    ServerProcess split("--checkpoint " + (dir / "hf") +
+                            " --threads 1 --tp 2 --pp 2 --lora exodus=" + path.at("exodus") +
+                            " --lora psalms=" + path.at("psalms"),
+                        4);
+    std::vector<std::pair<std::string, std::string>> asks;
+    for (const std::string& m : {"exodus", "psalms"}) {
+      for (const std::string& p : kPrompts) asks.push_back({m, p});
+    }
+    const std::vector<std::string> texts = complete(split.port(), asks);
+    for (size_t i = 0; i < asks.size(); ++i) {
+      EXPECT_EQ(texts[i], mixed[kPrompts.size() + i]) << asks[i].first << ": " << asks[i].second;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> asks;
+  for (const std::string& p : kPrompts) asks.push_back({"exodus", p});
+  std::vector<std::string> merged;
+  {
+    ServerProcess one("--checkpoint " + path.at("exodus") + " --threads 1");
+    merged = complete(one.port(), asks);
+  }
+  ServerProcess split("--checkpoint " + path.at("exodus") + " --threads 1 --tp 2", 2);
+  EXPECT_EQ(complete(split.port(), asks), merged);
+}
+
 TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
   TempDir dir{"tessera-serve-lora"};
   const std::map<std::string, std::string> path = train_model_and_adapters(dir);
@@ -214,6 +244,7 @@ TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
     psalms_long = complete(server.port(), {{"psalms", kLongPrompt}})[0];
   }
   check_runtime_adapters(dir, mixed, psalms_long);
+  check_adapters_across_ranks(dir, path, mixed);
   std::printf(
       "48 requests of 16 tokens, one server: mixed over the model and 3 adapters %.2f s, "
       "the model alone %.2f s (%.2fx)\n",

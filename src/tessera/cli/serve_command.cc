@@ -138,6 +138,10 @@ int serve_command(int argc, char** argv) {
   if (!flags.lora_dir.empty()) {
     check(std::filesystem::is_directory(flags.lora_dir), "--lora-dir {}: no such folder",
           flags.lora_dir);
+    // The followers would have to load each adapter with the leader.
+    check(mesh == nullptr,
+          "--lora-dir loads adapters while one rank serves; over --tp or --pp ranks, give them "
+          "with --lora at start");
     flags.routes.lora_dir = flags.lora_dir;
   }
   if (!command.given("--max-loras")) {

@@ -19,8 +19,9 @@ int64_t widest_down(const ModelConfig& base, int64_t max_rank) {
 }  // namespace
 
 AdapterBank::AdapterBank(const ModelConfig& base, int64_t slots, int64_t max_rank,
-                         int64_t max_tokens)
+                         int64_t max_tokens, const Sharding& sharding)
     : base_(base),
+      sharding_{sharding.tp, sharding.tp_rank, sharding.ep, sharding.ep_rank},
       max_rank_(max_rank),
       max_tokens_(max_tokens),
       adapters_(size_t(slots)),
@@ -38,15 +39,29 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
   check(adapted_base == base_, "the adapter was trained for another model than the one served");
   check(adapted.lora.rank <= max_rank_, "the adapter's rank {} is above --max-lora-rank {}",
         adapted.lora.rank, max_rank_);
-  Adapter a;
-  a.layout = model_layout(adapted);
-  check(int64_t(values.size()) == a.layout.params.total() - a.layout.adapters_begin,
+  const ModelLayout whole = model_layout(adapted);
+  check(int64_t(values.size()) == whole.params.total() - whole.adapters_begin,
         "{} adapter values for a layout of {}", values.size(),
-        a.layout.params.total() - a.layout.adapters_begin);
-  a.values.assign(values.begin(), values.end());
+        whole.params.total() - whole.adapters_begin);
+  Adapter a;
+  a.layout = model_layout(adapted, sharding_);
+  a.values.assign(size_t(a.layout.params.total() - a.layout.adapters_begin), 0.0f);
+  for (const ParamInfo& p : a.layout.params.entries()) {
+    if (p.offset < a.layout.adapters_begin) continue;
+    const float* from = values.data() + (whole.params.find(p.name).offset - whole.adapters_begin);
+    float* to = a.values.data() + (p.offset - a.layout.adapters_begin);
+    for (int64_t i = 0; i < p.shape.numel(); ++i) {
+      const int64_t g = p.placement.global_index(i);
+      to[i] = g >= 0 ? from[g] : 0.0f;
+    }
+  }
   a.scale = float(adapted.lora.scale());
+  const AdapterTable& first = a.layout.adapters.front();
   for (const Part& p : a.layout.spec.block.adapters) {
-    if (p.lora == LoraMatrix::kB) a.piece_rows[int(p.id)] = lora_piece_rows(p);
+    if (p.lora != LoraMatrix::kB) continue;
+    const int64_t id = int(p.id);
+    a.piece_rows[id] = local_piece_rows(p, a.layout.params.at_offset(first[p.id].b));
+    a.in[id] = a.layout.params.at_offset(first[p.id].a).shape[1];
   }
   adapters_[size_t(slot)] = std::move(a);
 }
@@ -77,14 +92,15 @@ void AdapterBank::apply(int64_t layer, PartId part, const float* x, float* y) co
     const Adapter& a = *adapters_[size_t(s.slot)];
     const AdapterOffsets& o = a.layout.adapters[size_t(layer)][part];
     if (!o.present()) continue;
-    const BlockSpec& spec = a.layout.spec.block;
-    const Part& base = spec.part(part);
     const float* values = a.values.data() - a.layout.adapters_begin;
     const std::vector<int64_t>& widths = a.piece_rows[int(part)];
-    const int64_t r = spec.lora_rank, cols = r * int64_t(widths.size());
-    kernels::lora_down(kernels::kCpuContext, x + s.row * base.in, values + o.a, u_.data(), s.rows,
-                       base.in, cols);
-    kernels::lora_up(kernels::kCpuContext, u_.data(), values + o.b, y + s.row * base.out, s.rows, r,
+    const int64_t r = a.layout.spec.block.lora_rank, cols = r * int64_t(widths.size());
+    const int64_t in = a.in[int(part)];
+    int64_t out = 0;
+    for (int64_t w : widths) out += w;
+    kernels::lora_down(kernels::kCpuContext, x + s.row * in, values + o.a, u_.data(), s.rows, in,
+                       cols);
+    kernels::lora_up(kernels::kCpuContext, u_.data(), values + o.b, y + s.row * out, s.rows, r,
                      std::span<const int64_t>(widths), a.scale);
   }
 }

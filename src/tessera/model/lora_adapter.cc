@@ -131,13 +131,6 @@ std::optional<SharedHeads> shared_rows(const Part& b, const Placement& placement
                      global[1] / head_rows};
 }
 
-const ParamInfo& param_at(const ParameterLayout& params, int64_t offset) {
-  for (const ParamInfo& p : params.entries()) {
-    if (p.offset == offset) return p;
-  }
-  fail("no parameter at offset {}", offset);
-}
-
 }  // namespace
 
 void BankedAdapter::backward(const ParamAccess&, const float*, const MatmulInput&, float*,
@@ -161,20 +154,11 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
   for (const Part& a : spec.adapters) {
     if (a.lora != LoraMatrix::kB) continue;
     const AdapterOffsets& o = layout.adapters[layer][a.id];
-    const ParamInfo& b = param_at(layout.params, o.b);
+    const ParamInfo& b = layout.params.at_offset(o.b);
     const bool row = spec.part(a.id).role == Role::kRow;
-    // This rank's rows of each piece: all of B's for one piece; else the pieces' widths when the
-    // rank holds B whole, or the segment of each that tensor parallelism gives it.
-    std::vector<int64_t> widths = {b.shape[0]};
-    std::optional<SharedHeads> shared;
-    if (a.external.size() > 1 && b.placement.rows.size() == 1) {
-      widths = lora_piece_rows(a);
-    } else if (a.external.size() > 1) {
-      widths.clear();
-      for (const Placement::Rows& r : b.placement.rows) widths.push_back(r.count);
-      shared = shared_rows(a, b.placement);
-    }
-    const int64_t in = param_at(layout.params, o.a).shape[1];
+    std::vector<int64_t> widths = local_piece_rows(a, b);
+    const std::optional<SharedHeads> shared = shared_rows(a, b.placement);
+    const int64_t in = layout.params.at_offset(o.a).shape[1];
     const int64_t first_column = row ? int64_t(tp_group->rank()) * in : 0;
     const LoraDropout dropout{float(spec.lora_dropout), buffers.dropout_key,
                               uint64_t((layout.first_block + layer) * kPartIdCount + int(a.id)),

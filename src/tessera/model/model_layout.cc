@@ -288,6 +288,14 @@ ModelLayout model_layout(const ModelConfig& c, const Sharding& sharding) {
   return build(c, sharding, canonical);
 }
 
+std::vector<int64_t> local_piece_rows(const Part& b, const ParamInfo& info) {
+  if (b.external.size() == 1) return {info.shape[0]};
+  if (info.placement.rows.size() == 1) return lora_piece_rows(b);
+  std::vector<int64_t> widths;
+  for (const Placement::Rows& r : info.placement.rows) widths.push_back(r.count);
+  return widths;
+}
+
 ModelLayout canonical_model_layout(const ModelConfig& c) {
   validate(c);
   return build(c, {}, {});

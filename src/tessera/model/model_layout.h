@@ -129,6 +129,11 @@ std::vector<std::pair<int64_t, int64_t>> f32_read_ranges(const ModelLayout& layo
 // its placement in the whole.
 ModelLayout model_layout(const ModelConfig& config, const Sharding& sharding = {});
 
+// This rank's rows of each piece of an adapter's B (`b`, its part; `info`, its tensor here): all
+// of its rows for one piece, else each piece's rows whole (unsharded) or the segment of each that
+// tensor parallelism gives the rank.
+std::vector<int64_t> local_piece_rows(const Part& b, const ParamInfo& info);
+
 // The canonical layout itself: unsharded, each mixture's expert stacks inside their blocks. It is
 // where checkpoints written by one rank, or as ZeRO shards of one flat buffer, place their tensors.
 ModelLayout canonical_model_layout(const ModelConfig& config);

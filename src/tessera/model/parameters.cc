@@ -59,6 +59,13 @@ const ParamInfo& ParameterLayout::find(std::string_view name) const {
   fail("no parameter named '{}'", name);
 }
 
+const ParamInfo& ParameterLayout::at_offset(int64_t offset) const {
+  for (const ParamInfo& p : entries_) {
+    if (p.offset == offset) return p;
+  }
+  fail("no parameter at offset {}", offset);
+}
+
 std::vector<NamedTensor> named_views(const ParameterLayout& layout, float* flat,
                                      std::string_view prefix) {
   std::vector<NamedTensor> views;

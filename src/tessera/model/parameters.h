@@ -56,6 +56,7 @@ class ParameterLayout {
   int64_t total() const { return total_; }
   const std::vector<ParamInfo>& entries() const { return entries_; }
   const ParamInfo& find(std::string_view name) const;
+  const ParamInfo& at_offset(int64_t offset) const;
 
  private:
   std::vector<ParamInfo> entries_;

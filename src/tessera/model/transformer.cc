@@ -47,8 +47,8 @@ void check_options(const ModelConfig& config, const ModelOptions& options, bool 
   check(training || !options.document_separator,
         "packed documents are for training; a model built for inference decodes each sequence "
         "in its own cache");
-  check(options.adapters == nullptr || (!training && options.parallel == nullptr),
-        "adapters served per request need a model built for inference on one rank");
+  check(options.adapters == nullptr || !training,
+        "adapters served per request need a model built for inference");
   if (options.weights != WeightFormat::kInt8) return;
   check(!training, "int8 weights are for inference: build the model with training=false");
   check(!config.is_moe(),

@@ -50,8 +50,8 @@ struct ModelOptions {
   // attention does not look past the start of a token's document. Every pipeline stage then
   // needs the pass's tokens.
   std::optional<int32_t> document_separator;
-  // LoRA adapters served per request: forward_paged applies each chunk's (inference on one rank;
-  // must outlive the model).
+  // LoRA adapters served per request: forward_paged applies each chunk's (inference, split over
+  // ranks as the model is; must outlive the model).
   AdapterBank* adapters = nullptr;
 };
 

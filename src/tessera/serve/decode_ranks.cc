@@ -21,6 +21,8 @@ constexpr int kPlanTag = 71;
 constexpr int kRowsTag = 72;
 constexpr int kLogitsTag = 73;
 constexpr int32_t kFinished = -1;
+// A chunk's numbers in a plan before its tokens and blocks: n, start, blocks, logits, adapter.
+constexpr size_t kChunkHeader = 5;
 // How long an idle follower sleeps between looks for the next plan: it waits without a deadline
 // (an idle server is not a stalled job), and this is what it adds to a step's start.
 constexpr std::chrono::microseconds kFollowerPoll{100};
@@ -131,7 +133,7 @@ void DecodeRanks::send_plan(std::span<const runtime::DecodeChunk> chunks) {
   plan_.clear();
   for (const runtime::DecodeChunk& c : chunks) {
     plan_.insert(plan_.end(), {int32_t(c.n), int32_t(c.start), int32_t(c.block_table.size()),
-                               int32_t(c.logits)});
+                               int32_t(c.logits), c.adapter});
     plan_.insert(plan_.end(), c.tokens, c.tokens + c.n);
     plan_.insert(plan_.end(), c.block_table.begin(), c.block_table.end());
   }
@@ -153,21 +155,23 @@ bool DecodeRanks::receive_plan() {
   while (!group_->test(request)) std::this_thread::sleep_for(kFollowerPoll);
   if (header[0] == kFinished) return false;
   const Clock::time_point start = Clock::now();
-  check(header[0] >= 1 && header[1] >= 4 * header[0],
+  check(header[0] >= 1 && header[1] >= int32_t(kChunkHeader) * header[0],
         "the leader's plan of {} sequences in {} numbers is malformed", header[0], header[1]);
   plan_.resize(size_t(header[1]));
   group_->broadcast(plan_.data(), header[1], DType::i32, 0);
   chunks_.clear();
   size_t at = 0;
   for (int32_t s = 0; s < header[0]; ++s) {
-    check(at + 4 <= plan_.size(), "the leader's plan ends inside sequence {}", s);
+    check(at + kChunkHeader <= plan_.size(), "the leader's plan ends inside sequence {}", s);
     const int64_t n = plan_[at], chunk_start = plan_[at + 1], blocks = plan_[at + 2],
                   logits = plan_[at + 3];
-    at += 4;
+    const int32_t adapter = plan_[at + 4];
+    at += kChunkHeader;
     check(n >= 1 && blocks >= 0 && at + size_t(n + blocks) <= plan_.size(),
           "the leader's plan ends inside sequence {}", s);
     chunks_.push_back({plan_.data() + at, n, chunk_start,
-                       std::span<const int32_t>(plan_.data() + at + n, size_t(blocks)), logits});
+                       std::span<const int32_t>(plan_.data() + at + n, size_t(blocks)), logits,
+                       adapter});
     at += size_t(n + blocks);
   }
   exchange_seconds_ += seconds_since(start);

@@ -12,8 +12,8 @@ namespace tessera::serve {
 namespace fs = std::filesystem;
 
 ServedAdapters::ServedAdapters(const model::ModelConfig& base, int64_t slots, int64_t max_rank,
-                               int64_t max_tokens)
-    : base_(base), bank_(base, slots, max_rank, max_tokens), slots_(size_t(slots)) {}
+                               int64_t max_tokens, const model::Sharding& sharding)
+    : base_(base), bank_(base, slots, max_rank, max_tokens, sharding), slots_(size_t(slots)) {}
 
 void ServedAdapters::check_name(const std::string& name) const {
   check(

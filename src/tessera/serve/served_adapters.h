@@ -24,10 +24,12 @@ struct AdapterLease {
 // (serve --lora) or while serving (/v1/load_lora_adapter), and unloaded while serving. Memory is
 // bounded by the slots and their highest rank. An adapter unloaded while requests still run with
 // it leaves its slot when the last of them ends; new requests no longer find it. Thread-safe.
+// Over several ranks, each rank loads the same adapters in the same order, into the same slots.
 class ServedAdapters {
  public:
+  // sharding: this rank's tensor-parallel slice of the model (AdapterBank).
   ServedAdapters(const model::ModelConfig& base, int64_t slots, int64_t max_rank,
-                 int64_t max_tokens);
+                 int64_t max_tokens, const model::Sharding& sharding = {});
   ServedAdapters(const ServedAdapters&) = delete;
   ServedAdapters& operator=(const ServedAdapters&) = delete;
 

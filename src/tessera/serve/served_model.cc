@@ -55,15 +55,6 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
                            const ServingFormat& format, ServedModel& served) {
   served.device = std::make_unique<kernels::DeviceContext>(format.device);
   model::ModelOptions options;
-  if (format.lora_slots > 0) {
-    check(format.mesh == nullptr && format.device.kind == kernels::DeviceKind::kCpu,
-          "--lora adapters are served by one rank on the CPU; drop --tp, --pp, --ep and --device "
-          "cuda");
-    served.adapters = std::make_unique<ServedAdapters>(
-        mc, format.lora_slots, format.max_lora_rank,
-        model::inference_max_batch(mc, max_step_tokens) * mc.max_seq);
-    options.adapters = &served.adapters->bank();
-  }
   options.context = &served.context();
   options.precision = format.precision;
   options.weights = format.weights;
@@ -93,8 +84,34 @@ void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens
     served.stage_ranks = &format.mesh->pp();
     options.parallel = &served.groups->parallel();
   }
+  if (format.lora_slots > 0) {
+    check(format.device.kind == kernels::DeviceKind::kCpu,
+          "--lora adapters are served on the CPU; drop --device cuda");
+    served.adapters = std::make_unique<ServedAdapters>(
+        mc, format.lora_slots, format.max_lora_rank,
+        model::inference_max_batch(mc, max_step_tokens) * mc.max_seq,
+        served.groups != nullptr ? served.groups->parallel().sharding : model::Sharding{});
+    options.adapters = &served.adapters->bank();
+  }
   served.model = std::make_unique<model::Transformer>(
       mc, model::inference_max_batch(mc, max_step_tokens), mc.max_seq, /*training=*/false, options);
+}
+
+// Each parameter's slice this rank holds, padding zero, from the whole model's `values` laid out
+// as `whole` (its canonical layout).
+void place_whole_params(const model::ParameterLayout& whole, std::span<const float> values,
+                        const std::string& source, model::Transformer& model) {
+  const std::span<float> params = model.params();
+  for (const model::ParamInfo& p : model.layout().entries()) {
+    const model::ParamInfo& from = whole.find(p.name);
+    check(from.shape == p.global_shape, "{}: {} has the shape {} but the served model needs {}",
+          source, p.name, from.shape.str(), p.global_shape.str());
+    const float* tensor = values.data() + from.offset;
+    for (int64_t i = 0; i < p.shape.numel(); ++i) {
+      const int64_t g = p.placement.global_index(i);
+      params[size_t(p.offset + i)] = g >= 0 ? tensor[g] : 0.0f;
+    }
+  }
 }
 
 // A Hugging Face model folder read in place: its weights, and its tokenizer when it has one
@@ -105,19 +122,8 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
   ServedModel served;
   served.step_dir = dir;
   build_inference_model(imported.config, max_step_tokens, format, served);
-  const model::ParameterLayout imported_layout = model::model_layout(imported.config).params;
-  const std::span<float> params = served.model->params();
-  // Each parameter's slice this rank holds, padding zero.
-  for (const model::ParamInfo& p : served.model->layout().entries()) {
-    const model::ParamInfo& from = imported_layout.find(p.name);
-    check(from.shape == p.global_shape, "{}: {} has the shape {} but the served model needs {}",
-          dir.string(), p.name, from.shape.str(), p.global_shape.str());
-    const float* whole = imported.params.data() + from.offset;
-    for (int64_t i = 0; i < p.shape.numel(); ++i) {
-      const int64_t g = p.placement.global_index(i);
-      params[size_t(p.offset + i)] = g >= 0 ? whole[g] : 0.0f;
-    }
-  }
+  place_whole_params(model::model_layout(imported.config).params, imported.params, dir.string(),
+                     *served.model);
   const bool has_tokenizer = tokenizer::holds_tokenizer(dir);
   if (!has_tokenizer) spdlog::info("{} holds no tokenizer: reading text as bytes", dir.string());
   served.tokenizer = tokenizer::load_tokenizer(has_tokenizer ? dir.string() : "byte");
@@ -178,7 +184,8 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
       const auto [adapted, values] = ckpt::read_checkpoint_params(step_dir, manifest);
       const model::MergedModel merged = model::merge_lora(adapted, values);
       build_inference_model(merged.config, max_step_tokens, format, served);
-      std::copy(merged.params.begin(), merged.params.end(), served.model->params().begin());
+      place_whole_params(model::model_layout(merged.config).params, merged.params,
+                         step_dir.string(), *served.model);
     } else {
       build_inference_model(mc, max_step_tokens, format, served);
       const std::span<float> params = served.model->params();
