@@ -21,6 +21,7 @@ targets=(
   "chat_template_fuzz|15"
   "chat_example_fuzz|15"
   "http_request_fuzz|25"
+  "peft_config_fuzz|10"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -92,6 +93,11 @@ PY
       printf '\x10POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 33\r\n\r\n{"model":"tiny","prompt":"In"}   ' >"$dir/post.http"
       printf '\x07POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1c\r\n{"model":"tiny","messages":[\r\n1b\r\n{"role":"user","content":"a"}]}\r\n0\r\n\r\n' >"$dir/chunked.http"
       printf '\xffGET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.0\r\nAuthorization: Bearer key\r\n\r\n' >"$dir/pipelined.http"
+      ;;
+    peft_config_fuzz)
+      printf '{"peft_type": "LORA", "r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "bias": "none", "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "task_type": "CAUSAL_LM", "use_dora": false, "rank_pattern": {}}' >"$dir/llama.json"
+      printf '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["attn.c_attn", "mlp.c_fc"], "fan_in_fan_out": true}' >"$dir/gpt2.json"
+      printf '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["self_attn.q_proj"], "layers_to_transform": [0]}' >"$dir/refused.json"
       ;;
     manifest_fuzz)
       # manifest_crc32 is the crc32 of the rest, dumped compactly with sorted keys.

@@ -116,10 +116,16 @@ void export_peft(const model::ModelConfig& config, std::span<const float> params
   check(out.good(), "{}: cannot write {}", dir.string(), kPeftConfigFile);
 }
 
-PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
-  const fs::path config_path = dir / kPeftConfigFile;
-  const std::string source = config_path.string();
-  const json c = read_json_file(config_path, "the PEFT adapter config");
+bool PeftSettings::adapts(const std::string& module) const {
+  for (const std::string& t : targets) {
+    if (module == t || (module.size() > t.size() && module.ends_with("." + t))) return true;
+    if (t.size() > module.size() && t.ends_with("." + module)) return true;
+  }
+  return false;
+}
+
+PeftSettings peft_settings(const json& c, const model::ModelConfig& base,
+                           const std::string& source) {
   check(c.is_object(), "{}: not a JSON object", source);
   auto key = [&](const char* name) -> const json& {
     check(c.contains(name), "{}: no \"{}\"", source, name);
@@ -148,27 +154,20 @@ PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
         "{}: target_modules must be a list of module names (a regular expression is not "
         "supported), got {}",
         source, listed.dump());
-  std::set<std::string> targets;
+  PeftSettings settings{base, {}};
+  std::set<std::string>& targets = settings.targets;
   for (const json& t : listed) {
     check(t.is_string() && t.get<std::string>().size() <= 256,
           "{}: target_modules holds {}, not a module name", source, t.dump());
     targets.insert(t.get<std::string>());
   }
 
-  PeftImport imported{base, {}};
-  model::ModelConfig& config = imported.config;
+  model::ModelConfig& config = settings.config;
   config.lora.rank = key("r").get<int64_t>();
   config.lora.alpha = key("lora_alpha").get<double>();
   config.lora.dropout = lora_dropout(c, source);
-  // The parts whose modules PEFT adapts, by the names a module's path ends with.
+  // The parts whose modules PEFT adapts.
   const model::ModelSpec spec = model::model_spec(base);
-  const auto targeted = [&](const std::string& module) {
-    for (const std::string& t : targets) {
-      if (module == t || (module.size() > t.size() && module.ends_with("." + t))) return true;
-      if (t.size() > module.size() && t.ends_with("." + module)) return true;
-    }
-    return false;
-  };
   std::string parts;
   const std::pair<model::PartId, const char*> kPartTargets[] = {
       {model::PartId::kQkv, "qkv"},
@@ -179,7 +178,7 @@ PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
   for (const auto& [id, name] : kPartTargets) {
     if (!spec.block.has(id)) continue;
     for (const model::ExternalSlice& slice : spec.block.part(id).external) {
-      if (!targeted(slice.hf)) continue;
+      if (!settings.adapts(slice.hf)) continue;
       if (covered.insert(name).second) parts += (parts.empty() ? "" : ",") + std::string(name);
     }
   }
@@ -187,14 +186,22 @@ PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
         source, listed.dump());
   config.lora.targets = parts;
   model::validate(config);
+  return settings;
+}
 
+PeftImport import_peft(const fs::path& dir, const model::ModelConfig& base) {
+  const fs::path config_path = dir / kPeftConfigFile;
+  const PeftSettings settings = peft_settings(
+      read_json_file(config_path, "the PEFT adapter config"), base, config_path.string());
+  PeftImport imported{settings.config, {}};
+  const model::ModelConfig& config = imported.config;
   const model::ModelLayout layout = model::model_layout(config);
   const int64_t r = config.lora.rank, begin = layout.adapters_begin;
   imported.adapters.assign(size_t(layout.params.total() - begin), 0.0f);
   const SafetensorsFile file(dir / kPeftWeightsFile);
   std::set<std::string> used;
   for (const PeftModule& m : peft_modules(layout)) {
-    if (!targeted(m.target)) continue;  // fused beside an adapted module: stays zero
+    if (!settings.adapts(m.target)) continue;  // fused beside an adapted module: stays zero
     for (const char matrix : {'A', 'B'}) {
       const std::string name = tensor_name(m, matrix);
       const SafetensorsEntry* e = file.find(name);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +23,19 @@ inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 // in adapter_config.json.
 void export_peft(const model::ModelConfig& config, std::span<const float> params,
                  const std::filesystem::path& dir, const std::string& base_model);
+
+// What an adapter_config.json says for a base model: the base's config with its lora settings,
+// and the module names target_modules lists. Throws naming the file (`source`) and the key for
+// anything Tessera does not compute (DoRA, rsLoRA, per-module ranks, biases, ...).
+struct PeftSettings {
+  model::ModelConfig config;
+  std::set<std::string> targets;
+  // Whether PEFT adapts `module` (a module's path inside a block, "self_attn.q_proj"): a target
+  // names it whole or by the end of its path, as PEFT matches them.
+  bool adapts(const std::string& module) const;
+};
+PeftSettings peft_settings(const nlohmann::json& config, const model::ModelConfig& base,
+                           const std::string& source);
 
 // A PEFT LoRA folder read for a base model: the adapters' settings and their values, the range
 // [adapters_begin, total) of model_layout(config). Modules PEFT adapts that Tessera fuses with
