@@ -182,6 +182,17 @@ TEST(DryRun, LoraMemoryAndFlopsAreTheEnginesOwn) {
   EXPECT_DOUBLE_EQ(lora.hardware, lora.model + 2 * w.adapters_down * L);
 }
 
+// A mixture's attention adapters sit after its experts in the layout; each expert-parallel rank
+// holds them whole, as it holds the rest of the dense model, and the plan counts them once.
+TEST(DryRun, AdaptersOfAMixtureAreHeldOncePerReplica) {
+  const DryRun plan = dry_run(
+      run_with({"model.arch=llama", "model.moe_experts=4", "model.moe_top_k=2",
+                "model.tie_embeddings=false", "train.lora_rank=4", "train.lora_targets=attention",
+                "mesh.dp=2", "mesh.ep=2"}),
+      2);
+  EXPECT_EQ(plan.ranks.size(), 2u);
+}
+
 TEST(DryRun, AMeshOrScheduleThatCannotRunIsAnError) {
   const RunConfig run = run_with({"mesh.dp=2", "mesh.pp=2", "train.grad_accum=2"});
   testing::expect_error([&] { dry_run(run, 8); }, {"mesh.dp x mesh.tp x mesh.pp", "8"});

@@ -193,7 +193,11 @@ std::vector<PartId> lora_target_parts(const ModelConfig& c) {
           name);
     named.insert(named.end(), it->second.begin(), it->second.end());
   }
-  check(!c.is_moe(), "train.lora_rank: LoRA adapters on a mixture of experts are not supported");
+  const bool mlp = std::find(named.begin(), named.end(), PartId::kMlpIn) != named.end() ||
+                   std::find(named.begin(), named.end(), PartId::kMlpOut) != named.end();
+  check(!c.is_moe() || !mlp,
+        "train.lora_targets: a mixture of experts has no dense MLP to adapt, and adapters of its "
+        "experts are not supported yet; target its attention (qkv, attn_out)");
   std::vector<PartId> parts;
   for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
     if (std::find(named.begin(), named.end(), id) != named.end()) parts.push_back(id);

@@ -419,7 +419,7 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
       dact[f] *= gate;
     }
   }
-  for (int64_t j = 0; j < local_experts_; ++j) {
+  for (int64_t j = 0; j < local_experts_ && g.down != nullptr; ++j) {
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
     gemm<T>(ctx_, true, false, C, F, n, T(1), got + r0 * W, W, scratch_->act.data() + r0 * F, F,
@@ -431,8 +431,9 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
     const int64_t r0 = received_begin_[j], n = received_begin_[j + 1] - r0;
     if (n == 0) continue;
     linear_backward<T>(ctx_, scratch_->dhidden.data() + r0 * 2 * F, in + r0 * C,
-                       w.gate_up + j * 2 * F * C, d_in + r0 * C, g.gate_up + j * 2 * F * C, nullptr,
-                       n, C, 2 * F);
+                       w.gate_up + j * 2 * F * C, d_in + r0 * C,
+                       g.gate_up != nullptr ? g.gate_up + j * 2 * F * C : nullptr, nullptr, n, C,
+                       2 * F);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) std::copy(d_in + r * C, d_in + (r + 1) * C, got + r * W);

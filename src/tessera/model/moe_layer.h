@@ -19,7 +19,8 @@ struct MoeWeights {
   const T *router, *gate_up, *down, *shared_gate_up, *shared_down;
 };
 
-// Gradients of the same shapes; backward accumulates (+=) into them.
+// Gradients of the same shapes; backward accumulates (+=) into them. Null: a frozen weight, whose
+// gradient is not computed (the input's still is).
 template <typename T>
 struct MoeGrads {
   T *router, *gate_up, *down, *shared_gate_up, *shared_down;
