@@ -247,30 +247,43 @@ TEST_F(LoraCli, Bf16AdaptersFollowTheF32Losses) {
   EXPECT_LT(f32.back(), f32.front() - 0.1);
 }
 
-// A mixture of experts' attention adapters train with its router and experts frozen, on
-// expert-, tensor- and pipeline-parallel layouts as on one rank; its experts are not adapted.
-TEST_F(LoraCli, AttentionAdaptersOfAMixtureFollowOneRank) {
-  auto args = [&](const std::string& out, const std::string& more) {
-    return "train --data " + (dir / "corpus.txt") + " --out " + (dir / out) + kLoraGpt2 +
-           kMoeFlags + kLoraFlags + " --set train.lora_targets=attention --set train.steps=6 " +
-           "--set train.grad_accum=2 " + more;
-  };
-  ASSERT_EQ(run_cli(args("one", "")).exit_code, 0);
-  const std::vector<double> one = training_losses(dir / "one");
-  ASSERT_EQ(one.size(), 6u);
-  EXPECT_LT(one.back(), one.front());
-  const std::vector<JobLayout> layouts = {{2, "--set mesh.dp=2 --set mesh.ep=2 --set train.zero=1"},
-                                          {2, "--set mesh.tp=2"},
-                                          {2, "--set mesh.pp=2"}};
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    SCOPED_TRACE(layouts[i].mesh);
-    const std::string out = "split-" + std::to_string(i);
-    const CliResult r = run_mpi(layouts[i].ranks, args(out, layouts[i].mesh));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_same_losses(training_losses(dir / out), one);
+// A mixture of experts' adapters, on its attention and on each expert, train with its router and
+// experts frozen, on data-, tensor-, pipeline- and (attention's) expert-parallel layouts as on one
+// rank. Adapters on experts split over mesh.ep, and mlp targets, are refused by name.
+TEST_F(LoraCli, AdaptersOfAMixtureFollowOneRank) {
+  for (const std::string targets : {"attention", "attention,experts"}) {
+    SCOPED_TRACE(targets);
+    auto args = [&](const std::string& out, const std::string& more) {
+      return "train --data " + (dir / "corpus.txt") + " --out " + (dir / (targets + out)) +
+             kLoraGpt2 + kMoeFlags + kLoraFlags + " --set train.lora_targets=" + targets +
+             " --set train.steps=6 --set train.grad_accum=2 " + more;
+    };
+    ASSERT_EQ(run_cli(args("one", "")).exit_code, 0);
+    const std::vector<double> one = training_losses(dir / (targets + "one"));
+    ASSERT_EQ(one.size(), 6u);
+    EXPECT_LT(one.back(), one.front());
+    const bool experts = targets != "attention";
+    std::vector<JobLayout> layouts = {{2, "--set mesh.dp=2 --set train.zero=1"},
+                                      {2, "--set mesh.tp=2 --set mesh.sequence_parallel=true"},
+                                      {2, "--set mesh.pp=2"}};
+    if (!experts) layouts.push_back({2, "--set mesh.dp=2 --set mesh.ep=2 --set train.zero=1"});
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      SCOPED_TRACE(layouts[i].mesh);
+      const std::string out = "split-" + std::to_string(i);
+      const CliResult r = run_mpi(layouts[i].ranks, args(out, layouts[i].mesh));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      expect_same_losses(training_losses(dir / (targets + out)), one);
+    }
   }
-  expect_one_line_error(run_cli(args("mlp", "--set train.lora_targets=attention,mlp")),
+  const std::string base = "train --data " + (dir / "corpus.txt") + " --out " + (dir / "refused") +
+                           kLoraGpt2 + kMoeFlags + kLoraFlags;
+  expect_one_line_error(run_cli(base + " --set train.lora_targets=attention,mlp"),
                         "train.lora_targets");
+  const CliResult ep = run_mpi(2, base +
+                                      " --set train.lora_targets=experts --set mesh.dp=2 "
+                                      "--set mesh.ep=2");
+  EXPECT_NE(ep.exit_code, 0);
+  EXPECT_NE(ep.output.find("train.lora_targets"), std::string::npos) << ep.output;
 }
 
 // Dropout draws its masks by step, micro-batch and data-parallel rank: tensor-parallel ranks

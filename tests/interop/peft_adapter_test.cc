@@ -68,6 +68,28 @@ TEST(PeftAdapter, ReadsBackWhatItWrites) {
   }
 }
 
+// A Mixtral's experts: each expert's w1, w3 and w2 its own PEFT adapter, targeted by last name.
+TEST(PeftAdapter, EachExpertIsAModuleOfItsOwn) {
+  const fs::path dir = testing::fresh_test_dir("tessera-peft-moe");
+  model::ModelConfig c = model::small_configs(8).moe;
+  c.lora = {.rank = 2, .alpha = 4, .targets = "experts"};
+  const std::vector<float> params = random_params(c);
+  export_peft(c, params, dir, "base");
+  const nlohmann::json config = read_json_file(dir / kPeftConfigFile);
+  EXPECT_EQ(config["target_modules"], nlohmann::json({"w1", "w2", "w3"}));
+  const SafetensorsFile file(dir / kPeftWeightsFile);
+  const SafetensorsEntry* w3 =
+      file.find("base_model.model.model.layers.1.block_sparse_moe.experts.2.w3.lora_B.weight");
+  ASSERT_NE(w3, nullptr);
+  EXPECT_EQ(w3->shape, (std::vector<int64_t>{c.ffn(), 2}));
+  model::ModelConfig base = c;
+  base.lora = {};
+  const PeftImport back = import_peft(dir, base);
+  EXPECT_EQ(back.config.lora.targets, "experts_in,experts_out");
+  const model::ModelLayout layout = model::model_layout(c);
+  EXPECT_EQ(back.adapters, std::vector<float>(params.begin() + layout.adapters_begin, params.end()));
+}
+
 // PEFT adapting q_proj alone: Tessera's qkv adapter with zero k and v pieces.
 TEST(PeftAdapter, APieceOfAFusedPartAloneGetsZeroNeighbours) {
   const fs::path dir = testing::fresh_test_dir("tessera-peft");

@@ -58,7 +58,9 @@ TEST(Lora, BadTargetsAreRefusedByName) {
   testing::expect_error([] { model_layout(with_lora(small_configs(8).llama, "attention,ffn")); },
                         {"train.lora_targets", "\"ffn\""});
   testing::expect_error([] { model_layout(with_lora(small_configs(8).moe, "attention,mlp")); },
-                        {"train.lora_targets", "mixture of experts", "qkv, attn_out"});
+                        {"train.lora_targets", "mixture of experts", "experts"});
+  testing::expect_error([] { model_layout(with_lora(small_configs(8).llama, "experts")); },
+                        {"train.lora_targets", "no experts"});
 }
 
 // B starts at zero: the adapted model computes what its base does, to the bit.
@@ -117,8 +119,12 @@ TEST(Lora, GradientsOfEveryRoleMatchFiniteDifferences) {
     check_adapter_gradients(with_lora(small_configs(8).llama, target));
     check_adapter_gradients(with_lora(small_configs(8).gpt2, target));
   }
-  // A mixture of experts' attention, its router and experts frozen.
+  // A mixture of experts' attention and experts, its router and experts frozen.
   check_adapter_gradients(with_lora(small_configs(8).moe, "attention"), 0, 1e-3f);
+  for (const std::string target : {"experts_in", "experts_out"}) {
+    SCOPED_TRACE(target);
+    check_adapter_gradients(with_lora(small_configs(8).moe, target));
+  }
 }
 
 ModelConfig with_dropout(ModelConfig c, double p) {
@@ -162,8 +168,10 @@ TEST(Lora, DropoutActsOnlyInPassesWithAKey) {
 
 // Folded into the weights, every adapter of every role gives the logits the adapted model gives.
 TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
-  for (const ModelConfig& base : {small_configs(8).llama, small_configs(8).gpt2}) {
-    const ModelConfig c = with_lora(base, "attention,mlp");
+  for (const ModelConfig& c : {with_lora(small_configs(8).llama, "attention,mlp"),
+                               with_lora(small_configs(8).gpt2, "attention,mlp"),
+                               with_lora(small_configs(8).moe, "attention,experts")}) {
+    const ModelConfig& base = c;
     const int64_t B = 2, T = 8, n = B * T * c.vocab_size;
     Transformer adapted(c, B, T, /*training=*/false);
     std::mt19937 rng(4);

@@ -217,6 +217,80 @@ INSTANTIATE_TEST_SUITE_P(
                       GradientCase{"Top2CapacitySharedScaledAux", 2, 1, 1.0, true, 0.25}),
     [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
 
+// LoRA adapters on every expert's gate_up (gate and up each its own) and down, the experts and
+// router frozen: the output is that of experts whose weights have the updates merged in, and the
+// adapters' and the input's gradients match central differences in f64, dropped assignments
+// included.
+TEST(MoeExpertAdapters, MatchMergedWeightsAndFiniteDifferences) {
+  const int64_t N = 12, C = 6, F = 5, E = 4, r = 2;
+  for (const double capacity : {0.0, 1.0}) {
+    SCOPED_TRACE(capacity);
+    ModelConfig config = moe_config(C, F, E, 2, 1, capacity, 0.3);
+    config.lora = {.rank = r, .alpha = 3, .targets = "experts"};
+    const double scale = config.lora.scale();
+    Params<double> p(config, 40);
+    auto gate_up_a = random_vector<double>(E * 2 * r * C, 45, 0.5),
+         gate_up_b = random_vector<double>(E * 2 * F * r, 46, 0.5),
+         down_a = random_vector<double>(E * r * F, 47, 0.5),
+         down_b = random_vector<double>(E * C * r, 48, 0.5);
+    auto x = random_vector<double>(N * C, 49), dy = random_vector<double>(N * C, 50);
+    MoeWeights<double> w = p.weights();
+    w.gate_up_a = gate_up_a.data();
+    w.gate_up_b = gate_up_b.data();
+    w.down_a = down_a.data();
+    w.down_b = down_b.data();
+    MoeLayer<double> layer(kernels::kCpuContext, config, N);
+    std::vector<double> y(N * C), dx(N * C);
+    layer.forward(x.data(), y.data(), N, w);
+
+    // W_e += scale B_e A_e, gate's and up's pieces each from their own rank rows of A.
+    Params<double> merged = p;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t o = 0; o < 2 * F; ++o) {
+        const int64_t piece = o / F;
+        for (int64_t i = 0; i < C; ++i) {
+          double d = 0;
+          for (int64_t k = 0; k < r; ++k) {
+            d +=
+                gate_up_b[(e * 2 * F + o) * r + k] * gate_up_a[(e * 2 * r + piece * r + k) * C + i];
+          }
+          merged.gate_up[(e * 2 * F + o) * C + i] += scale * d;
+        }
+      }
+      for (int64_t o = 0; o < C; ++o) {
+        for (int64_t i = 0; i < F; ++i) {
+          double d = 0;
+          for (int64_t k = 0; k < r; ++k)
+            d += down_b[(e * C + o) * r + k] * down_a[(e * r + k) * F + i];
+          merged.down[(e * C + o) * F + i] += scale * d;
+        }
+      }
+    }
+    const NaiveResult want = naive_moe(config, x, N, merged);
+    for (int64_t i = 0; i < N * C; ++i) ASSERT_NEAR(y[i], want.y[i], 1e-12) << "element " << i;
+    EXPECT_EQ(layer.dropped() > 0, capacity > 0);
+
+    std::vector<double> d_gate_up_a(gate_up_a.size()), d_gate_up_b(gate_up_b.size()),
+        d_down_a(down_a.size()), d_down_b(down_b.size());
+    MoeGrads<double> g{nullptr, nullptr, nullptr, nullptr, nullptr};
+    g.gate_up_a = d_gate_up_a.data();
+    g.gate_up_b = d_gate_up_b.data();
+    g.down_a = d_down_a.data();
+    g.down_b = d_down_b.data();
+    layer.backward(dy.data(), x.data(), dx.data(), N, w, g, 0.5);
+    auto loss = [&] {
+      const double aux = layer.forward(x.data(), y.data(), N, w);
+      return testing::weighted_sum(y, dy) + 0.5 * aux;
+    };
+    const double bound = Tolerance<double>::kMaxRelError;
+    EXPECT_LT(relative_gradient_error(x, loss, dx), bound) << "x";
+    EXPECT_LT(relative_gradient_error(gate_up_a, loss, d_gate_up_a), bound) << "gate_up A";
+    EXPECT_LT(relative_gradient_error(gate_up_b, loss, d_gate_up_b), bound) << "gate_up B";
+    EXPECT_LT(relative_gradient_error(down_a, loss, d_down_a), bound) << "down A";
+    EXPECT_LT(relative_gradient_error(down_b, loss, d_down_b), bound) << "down B";
+  }
+}
+
 template <typename T>
 class MoeSingleExpert : public ::testing::Test {};
 using Precisions = ::testing::Types<double, float>;

@@ -60,6 +60,17 @@ TEST(ServedAdapters, RefusesWhatDoesNotFit) {
   EXPECT_EQ(adapters.names(), std::vector<std::string>{"b"});
 }
 
+// Adapters on a mixture's experts are served merged into their run, not per request.
+TEST(ServedAdapters, ExpertAdaptersAreRefusedByName) {
+  model::ModelConfig moe = model::small_configs(8).moe;
+  ServedAdapters adapters(moe, 1, 4, 16);
+  moe.lora = {.rank = 2, .alpha = 4, .targets = "attention,experts"};
+  testing::expect_error([&] { adapters.load("e", moe, adapter_values(moe)); },
+                        {"experts", "merged"});
+  moe.lora.targets = "attention";
+  adapters.load("a", moe, adapter_values(moe));
+}
+
 TEST(ServedAdapters, AnUnloadedAdapterStaysUntilItsLastRequestEnds) {
   ServedAdapters adapters(base_config(), 1, 2, 16);
   adapters.load("a", adapted(2), adapter_values(adapted(2)));

@@ -41,12 +41,19 @@ std::vector<PeftModule> peft_modules(const model::ModelLayout& layout) {
       const model::AdapterOffsets& o = layout.adapters[l][b.id];
       const int64_t in = spec.part(b.id).in;
       const std::vector<int64_t> rows = model::lora_piece_rows(b);
-      int64_t row = 0;
-      for (size_t j = 0; j < rows.size(); ++j) {
-        const std::string& target = b.external[j].hf;
-        modules.push_back(
-            {prefix + target, target, o.a + int64_t(j) * r * in, o.b + row * r, in, rows[j]});
-        row += rows[j];
+      const int64_t pieces = int64_t(rows.size());
+      for (int64_t e = 0; e < b.stack; ++e) {  // each expert of a stack: one module per piece
+        const int64_t a = o.a + e * pieces * r * in, up = o.b + e * b.out * r;
+        int64_t row = 0;
+        for (int64_t j = 0; j < pieces; ++j) {
+          const std::string& path = b.external[size_t(j)].hf;
+          const std::string module = fmt::format(fmt::runtime(path), fmt::arg("e", e));
+          // Experts' modules are targeted by their last name (w1), as PEFT matches them.
+          const size_t expert = path.find("{e}.");
+          const std::string target = expert == std::string::npos ? path : path.substr(expert + 4);
+          modules.push_back({prefix + module, target, a + j * r * in, up + row * r, in, rows[j]});
+          row += rows[j];
+        }
       }
     }
   }
@@ -173,7 +180,9 @@ PeftSettings peft_settings(const json& c, const model::ModelConfig& base,
       {model::PartId::kQkv, "qkv"},
       {model::PartId::kAttentionOut, "attn_out"},
       {model::PartId::kMlpIn, "mlp_in"},
-      {model::PartId::kMlpOut, "mlp_out"}};
+      {model::PartId::kMlpOut, "mlp_out"},
+      {model::PartId::kExpertsIn, "experts_in"},
+      {model::PartId::kExpertsOut, "experts_out"}};
   std::set<std::string> covered;
   for (const auto& [id, name] : kPartTargets) {
     if (!spec.block.has(id)) continue;

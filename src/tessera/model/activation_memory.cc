@@ -246,7 +246,8 @@ ActivationBytes activation_bytes(const ModelConfig& c, const ModelLayout& layout
     // activations, else one that every block uses in turn; all of them share one scratch.
     const int64_t N = o.max_batch * o.max_seq, C = c.d_model, F = c.ffn();
     const int64_t moe = 4 * moe_activation_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks);
-    const int64_t scratch = 4 * moe_scratch_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks);
+    const int64_t scratch =
+        4 * moe_scratch_floats(c.moe, C, F, N, sharding.ep, o.batch_ranks, expert_lora_rank(c));
     const bool per_layer = o.training && o.recompute != Recompute::kFull;
     (per_layer ? b.saved_per_layer : b.working) += moe;
     if (per_layer) b.per_micro_batch += moe * blocks;

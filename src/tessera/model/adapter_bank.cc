@@ -2,6 +2,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/lora.h"
+#include "tessera/model/moe_layer.h"
 
 namespace tessera::model {
 
@@ -37,6 +38,9 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
   ModelConfig adapted_base = adapted;
   adapted_base.lora = {};
   check(adapted_base == base_, "the adapter was trained for another model than the one served");
+  check(expert_lora_rank(adapted) == 0,
+        "adapters of a mixture's experts are not served per request yet; serve the LoRA run "
+        "itself, its adapters merged");
   check(adapted.lora.rank <= max_rank_, "the adapter's rank {} is above --max-lora-rank {}",
         adapted.lora.rank, max_rank_);
   const ModelLayout whole = model_layout(adapted);

@@ -40,6 +40,21 @@ std::optional<SharedHeads> shared_kv_heads(const BlockSpec& spec, const BlockWid
   return SharedHeads{w.heads * w.head_dim, w.head_dim, 2, s.tp_rank * kv / s.tp, kv};
 }
 
+// The MoE layer's weights or gradients: `at` of each offset (-1: none, null).
+template <typename Pointers, typename At>
+Pointers moe_pointers(const PartTable& parts, const AdapterTable& adapters, At at) {
+  const AdapterOffsets &in = adapters[PartId::kExpertsIn], &out = adapters[PartId::kExpertsOut];
+  return {at(parts[PartId::kRouter].weight),
+          at(parts[PartId::kExpertsIn].weight),
+          at(parts[PartId::kExpertsOut].weight),
+          at(parts[PartId::kSharedIn].weight),
+          at(parts[PartId::kSharedOut].weight),
+          at(in.a),
+          at(in.b),
+          at(out.a),
+          at(out.b)};
+}
+
 }  // namespace
 
 Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayout& layout,
@@ -49,6 +64,7 @@ Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayo
     : ctx_(ctx),
       w_(spec.block, layout.sharding),
       parts_(layout.blocks[layer]),
+      expert_adapters_(layout.adapters.empty() ? AdapterTable{} : layout.adapters[layer]),
       tp_(parallel, spec.block.d_model),
       format_(format),
       ws_(workspace),
@@ -76,21 +92,13 @@ void Block::bind(const BlockActivations& activations, MoeLayer<float>* moe) {
 }
 
 MoeWeights<float> Block::moe_weights(const ParamAccess& p) const {
-  auto at = [&](PartId id) {
-    const int64_t o = parts_[id].weight;
-    return o >= 0 ? p.f32(o) : nullptr;
-  };
-  return {at(PartId::kRouter), at(PartId::kExpertsIn), at(PartId::kExpertsOut),
-          at(PartId::kSharedIn), at(PartId::kSharedOut)};
+  return moe_pointers<MoeWeights<float>>(parts_, expert_adapters_,
+                                         [&](int64_t o) { return o >= 0 ? p.f32(o) : nullptr; });
 }
 
 MoeGrads<float> Block::moe_grads(const ParamAccess& p) const {
-  auto at = [&](PartId id) {
-    const int64_t o = parts_[id].weight;
-    return o >= 0 ? p.grad(o) : nullptr;
-  };
-  return {at(PartId::kRouter), at(PartId::kExpertsIn), at(PartId::kExpertsOut),
-          at(PartId::kSharedIn), at(PartId::kSharedOut)};
+  return moe_pointers<MoeGrads<float>>(parts_, expert_adapters_,
+                                       [&](int64_t o) { return o >= 0 ? p.grad(o) : nullptr; });
 }
 
 // Every tensor-parallel rank runs the mixture of experts over all N tokens; with sequence

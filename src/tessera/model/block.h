@@ -117,7 +117,8 @@ class Block {
 
   BlockWidths w_;
   PartTable parts_;
-  TensorParallel tp_;  // before the layers, which hold references to it
+  AdapterTable expert_adapters_;  // the offsets of the experts' LoRA adapters, if any
+  TensorParallel tp_;             // before the layers, which hold references to it
   MatmulFormat format_;
   BlockWorkspace ws_;
   BlockActivations a_;

@@ -139,6 +139,7 @@ void add_moe_parts(const ModelConfig& c, BlockSpec& s) {
       {{"block_sparse_moe.experts.{e}.w1", "", F}, {"block_sparse_moe.experts.{e}.w3", "", F}});
   experts_in.stack = E;
   experts_in.token_share = routed_share;
+  experts_in.out_parts = {F, F};
   s.parts.push_back(experts_in);
   Part experts_out = linear(PartId::kExpertsOut, "moe.experts.down", F, C, false, Role::kExpert,
                             {{"block_sparse_moe.experts.{e}.w2"}}, Init::kResidual);
@@ -155,17 +156,28 @@ void add_moe_parts(const ModelConfig& c, BlockSpec& s) {
 }
 
 // A and B of the adapter of `base`. A column-parallel part's B is split like it (A is whole on
-// every rank); a row-parallel part's A is split like it (B is whole on every rank).
+// every rank); a row-parallel part's A is split like it (B is whole on every rank). An expert
+// stack's adapters are stacks of one adapter per expert, held with their experts.
 void add_adapter_parts(const Part& base, int64_t rank, BlockSpec& s) {
-  const bool column = base.role == Role::kColumn;
+  const bool column = base.role == Role::kColumn, experts = base.role == Role::kExpert;
   // A piece per module Hugging Face names (q, k and v; gate and up; GPT-2's fused c_attn is one).
   const int64_t pieces = int64_t(base.external.size());
   Part a = linear(base.id, base.name + ".lora_a", base.in, pieces * rank, false,
-                  column ? Role::kReplicated : Role::kRow, base.external, Init::kLoraDown);
+                  experts  ? Role::kExpert
+                  : column ? Role::kReplicated
+                           : Role::kRow,
+                  base.external, Init::kLoraDown);
+  Part b = linear(base.id, base.name + ".lora_b", rank, base.out, false,
+                  experts  ? Role::kExpert
+                  : column ? Role::kColumn
+                           : Role::kReplicated,
+                  base.external, Init::kZeros);
+  for (Part* p : {&a, &b}) {
+    p->stack = base.stack;
+    p->token_share = base.token_share;
+  }
   a.lora = LoraMatrix::kA;
   s.adapters.push_back(std::move(a));
-  Part b = linear(base.id, base.name + ".lora_b", rank, base.out, false,
-                  column ? Role::kColumn : Role::kReplicated, base.external, Init::kZeros);
   b.out_parts = base.out_parts;
   b.out_unit = base.out_unit;
   b.lora = LoraMatrix::kB;
@@ -182,6 +194,9 @@ std::vector<PartId> lora_target_parts(const ModelConfig& c) {
       {"mlp_out", {PartId::kMlpOut, PartId::kMlpOut}},
       {"attention", {PartId::kQkv, PartId::kAttentionOut}},
       {"mlp", {PartId::kMlpIn, PartId::kMlpOut}},
+      {"experts_in", {PartId::kExpertsIn, PartId::kExpertsIn}},
+      {"experts_out", {PartId::kExpertsOut, PartId::kExpertsOut}},
+      {"experts", {PartId::kExpertsIn, PartId::kExpertsOut}},
   };
   std::vector<PartId> named;
   for (const std::string& name : split_commas(c.lora.targets)) {
@@ -189,18 +204,22 @@ std::vector<PartId> lora_target_parts(const ModelConfig& c) {
                                   [&](const auto& n) { return name == n.first; });
     check(it != std::end(kNames),
           "train.lora_targets: \"{}\" is not a target; name qkv, attn_out, mlp_in, mlp_out, "
-          "attention or mlp, separated by commas",
+          "attention, mlp, experts_in, experts_out or experts, separated by commas",
           name);
     named.insert(named.end(), it->second.begin(), it->second.end());
   }
-  const bool mlp = std::find(named.begin(), named.end(), PartId::kMlpIn) != named.end() ||
-                   std::find(named.begin(), named.end(), PartId::kMlpOut) != named.end();
-  check(!c.is_moe() || !mlp,
-        "train.lora_targets: a mixture of experts has no dense MLP to adapt, and adapters of its "
-        "experts are not supported yet; target its attention (qkv, attn_out)");
+  const auto names = [&](PartId id) {
+    return std::find(named.begin(), named.end(), id) != named.end();
+  };
+  check(!c.is_moe() || (!names(PartId::kMlpIn) && !names(PartId::kMlpOut)),
+        "train.lora_targets: a mixture of experts has no dense MLP; target its experts (experts, "
+        "experts_in, experts_out) or its attention (attention, qkv, attn_out)");
+  check(c.is_moe() || (!names(PartId::kExpertsIn) && !names(PartId::kExpertsOut)),
+        "train.lora_targets: the model has no experts (model.moe_experts is 0); target mlp");
   std::vector<PartId> parts;
-  for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
-    if (std::find(named.begin(), named.end(), id) != named.end()) parts.push_back(id);
+  for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut,
+                    PartId::kExpertsIn, PartId::kExpertsOut}) {
+    if (names(id)) parts.push_back(id);
   }
   return parts;
 }
@@ -294,8 +313,8 @@ MatmulWeights matmul_weights(const ModelSpec& spec) {
     if (spec.tied_head && p.id == PartId::kTokenEmbedding) w.head += matrix(p);
   }
   for (const Part& p : spec.block.adapters) {
-    w.adapters += matrix(p);
-    if (p.lora == LoraMatrix::kA) w.adapters_down += matrix(p);
+    w.adapters += matrix(p) * p.token_share;
+    if (p.lora == LoraMatrix::kA) w.adapters_down += matrix(p) * p.token_share;
   }
   return w;
 }

@@ -206,7 +206,7 @@ ModelSpec model_spec(const ModelConfig& config);
 struct MatmulWeights {
   double block = 0, head = 0;
   // Per block, of LoRA adapters: their A and B matrices, and the A alone (the down-projection that
-  // backward computes again).
+  // backward computes again); experts' by their token share.
   double adapters = 0, adapters_down = 0;
 };
 MatmulWeights matmul_weights(const ModelSpec& spec);

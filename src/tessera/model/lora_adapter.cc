@@ -152,7 +152,7 @@ BlockAdapters::BlockAdapters(const kernels::Context& ctx, const ModelLayout& lay
   if (layout.adapters.empty()) return;
   const BlockSpec& spec = layout.spec.block;
   for (const Part& a : spec.adapters) {
-    if (a.lora != LoraMatrix::kB) continue;
+    if (a.lora != LoraMatrix::kB || a.role == Role::kExpert) continue;  // experts': MoeLayer's
     const AdapterOffsets& o = layout.adapters[layer][a.id];
     const ParamInfo& b = layout.params.at_offset(o.b);
     const bool row = spec.part(a.id).role == Role::kRow;

@@ -63,7 +63,8 @@ const Settings<LoraConfig>& lora_settings() {
               "LoRA: each adapter's update is scaled by lora_alpha / lora_rank", above(0)),
       setting("train.lora_targets", &L::targets,
               "LoRA: the linears adapted, comma-separated: qkv, attn_out, mlp_in, mlp_out, "
-              "attention (= qkv,attn_out), mlp (= mlp_in,mlp_out)"),
+              "attention (= qkv,attn_out), mlp (= mlp_in,mlp_out), and a mixture's experts_in, "
+              "experts_out, experts (= both)"),
       setting("train.lora_dropout", &L::dropout,
               "LoRA: the probability that training zeroes an adapter's input value (PEFT's "
               "lora_dropout)",

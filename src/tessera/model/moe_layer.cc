@@ -6,7 +6,9 @@
 #include <type_traits>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/lora.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/model/block_spec.h"
 
 namespace tessera::model {
 
@@ -39,10 +41,18 @@ int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_
 }
 
 int64_t moe_scratch_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
-                           int64_t batch_ranks) {
+                           int64_t batch_ranks, int64_t lora_rank) {
   const MoeRows r = moe_rows(moe, N, ep, batch_ranks);
   return 3 * std::max(r.assignments, r.received) * (C + 1) + r.hidden * 4 * F +
-         N * (moe.top_k + moe.n_experts);
+         N * (moe.top_k + moe.n_experts) + r.hidden * 5 * lora_rank;
+}
+
+int64_t expert_lora_rank(const ModelConfig& config) {
+  if (!config.lora.enabled()) return 0;
+  for (const PartId id : lora_target_parts(config)) {
+    if (id == PartId::kExpertsIn || id == PartId::kExpertsOut) return config.lora.rank;
+  }
+  return 0;
 }
 
 template <typename T>
@@ -82,6 +92,8 @@ MoeLayer<T>::MoeLayer(const kernels::Context& ctx, const ModelConfig& config, in
   check(std::is_same_v<T, float> || (ep_ranks_ == 1 && group_size(parallel.batch) == 1),
         "a MoE layer split over ranks computes in f32");
   local_experts_ = E_ / ep_ranks_;
+  lora_rank_ = expert_lora_rank(config);
+  lora_scale_ = lora_rank_ > 0 ? T(config.lora.scale()) : T(0);
   const int64_t N = max_tokens;
   const MoeRows bound = moe_rows(config.moe, N, ep_ranks_, group_size(parallel.batch));
   const int64_t A = bound.assignments, received = bound.received;
@@ -113,6 +125,9 @@ MoeLayer<T>::MoeLayer(const kernels::Context& ctx, const ModelConfig& config, in
   at_least(s.dhidden, bound.hidden * 2 * F_);
   at_least(s.dgates, A);
   at_least(s.dlogits, N * E_);
+  at_least(s.lora_u, bound.hidden * 2 * lora_rank_);
+  at_least(s.lora_du, bound.hidden * lora_rank_);
+  at_least(s.lora_dh, bound.hidden * 2 * lora_rank_);
   counts_.resize(std::max<int64_t>(E_ * group_size(parallel.batch), 2 * E_));
   send_elements_.resize(ep_ranks_);
   recv_elements_.resize(ep_ranks_);
@@ -323,6 +338,13 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
     if (n == 0) continue;
     linear_forward<T>(ctx_, in + r0 * C, w.gate_up + j * 2 * F * C, nullptr,
                       hidden_.data() + r0 * 2 * F, n, C, 2 * F);
+    if (w.gate_up_a != nullptr) {
+      const int64_t r = lora_rank_, pieces[2] = {F, F};
+      T* u = scratch_->lora_u.data() + r0 * 2 * r;
+      kernels::lora_down<T>(ctx_, in + r0 * C, w.gate_up_a + j * 2 * r * C, u, n, C, 2 * r);
+      kernels::lora_up<T>(ctx_, u, w.gate_up_b + j * 2 * F * r, hidden_.data() + r0 * 2 * F, n, r,
+                          pieces, lora_scale_);
+    }
   }
   swiglu_forward<T>(ctx_, hidden_.data(), scratch_->act.data(), R, F);
   T* out = scratch_->rows_b.data();
@@ -331,6 +353,12 @@ T MoeLayer<T>::forward(const T* x, T* y, int64_t N, const MoeWeights<T>& w) {
     if (n == 0) continue;
     linear_forward<T>(ctx_, scratch_->act.data() + r0 * F, w.down + j * C * F, nullptr,
                       out + r0 * C, n, F, C);
+    if (w.down_a != nullptr) {
+      const int64_t r = lora_rank_, pieces[1] = {C};
+      T* u = scratch_->lora_u.data() + r0 * r;
+      kernels::lora_down<T>(ctx_, scratch_->act.data() + r0 * F, w.down_a + j * r * F, u, n, F, r);
+      kernels::lora_up<T>(ctx_, u, w.down_b + j * C * r, out + r0 * C, n, r, pieces, lora_scale_);
+    }
   }
   T* returned = scratch_->rows_a.data();  // the sent rows of x are spent
   dispatch_back(out, returned, C);
@@ -405,6 +433,7 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
     if (n == 0) continue;
     gemm<T>(ctx_, false, false, n, F, C, T(1), got + r0 * W, W, w.down + j * C * F, F, T(0),
             scratch_->dact.data() + r0 * F, F);
+    if (w.down_a != nullptr) down_adapter_input_backward(got, j, r0, n, w);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) {
@@ -434,9 +463,50 @@ void MoeLayer<T>::experts_backward(T* got, const T* in, const MoeWeights<T>& w,
                        w.gate_up + j * 2 * F * C, d_in + r0 * C,
                        g.gate_up != nullptr ? g.gate_up + j * 2 * F * C : nullptr, nullptr, n, C,
                        2 * F);
+    if (adapted()) adapters_weight_backward(got, in, d_in, j, r0, n, w, g);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r) std::copy(d_in + r * C, d_in + (r + 1) * C, got + r * W);
+}
+
+template <typename T>
+void MoeLayer<T>::down_adapter_input_backward(const T* got, int64_t j, int64_t r0, int64_t n,
+                                              const MoeWeights<T>& w) {
+  const int64_t C = C_, F = F_, W = C + 1, r = lora_rank_;
+  T* du = scratch_->lora_du.data() + r0 * r;
+  // du = scale dy B (dy ungated: the gate scales what follows from it), dact += du A.
+  gemm<T>(ctx_, false, false, n, r, C, lora_scale_, got + r0 * W, W, w.down_b + j * C * r, r, T(0),
+          du, r);
+  gemm<T>(ctx_, false, false, n, F, r, T(1), du, r, w.down_a + j * r * F, F, T(1),
+          scratch_->dact.data() + r0 * F, F);
+}
+
+template <typename T>
+void MoeLayer<T>::adapters_weight_backward(const T* got, const T* in, T* d_in, int64_t j,
+                                           int64_t r0, int64_t n, const MoeWeights<T>& w,
+                                           const MoeGrads<T>& g) {
+  const int64_t C = C_, F = F_, W = C + 1, r = lora_rank_;
+  T* u = scratch_->lora_u.data() + r0 * 2 * r;
+  if (w.down_a != nullptr) {
+    // With act scaled by the gate: dB += scale dy^T (act A^T), dA += du^T act.
+    const T* act = scratch_->act.data() + r0 * F;
+    kernels::lora_down<T>(ctx_, act, w.down_a + j * r * F, u, n, F, r);
+    gemm<T>(ctx_, true, false, C, r, n, lora_scale_, got + r0 * W, W, u, r, T(1),
+            g.down_b + j * C * r, r);
+    gemm<T>(ctx_, true, false, r, F, n, T(1), scratch_->lora_du.data() + r0 * r, r, act, F, T(1),
+            g.down_a + j * r * F, F);
+  }
+  if (w.gate_up_a != nullptr) {
+    const int64_t pieces[2] = {F, F};
+    T* du = scratch_->lora_dh.data() + r0 * 2 * r;
+    const T* a = w.gate_up_a + j * 2 * r * C;
+    kernels::lora_down<T>(ctx_, in + r0 * C, a, u, n, C, 2 * r);
+    kernels::lora_up_backward<T>(ctx_, scratch_->dhidden.data() + r0 * 2 * F, u,
+                                 w.gate_up_b + j * 2 * F * r, du, g.gate_up_b + j * 2 * F * r, n, r,
+                                 pieces, lora_scale_);
+    kernels::lora_down_backward<T>(ctx_, du, in + r0 * C, a, g.gate_up_a + j * 2 * r * C,
+                                   d_in + r0 * C, n, C, 2 * r);
+  }
 }
 
 // Input gradients, beside the gates' gradients, back to where the rows came from: dx is written

@@ -13,10 +13,13 @@ namespace tessera::model {
 
 // One block's MoE parameters on this rank: router [E, C], its experts' gate_up [E_local, 2F, C]
 // and down [E_local, C, F], shared gate_up [2SF, C] and down [C, SF]. The shared pointers are
-// null when the config has no shared experts.
+// null when the config has no shared experts. With LoRA adapters on the experts
+// (train.lora_targets experts), each expert's: gate_up's A [E_local, 2r, C] (gate's r rows, then
+// up's) and B [E_local, 2F, r], down's A [E_local, r, F] and B [E_local, C, r]; null without.
 template <typename T>
 struct MoeWeights {
   const T *router, *gate_up, *down, *shared_gate_up, *shared_down;
+  const T *gate_up_a = nullptr, *gate_up_b = nullptr, *down_a = nullptr, *down_b = nullptr;
 };
 
 // Gradients of the same shapes; backward accumulates (+=) into them. Null: a frozen weight, whose
@@ -24,6 +27,7 @@ struct MoeWeights {
 template <typename T>
 struct MoeGrads {
   T *router, *gate_up, *down, *shared_gate_up, *shared_down;
+  T *gate_up_a = nullptr, *gate_up_b = nullptr, *down_a = nullptr, *down_b = nullptr;
 };
 
 // The ranks a MoE layer works with; each defaults to this rank alone.
@@ -59,6 +63,9 @@ struct MoeScratch {
   std::vector<T> act, dact;        // [hidden, F]
   std::vector<T> dhidden;          // [hidden, 2F]
   std::vector<T> dgates, dlogits;  // [N * k], [N, E]
+  // With adapters on the experts: the down-projections [hidden, 2r], down's du [hidden, r], kept
+  // from the input gradient's pass to the weights', and gate_up's du [hidden, 2r].
+  std::vector<T> lora_u, lora_du, lora_dh;
 };
 
 // A Mixture-of-Experts SwiGLU layer over N tokens of C channels.
@@ -69,7 +76,9 @@ struct MoeScratch {
 // ceil(capacity_factor * N * top_k / E) assignments of the whole batch, visited token by token
 // (the batch ranks' tokens in rank order) and within a token in choice order; later ones are
 // dropped (they contribute nothing, and the surviving gates are not renormalised again).
-// y = sum over kept assignments of gate * expert(x) + shared(x).
+// y = sum over kept assignments of gate * expert(x) + shared(x). With LoRA adapters on the
+// experts, each expert's gate_up and down add their updates, scale (x A^T) B^T (gate and up each
+// with its own A and B, as PEFT's w1 and w3).
 //
 // The auxiliary load-balancing loss (Switch Transformer) is aux_loss_coef * E * sum_e f_e * P_e,
 // with f_e the fraction of the batch's N * top_k assignments routed to e before any are dropped
@@ -125,6 +134,15 @@ class MoeLayer {
                        T aux_scale);
   void shared_backward(const T* dy, const T* x, T* dx, int64_t N, const MoeWeights<T>& w,
                        const MoeGrads<T>& g);
+  // The adapters' backward of local expert j's rows [r0, r0 + n): du of down from the rows'
+  // output gradients (got, ungated) added to dact through down's A, before the gate scales them.
+  void down_adapter_input_backward(const T* got, int64_t j, int64_t r0, int64_t n,
+                                   const MoeWeights<T>& w);
+  // Down's A and B gradients, from act scaled by the gate, and gate_up's from dhidden and the
+  // rows' input `in`, whose gradient d_in (written by gate_up's own backward) they add to.
+  void adapters_weight_backward(const T* got, const T* in, T* d_in, int64_t j, int64_t r0,
+                                int64_t n, const MoeWeights<T>& w, const MoeGrads<T>& g);
+  bool adapted() const { return lora_rank_ > 0; }
   bool distributed() const { return ep_ranks_ > 1; }
 
   const kernels::Context& ctx_;
@@ -133,6 +151,8 @@ class MoeLayer {
   int64_t max_tokens_;
   MoeParallel parallel_;
   int64_t ep_ranks_, ep_rank_, local_experts_;
+  int64_t lora_rank_ = 0;  // of the experts' adapters; 0: none
+  T lora_scale_ = 0;
 
   // Saved for backward.
   std::vector<T> probs_;         // [N, E]
@@ -173,9 +193,12 @@ class MoeLayer {
 int64_t moe_activation_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
                               int64_t batch_ranks);
 // The MoeScratch one layer or many share, in elements:
-//   3 rows (C + 1) + hidden * 4F + N * (k + E), rows = max(assignments, received).
+//   3 rows (C + 1) + hidden * 4F + N * (k + E) + hidden * 5 lora_rank,
+// rows = max(assignments, received), lora_rank that of adapters on the experts (0: none).
 int64_t moe_scratch_floats(const MoeConfig& moe, int64_t C, int64_t F, int64_t N, int64_t ep,
-                           int64_t batch_ranks);
+                           int64_t batch_ranks, int64_t lora_rank = 0);
+// The rank of the config's LoRA adapters on its experts; 0 when its experts have none.
+int64_t expert_lora_rank(const ModelConfig& config);
 
 extern template class MoeLayer<float>;
 extern template class MoeLayer<double>;

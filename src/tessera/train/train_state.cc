@@ -12,6 +12,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/device_support.h"
+#include "tessera/model/moe_layer.h"
 #include "tessera/parallel/rank_memory.h"
 
 namespace tessera::train {
@@ -61,6 +62,12 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
                             .moe = config.is_moe(),
                             .qk_norm = config.qk_norm},
                            fmt::format("train.device = {}", enum_name(ctx.device.kind)));
+  // The experts' adapters would be a trained group of their own over the expert-data-parallel
+  // ranks, beside the dense adapters of the same blocks.
+  check(shape.ep == 1 || model::expert_lora_rank(config) == 0,
+        "train.lora_targets: adapters on the experts train with mesh.ep = 1 for now, not {}; "
+        "split the experts' tokens with mesh.dp and mesh.tp instead",
+        shape.ep);
   device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
