@@ -61,6 +61,9 @@ TEST(Lora, BadTargetsAreRefusedByName) {
                         {"train.lora_targets", "mixture of experts", "experts"});
   testing::expect_error([] { model_layout(with_lora(small_configs(8).llama, "experts")); },
                         {"train.lora_targets", "no experts"});
+  ModelConfig dropped = with_lora(small_configs(8).moe, "experts");
+  dropped.lora.dropout = 0.1;
+  testing::expect_error([&] { model_layout(dropped); }, {"train.lora_dropout", "experts"});
 }
 
 // B starts at zero: the adapted model computes what its base does, to the bit.

@@ -214,8 +214,12 @@ std::vector<PartId> lora_target_parts(const ModelConfig& c) {
   check(!c.is_moe() || (!names(PartId::kMlpIn) && !names(PartId::kMlpOut)),
         "train.lora_targets: a mixture of experts has no dense MLP; target its experts (experts, "
         "experts_in, experts_out) or its attention (attention, qkv, attn_out)");
-  check(c.is_moe() || (!names(PartId::kExpertsIn) && !names(PartId::kExpertsOut)),
+  const bool experts = names(PartId::kExpertsIn) || names(PartId::kExpertsOut);
+  check(c.is_moe() || !experts,
         "train.lora_targets: the model has no experts (model.moe_experts is 0); target mlp");
+  check(!experts || c.lora.dropout == 0,
+        "train.lora_dropout: dropout on the experts' adapters is not supported yet; set it to 0 "
+        "or target the attention alone");
   std::vector<PartId> parts;
   for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut,
                     PartId::kExpertsIn, PartId::kExpertsOut}) {
