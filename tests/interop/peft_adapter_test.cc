@@ -87,7 +87,8 @@ TEST(PeftAdapter, EachExpertIsAModuleOfItsOwn) {
   const PeftImport back = import_peft(dir, base);
   EXPECT_EQ(back.config.lora.targets, "experts_in,experts_out");
   const model::ModelLayout layout = model::model_layout(c);
-  EXPECT_EQ(back.adapters, std::vector<float>(params.begin() + layout.adapters_begin, params.end()));
+  EXPECT_EQ(back.adapters,
+            std::vector<float>(params.begin() + layout.adapters_begin, params.end()));
 }
 
 // PEFT adapting q_proj alone: Tessera's qkv adapter with zero k and v pieces.

@@ -185,11 +185,11 @@ TEST(DryRun, LoraMemoryAndFlopsAreTheEnginesOwn) {
 // A mixture's attention adapters sit after its experts in the layout; each expert-parallel rank
 // holds them whole, as it holds the rest of the dense model, and the plan counts them once.
 TEST(DryRun, AdaptersOfAMixtureAreHeldOncePerReplica) {
-  const DryRun plan = dry_run(
-      run_with({"model.arch=llama", "model.moe_experts=4", "model.moe_top_k=2",
-                "model.tie_embeddings=false", "train.lora_rank=4", "train.lora_targets=attention",
-                "mesh.dp=2", "mesh.ep=2"}),
-      2);
+  const DryRun plan =
+      dry_run(run_with({"model.arch=llama", "model.moe_experts=4", "model.moe_top_k=2",
+                        "model.tie_embeddings=false", "train.lora_rank=4",
+                        "train.lora_targets=attention", "mesh.dp=2", "mesh.ep=2"}),
+              2);
   EXPECT_EQ(plan.ranks.size(), 2u);
 }
 

@@ -32,8 +32,7 @@ AdapterBank::AdapterBank(const ModelConfig& base, int64_t slots, int64_t max_ran
   check(!base.lora.enabled(), "the served model already carries LoRA adapters of its own");
 }
 
-void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const float> values) {
-  check(slot >= 0 && slot < slots(), "adapter slot {} of {}", slot, slots());
+void AdapterBank::check_fits(const ModelConfig& adapted) const {
   check(adapted.lora.enabled(), "the adapter has no LoRA settings");
   ModelConfig adapted_base = adapted;
   adapted_base.lora = {};
@@ -43,6 +42,11 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
         "itself, its adapters merged");
   check(adapted.lora.rank <= max_rank_, "the adapter's rank {} is above --max-lora-rank {}",
         adapted.lora.rank, max_rank_);
+}
+
+void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const float> values) {
+  check(slot >= 0 && slot < slots(), "adapter slot {} of {}", slot, slots());
+  check_fits(adapted);
   const ModelLayout whole = model_layout(adapted);
   check(int64_t(values.size()) == whole.params.total() - whole.adapters_begin,
         "{} adapter values for a layout of {}", values.size(),

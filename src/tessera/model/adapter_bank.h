@@ -39,6 +39,8 @@ class AdapterBank {
   // bank keeps this rank's slice. Throws naming what does not fit: another model, a rank above
   // max_rank.
   void load(int64_t slot, const ModelConfig& adapted, std::span<const float> values);
+  // Throws unless an adapter of these settings fits the bank (load's checks before its values).
+  void check_fits(const ModelConfig& adapted) const;
   // Empties `slot`, which no forward may be running with.
   void unload(int64_t slot);
 

@@ -5,6 +5,7 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/error.h"
+#include "tessera/core/json_file.h"
 #include "tessera/interop/peft_adapter.h"
 
 namespace tessera::serve {
@@ -56,17 +57,25 @@ void ServedAdapters::load(const std::string& name, const fs::path& path) {
     std::lock_guard lock(mutex_);
     check_name(name);
   }
+  // Each source's settings are checked against the bank before its values are read.
   try {
-    if (fs::exists(path / interop::kPeftConfigFile)) {
+    const fs::path peft_config = path / interop::kPeftConfigFile;
+    if (fs::exists(peft_config)) {
+      bank_.check_fits(
+          interop::peft_settings(read_json_file(peft_config, "the PEFT adapter config"), base_,
+                                 peft_config.string())
+              .config);
       const interop::PeftImport peft = interop::import_peft(path, base_);
       load(name, peft.config, peft.adapters);
       return;
     }
     const fs::path step_dir = ckpt::checkpoint_step_dir(path);
-    const auto [adapted, params] =
-        ckpt::read_checkpoint_params(step_dir, ckpt::read_manifest(step_dir));
-    check(adapted.lora.enabled(), "{} holds no LoRA adapters (train.lora_rank = 0)",
+    const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
+    const model::ModelConfig settings = ckpt::checkpoint_model_config(step_dir, manifest);
+    check(settings.lora.enabled(), "{} holds no LoRA adapters (train.lora_rank = 0)",
           step_dir.string());
+    bank_.check_fits(settings);
+    const auto [adapted, params] = ckpt::read_checkpoint_params(step_dir, manifest);
     const int64_t begin = model::model_layout(adapted).adapters_begin;
     load(name, adapted, std::span<const float>(params).subspan(size_t(begin)));
   } catch (const std::exception& e) {
@@ -74,36 +83,38 @@ void ServedAdapters::load(const std::string& name, const fs::path& path) {
   }
 }
 
+int32_t ServedAdapters::served_slot(const std::string& name) const {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].state == State::kServed && slots_[i].name == name) return int32_t(i);
+  }
+  return -1;
+}
+
 bool ServedAdapters::unload(const std::string& name) {
   std::lock_guard lock(mutex_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (s.state != State::kServed || s.name != name) continue;
-    s.name.clear();
-    if (s.leases > 0) {
-      s.state = State::kDraining;
-    } else {
-      bank_.unload(int64_t(i));
-      s = {};
-    }
-    return true;
+  const int32_t slot = served_slot(name);
+  if (slot < 0) return false;
+  Slot& s = slots_[size_t(slot)];
+  s.name.clear();
+  if (s.leases > 0) {
+    s.state = State::kDraining;
+  } else {
+    bank_.unload(slot);
+    s = {};
   }
-  return false;
+  return true;
 }
 
 std::shared_ptr<const AdapterLease> ServedAdapters::lease(const std::string& name) {
   std::lock_guard lock(mutex_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (s.state != State::kServed || s.name != name) continue;
-    ++s.leases;
-    return std::shared_ptr<const AdapterLease>(new AdapterLease{int32_t(i), s.key},
-                                               [this](const AdapterLease* held) {
-                                                 release(held->slot);
-                                                 delete held;
-                                               });
-  }
-  return nullptr;
+  const int32_t slot = served_slot(name);
+  if (slot < 0) return nullptr;
+  ++slots_[size_t(slot)].leases;
+  return std::shared_ptr<const AdapterLease>(new AdapterLease{slot, slots_[size_t(slot)].key},
+                                             [this](const AdapterLease* held) {
+                                               release(held->slot);
+                                               delete held;
+                                             });
 }
 
 void ServedAdapters::release(int32_t slot) {
@@ -117,10 +128,7 @@ void ServedAdapters::release(int32_t slot) {
 
 bool ServedAdapters::serves(const std::string& name) const {
   std::lock_guard lock(mutex_);
-  for (const Slot& s : slots_) {
-    if (s.state == State::kServed && s.name == name) return true;
-  }
-  return false;
+  return served_slot(name) >= 0;
 }
 
 std::vector<std::string> ServedAdapters::names() const {

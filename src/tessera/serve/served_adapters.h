@@ -66,6 +66,8 @@ class ServedAdapters {
   };
   // Throws unless `name` is a valid adapter name that no slot holds; under mutex_.
   void check_name(const std::string& name) const;
+  // The slot serving `name`, or -1; under mutex_.
+  int32_t served_slot(const std::string& name) const;
   void release(int32_t slot);
 
   const model::ModelConfig base_;
