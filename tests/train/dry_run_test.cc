@@ -182,8 +182,9 @@ TEST(DryRun, LoraMemoryAndFlopsAreTheEnginesOwn) {
   EXPECT_DOUBLE_EQ(lora.hardware, lora.model + 2 * w.adapters_down * L);
 }
 
-// A mixture's attention adapters sit after its experts in the layout; each expert-parallel rank
-// holds them whole, as it holds the rest of the dense model, and the plan counts them once.
+// A mixture's adapters sit after its experts in the layout: each expert-parallel rank holds the
+// attention's whole, as it holds the rest of the dense model, and its experts' own; the plan
+// counts each once per replica.
 TEST(DryRun, AdaptersOfAMixtureAreHeldOncePerReplica) {
   const DryRun plan =
       dry_run(run_with({"model.arch=llama", "model.moe_experts=4", "model.moe_top_k=2",

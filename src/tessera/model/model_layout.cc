@@ -209,12 +209,21 @@ ModelLayout build(const ModelConfig& c, const Sharding& sharding,
   }
   m.adapters_begin = m.params.total();
   m.first_adapter_unit = int64_t(m.units.size());
-  if (!m.spec.block.adapters.empty()) {
-    m.adapters.resize(n);
+  if (!m.spec.block.adapters.empty()) m.adapters.resize(n);
+  // The dense parts' adapters, a unit per block, then the expert stacks' (split over ep like
+  // them), a unit per block: each its own trained group.
+  for (const bool experts : {false, true}) {
+    if (experts) {
+      m.expert_adapters_begin = m.params.total();
+      m.first_expert_adapter_unit = int64_t(m.units.size());
+    }
+    const auto of_kind = [&](const Part& p) { return (p.role == Role::kExpert) == experts; };
+    if (std::none_of(m.spec.block.adapters.begin(), m.spec.block.adapters.end(), of_kind)) continue;
     for (int64_t l = 0; l < n; ++l) {
       const std::string prefix = fmt::format("blocks.{}.", m.first_block + l);
       const int64_t begin = m.params.total();
       for (const Part& p : m.spec.block.adapters) {
+        if (!of_kind(p)) continue;
         AdapterOffsets& o = m.adapters[l][p.id];
         (p.lora == LoraMatrix::kA ? o.a : o.b) = b.add(p, prefix).weight;
       }
@@ -226,9 +235,12 @@ ModelLayout build(const ModelConfig& c, const Sharding& sharding,
 
 }  // namespace
 
-std::array<int64_t, 3> ModelLayout::block_units(int64_t layer) const {
+std::array<int64_t, 4> ModelLayout::block_units(int64_t layer) const {
+  const bool dense_adapters = adapters_begin < expert_adapters_begin;
+  const bool expert_adapters = expert_adapters_begin < params.total();
   return {1 + layer, has_experts() ? expert_unit(layer) : -1,
-          has_adapters() ? first_adapter_unit + layer : -1};
+          dense_adapters ? first_adapter_unit + layer : -1,
+          expert_adapters ? first_expert_adapter_unit + layer : -1};
 }
 
 int64_t ModelLayout::head_weight() const {

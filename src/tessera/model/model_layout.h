@@ -79,11 +79,13 @@ struct ModelLayout {
   int64_t first_block = 0;
   bool has_embedding = true, has_head = true;
   std::vector<ParameterUnit> units;
-  // The first expert-stack offset, and the first adapter offset (after the expert stacks); each
-  // adapters_begin when there are none, and adapters_begin params.total() without adapters.
-  int64_t experts_begin = 0, adapters_begin = 0;
+  // The first expert-stack offset, the first adapter offset (after the expert stacks), and the
+  // first offset of the expert stacks' adapters (after the dense parts'); each the next when
+  // there are none, the last params.total() without them.
+  int64_t experts_begin = 0, adapters_begin = 0, expert_adapters_begin = 0;
   std::vector<AdapterTable> adapters;  // per block, as `blocks`
-  int64_t first_adapter_unit = 0;
+  // The units of the dense parts' adapters, then of the expert stacks', one per block each.
+  int64_t first_adapter_unit = 0, first_expert_adapter_unit = 0;
   Sharding sharding;
   VocabShard vocab;
   ModelSpec spec;
@@ -97,16 +99,18 @@ struct ModelLayout {
   // holds frozen, whole on every rank: f32, and in a low precision its copy in that format too
   // (0 without adapters).
   int64_t trained_dense() const {
-    return has_adapters() ? params.total() - adapters_begin : experts_begin;
+    return has_adapters() ? expert_adapters_begin - adapters_begin : experts_begin;
   }
-  int64_t trained_experts() const { return has_adapters() ? 0 : adapters_begin - experts_begin; }
+  int64_t trained_experts() const {
+    return has_adapters() ? params.total() - expert_adapters_begin : adapters_begin - experts_begin;
+  }
   int64_t frozen_bytes(Precision precision) const {
     const int64_t per_parameter = precision == Precision::kF32 ? 4 : 6;
     return has_adapters() ? per_parameter * params.total() : 0;
   }
-  // The units block `layer` reads: its dense parts', then its expert stacks' and its adapters'
-  // where it has them (-1 otherwise).
-  std::array<int64_t, 3> block_units(int64_t layer) const;
+  // The units block `layer` reads: its dense parts', then its expert stacks', its dense parts'
+  // adapters' and its expert stacks' adapters' where it has them (-1 otherwise).
+  std::array<int64_t, 4> block_units(int64_t layer) const;
 };
 
 // The weight matrices of the dense linear layers, by offset in layout.params: the head's (the token

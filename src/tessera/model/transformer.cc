@@ -502,7 +502,7 @@ void Transformer::head_backward(int64_t N) {
 template <typename Body>
 void Transformer::with_block_gradients(int64_t l, Body&& body) {
   acquire_block(l);
-  const std::array<int64_t, 3> units = layout_.block_units(l);
+  const std::array<int64_t, 4> units = layout_.block_units(l);
   for (int64_t u : units) {
     if (u >= 0) unit_grads_[u] = store_->gradients(u);
   }

@@ -26,7 +26,8 @@ class Coverage {
   void add(const model::ModelLayout& layout, bool experts_only) {
     const auto& entries = layout.params.entries();
     for (const model::ParamInfo& e : entries) {
-      const bool expert = e.offset >= layout.experts_begin && e.offset < layout.adapters_begin;
+      const bool expert = (e.offset >= layout.experts_begin && e.offset < layout.adapters_begin) ||
+                          e.offset >= layout.expert_adapters_begin;
       if (experts_only && !expert) continue;
       int64_t held = 0;
       for (const model::Placement::Rows& r : e.placement.rows) {

@@ -23,7 +23,7 @@ using parallel::ZeroShards;
 namespace {
 
 // The units a group trains, [first, end): the dense ones and the expert stacks, or a LoRA run's
-// adapters alone.
+// adapters alone, those of the dense parts and those of the expert stacks (the experts' group).
 struct GroupUnits {
   std::string name;
   int64_t first, end;
@@ -31,7 +31,12 @@ struct GroupUnits {
 std::vector<GroupUnits> trained_groups(const model::ModelLayout& layout) {
   const int64_t blocks = int64_t(layout.blocks.size());
   if (layout.has_adapters()) {
-    return {{"adapters", layout.first_adapter_unit, int64_t(layout.units.size())}};
+    const int64_t units = int64_t(layout.units.size()), split = layout.first_expert_adapter_unit;
+    std::vector<GroupUnits> groups;
+    if (layout.first_adapter_unit < split)
+      groups.push_back({"adapters", layout.first_adapter_unit, split});
+    if (split < units) groups.push_back({"experts", split, units});
+    return groups;
   }
   std::vector<GroupUnits> groups = {{"dense", 0, 1 + blocks}};
   if (layout.has_experts()) groups.push_back({"experts", 1 + blocks, 1 + 2 * blocks});
@@ -41,7 +46,20 @@ std::vector<GroupUnits> trained_groups(const model::ModelLayout& layout) {
 }  // namespace
 
 TrainState::Group& TrainState::Stage::group_of(int64_t unit) {
-  return groups.size() > 1 && unit > int64_t(layout.blocks.size()) ? groups[1] : groups[0];
+  for (Group& g : groups) {
+    if (unit >= g.first_unit && unit < g.end_unit) return g;
+  }
+  fail("unit {} belongs to no trained group", unit);
+}
+
+TrainState::Group& TrainState::Stage::group_at(int64_t offset) {
+  for (Group& g : groups) {
+    if (offset >= layout.units[size_t(g.first_unit)].begin &&
+        offset < layout.units[size_t(g.end_unit - 1)].end) {
+      return g;
+    }
+  }
+  fail("parameter offset {} belongs to no trained group", offset);
 }
 
 TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& config,
@@ -62,12 +80,6 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
                             .moe = config.is_moe(),
                             .qk_norm = config.qk_norm},
                            fmt::format("train.device = {}", enum_name(ctx.device.kind)));
-  // The experts' adapters would be a trained group of their own over the expert-data-parallel
-  // ranks, beside the dense adapters of the same blocks.
-  check(shape.ep == 1 || model::expert_lora_rank(config) == 0,
-        "train.lora_targets: adapters on the experts train with mesh.ep = 1 for now, not {}; "
-        "split the experts' tokens with mesh.dp and mesh.tp instead",
-        shape.ep);
   device_dp_ = comm::device_communicator(mesh.dp(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
@@ -89,6 +101,8 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       const bool experts = units.name == "experts";
       Group g;
       g.name = units.name;
+      g.first_unit = units.first;
+      g.end_unit = units.end;
       comm::Communicator& dp = device_dp_ != nullptr ? *device_dp_ : mesh.dp();
       g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.end, zero_,
                                               train.precision, experts ? mesh.expert_dp() : dp,
@@ -215,7 +229,7 @@ std::vector<NamedTensor> TrainState::device_checkpoint_tensors() {
     for (ckpt::StatePart part : ckpt::kStateParts) {
       for (const model::ParamInfo& p : layout.params.entries()) {
         if (p.offset < layout.adapters_begin && layout.has_adapters()) continue;  // frozen
-        Group& g = s.group_of(p.offset >= layout.experts_begin ? config_.n_layer + 1 : 0);
+        Group& g = s.group_at(p.offset);
         float* data = part == ckpt::StatePart::kParams ? g.shards->master(p.offset)
                       : part == ckpt::StatePart::kAdamM
                           ? g.adam->m().data() + (p.offset - g.adam->begin())

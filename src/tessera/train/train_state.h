@@ -92,6 +92,7 @@ class TrainState {
   // Parameters replicated over the same ranks: the dense parts, or the expert stacks.
   struct Group {
     std::string name;
+    int64_t first_unit = 0, end_unit = 0;  // the units it trains
     std::unique_ptr<parallel::ZeroShards> shards;
     std::unique_ptr<AdamW> adam;
     comm::Communicator* across = nullptr;  // ranks holding other slices of the group (ep)
@@ -111,6 +112,7 @@ class TrainState {
 
     bool is_frozen(int64_t unit) const { return frozen && unit < layout.first_adapter_unit; }
     Group& group_of(int64_t unit);
+    Group& group_at(int64_t offset);  // of the parameter at this offset
     Weights acquire(int64_t unit) override {
       return is_frozen(unit) ? frozen->acquire(unit) : group_of(unit).shards->acquire(unit);
     }
