@@ -56,12 +56,8 @@ void AdapterBank::load(int64_t slot, const ModelConfig& adapted, std::span<const
   a.values.assign(size_t(a.layout.params.total() - a.layout.adapters_begin), 0.0f);
   for (const ParamInfo& p : a.layout.params.entries()) {
     if (p.offset < a.layout.adapters_begin) continue;
-    const float* from = values.data() + (whole.params.find(p.name).offset - whole.adapters_begin);
-    float* to = a.values.data() + (p.offset - a.layout.adapters_begin);
-    for (int64_t i = 0; i < p.shape.numel(); ++i) {
-      const int64_t g = p.placement.global_index(i);
-      to[i] = g >= 0 ? from[g] : 0.0f;
-    }
+    p.placement.take(values.data() + (whole.params.find(p.name).offset - whole.adapters_begin),
+                     a.values.data() + (p.offset - a.layout.adapters_begin), p.shape.numel());
   }
   a.scale = float(adapted.lora.scale());
   const AdapterTable& first = a.layout.adapters.front();

@@ -25,6 +25,13 @@ int64_t Placement::global_index(int64_t i) const {
   return -1;
 }
 
+void Placement::take(const float* whole, float* local, int64_t n) const {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = global_index(i);
+    local[i] = g >= 0 ? whole[g] : 0.0f;
+  }
+}
+
 Placement Placement::whole(const Shape& shape) {
   const int64_t cols = shape.rank() >= 2 ? shape[shape.rank() - 1] : 1;
   Placement p;

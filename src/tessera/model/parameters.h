@@ -26,6 +26,8 @@ struct Placement {
   int64_t local_rows() const;
   // The element of the global tensor (row-major) at local index i, or -1 for padding.
   int64_t global_index(int64_t i) const;
+  // local[0, n) = the elements of the whole tensor `whole` (row-major) at those places, padding 0.
+  void take(const float* whole, float* local, int64_t n) const;
   // Replicated: the whole tensor, as it is.
   static Placement whole(const Shape& shape);
 };

@@ -106,11 +106,7 @@ void place_whole_params(const model::ParameterLayout& whole, std::span<const flo
     const model::ParamInfo& from = whole.find(p.name);
     check(from.shape == p.global_shape, "{}: {} has the shape {} but the served model needs {}",
           source, p.name, from.shape.str(), p.global_shape.str());
-    const float* tensor = values.data() + from.offset;
-    for (int64_t i = 0; i < p.shape.numel(); ++i) {
-      const int64_t g = p.placement.global_index(i);
-      params[size_t(p.offset + i)] = g >= 0 ? tensor[g] : 0.0f;
-    }
+    p.placement.take(values.data() + from.offset, params.data() + p.offset, p.shape.numel());
   }
 }
 
