@@ -9,8 +9,9 @@
 # config and mode: the parameters trained, the model state held (parameters, gradients, AdamW
 # moments), tokens/s of both sides and their ratio, and LoRA's speed-up over full training.
 # DROPOUT=P (default 0) trains the adapters with dropout P on their inputs, on both sides.
+# QUANTIZE=q8_0 holds the frozen model's block matrices in q8_0 on both sides (default none).
 # Installs what is missing first (scripts/setup.sh --bench), unless INSTALL=0.
-#   [REPEATS=N] [THREADS=N] [RANK=R] [DROPOUT=P] [BUILD=dir] [INSTALL=0] bench/lora_step.sh [config ...]
+#   [REPEATS=N] [THREADS=N] [RANK=R] [DROPOUT=P] [QUANTIZE=q8_0] [BUILD=dir] [INSTALL=0] bench/lora_step.sh [config ...]
 # configs: toy (seconds: CI's check that the benchmark runs), 124m, llama-350m (default: 124m).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,6 +19,7 @@ build="${BUILD:-$root/build}"
 threads="${THREADS:-2}"
 rank="${RANK:-16}"
 dropout="${DROPOUT:-0}"
+quantize="${QUANTIZE:-none}"
 [[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/bench/train_step_bench" ]] || bash "$root/scripts/build.sh" train_step_bench >/dev/null
 
@@ -41,20 +43,21 @@ for name in "${wanted[@]}"; do
   IFS='|' read -r _ model shape steps <<<"$row"
   for ((round = 0; round < ${REPEATS:-3}; round++)); do
     for mode in full lora; do
-      lora=0
-      [[ "$mode" == lora ]] && lora="$rank"
-      "$build/bench/train_step_bench" $model $shape $steps --threads "$threads" \
-        --lora-rank "$lora" --lora-dropout "$dropout" | sed -n "s/^RESULT /$name ours $mode /p" >>"$results"
+      lora=(--lora-rank 0)
+      [[ "$mode" == lora ]] &&
+        lora=(--lora-rank "$rank" --lora-dropout "$dropout" --lora-quantize "$quantize")
+      "$build/bench/train_step_bench" $model $shape $steps --threads "$threads" "${lora[@]}" |
+        sed -n "s/^RESULT /$name ours $mode /p" >>"$results"
       if ((peer_ok)); then
         bash "$root/bench/torch_env.sh" "$root/bench/torch_train_peer.py" $model $shape $steps \
-          --threads "$threads" --lora-rank "$lora" --lora-dropout "$dropout" |
+          --threads "$threads" "${lora[@]}" |
           sed -n "s/^RESULT /$name peer $mode /p" >>"$results"
       fi
     done
   done
 done
 
-python3 - "$results" "$rank" "$dropout" "${wanted[@]}" <<'PY'
+python3 - "$results" "$rank" "$dropout" "$quantize" "${wanted[@]}" <<'PY'
 import json, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -64,11 +67,12 @@ for line in open(sys.argv[1]):
     if r["tokens_per_s"] > best["tokens_per_s"]:
         rows[name][(side, mode)] = r
 dropout = f", dropout {sys.argv[3]}" if float(sys.argv[3]) > 0 else ""
-print(f"f32, LoRA rank {sys.argv[2]} on attention and MLP{dropout}; model state: parameters, "
-      "gradients and AdamW moments held")
+frozen = ", frozen block matrices in q8_0" if sys.argv[4] == "q8_0" else ""
+print(f"f32, LoRA rank {sys.argv[2]} on attention and MLP{dropout}{frozen}; model state: "
+      "parameters, gradients and AdamW moments held")
 print(f"{'config':<11} {'mode':<5} {'trained':>12} {'model state':>12} {'ours tok/s':>10} "
       f"{'torch tok/s':>11} {'ours/torch':>10}")
-for name in sys.argv[4:]:
+for name in sys.argv[5:]:
     r = rows[name]
     for mode in ("full", "lora"):
         ours, peer = r[("ours", mode)], r.get(("peer", mode))

@@ -219,14 +219,14 @@ case "$name" in
     row "toy-docs bf16 # #% $peer $vs_f32"
     ;;
   lora_step)
-    bench REPEATS=1 MATMUL_REPEATS=1 RANK=4 toy
+    bench REPEATS=1 MATMUL_REPEATS=1 RANK=4 QUANTIZE=q8_0 toy
     peer='# #'
     gain=', torch #x (# MiB)'
     if left_out "the PyTorch peer" '^PEER VOID: '; then
       peer='- -' gain=''
       row "the peer cannot run at its best here: only our side is measured, and no ratio is printed"
     fi
-    row "f32, LoRA rank 4 on attention and MLP; model state: parameters, gradients and AdamW moments held"
+    row "f32, LoRA rank 4 on attention and MLP, frozen block matrices in q8_0; model state: parameters, gradients and AdamW moments held"
     row "config mode trained model state ours tok/s torch tok/s ours/torch"
     row "toy full # # MiB # $peer"
     row "toy lora # # MiB # $peer"

@@ -14,6 +14,9 @@ With --lora-rank R the model is frozen and LoRA adapters of rank R (alpha 2R) on
 MLP linears are trained instead, as PEFT does: one A [R, in] and B [out, R] per Hugging Face
 module (Llama's q, k and v, gate and up, each apart; GPT-2's fused c_attn and c_fc one each);
 --lora-dropout P drops their inputs with probability P, one mask per wrapped linear.
+--lora-quantize q8_0 holds each block's frozen matrices in q8_0 (blocks of 32 int8 values with an
+f16 scale, as ggml quantises them) and widens them to f32 in every forward and backward that
+reads them, as QLoRA does with its 4-bit blocks (bitsandbytes is not a Debian package).
 
 Run it through bench/torch_env.sh, which checks that the peer can run at its best and sets the
 environment it is fastest in. Prints one 'RESULT {...}' JSON line: tokens/s over the timed steps
@@ -90,6 +93,25 @@ class Mlp(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
+class Q8_0Linear(nn.Module):
+    """A frozen linear whose weight is held in q8_0 and widened to f32 in each use."""
+
+    def __init__(self, base):
+        super().__init__()
+        w = base.weight.detach().reshape(-1, 32)
+        scale = (w.abs().amax(1, keepdim=True) / 127).to(torch.float16)
+        inverse = torch.where(scale > 0, 1 / (w.abs().amax(1, keepdim=True) / 127),
+                              torch.zeros_like(w[:, :1]))
+        self.register_buffer("q", torch.round(w * inverse).to(torch.int8))
+        self.register_buffer("scale", scale)
+        self.bias = base.bias
+        self.in_features, self.out_features = base.in_features, base.out_features
+
+    def forward(self, x):
+        w = (self.q.float() * self.scale.float()).reshape(self.out_features, self.in_features)
+        return F.linear(x, w, self.bias)
+
+
 class Lora(nn.Module):
     """A frozen linear plus alpha / r (x A_j^T) B_j^T on each piece j of its output."""
 
@@ -111,6 +133,11 @@ class Lora(nn.Module):
 def add_lora(model, a):
     for p in model.parameters():
         p.requires_grad_(False)
+    if a.lora_quantize == "q8_0":
+        for block in model.blocks:
+            for owner, name in ((block.attention, "qkv"), (block.attention, "proj"),
+                                (block.mlp, "up"), (block.mlp, "down")):
+                setattr(owner, name, Q8_0Linear(getattr(owner, name)))
     llama = a.arch == "llama"
     hd = a.d_model // a.n_head
     for block in model.blocks:
@@ -194,6 +221,8 @@ def main():
                     help="train LoRA adapters of this rank on a frozen model; 0: every weight")
     ap.add_argument("--lora-dropout", type=float, default=0.0,
                     help="dropout on the LoRA adapters' inputs")
+    ap.add_argument("--lora-quantize", default="none", choices=["none", "q8_0"],
+                    help="how the frozen block matrices are held")
     a = ap.parse_args()
     a.kv_heads = a.kv_heads or a.n_head
     if not a.ffn:
@@ -230,8 +259,10 @@ def main():
         "d_model": a.d_model, "vocab": a.vocab, "threads": torch.get_num_threads(),
         "params": sum(p.numel() for p in model.parameters()),
         "trained_params": sum(p.numel() for p in trained),
-        # f32 parameters, and a gradient and AdamW's two moments for each trained one
+        # f32 parameters (q8_0 blocks as they are held), and a gradient and AdamW's two
+        # moments for each trained one
         "model_state_bytes": 4 * sum(p.numel() for p in model.parameters())
+        + sum(b.numel() * b.element_size() for b in model.buffers())
         + 12 * sum(p.numel() for p in trained),
         "tokens_per_s": B * T * len(times) / sum(times), "tokens_per_s_best": B * T / min(times),
         "step_ms": [1e3 * t for t in times], "first_loss": losses[0], "last_loss": losses[-1],

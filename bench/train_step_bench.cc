@@ -16,7 +16,8 @@
 // bandwidth measured in the same run (bench/machine_limits.h), with the run's model FLOPs/s as a
 // share of the matmul rate in its precision. --kv-heads and --ffn shape Llama models.
 // --lora-rank R trains LoRA adapters of rank R (alpha 2R) on the attention and MLP linears of a
-// frozen model instead of every weight, --lora-dropout P with dropout P on their inputs.
+// frozen model instead of every weight, --lora-dropout P with dropout P on their inputs,
+// --lora-quantize q8_0 with the frozen model's block matrices held in q8_0.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -90,6 +91,8 @@ BenchOptions parse_flags(int argc, char** argv) {
       o.device = v;
     } else if (k == "--lora-dropout") {
       o.mc.lora.dropout = std::stod(v);
+    } else if (k == "--lora-quantize") {
+      o.mc.lora.quantize = enum_from_name<model::FrozenWeights>(v, k);
     } else if (k == "--bucket-mb") {
       o.bucket_mb = std::stod(v);
     } else if (k == "--arch") {

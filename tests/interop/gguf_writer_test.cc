@@ -1,5 +1,6 @@
-// The GGUF container and its encodings: f16 conversion, q8_0 blocks, and the file's layout read
-// back byte by byte (llama.cpp itself reads exported models in tests/e2e/gguf_llama_cpp_test.cc).
+// The GGUF container and its encodings: f16 conversion and the file's layout read back byte by
+// byte (llama.cpp itself reads exported models in tests/e2e/gguf_llama_cpp_test.cc; q8_0 blocks:
+// tests/core/q8_0_test.cc).
 #include "tessera/interop/gguf_writer.h"
 
 #include <gtest/gtest.h>
@@ -41,33 +42,6 @@ TEST(F16, RoundsToNearestEvenAndOverflowsToInfinity) {
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // the smallest subnormal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
-}
-
-TEST(Q8_0, BlocksHoldAScaleAndRoundedValues) {
-  std::vector<float> values(64);
-  for (int i = 0; i < 64; ++i) values[i] = (i < 32 ? 0.01f : -3.0f) * float(i - 16);
-  values[5] = 0.0f;
-  std::vector<uint8_t> blocks(2 * kQ8BlockBytes);
-  quantize_q8_0(values, blocks);
-  for (int b = 0; b < 2; ++b) {
-    uint16_t half;
-    std::memcpy(&half, blocks.data() + b * kQ8BlockBytes, 2);
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(values[b * 32 + i]));
-    EXPECT_EQ(half, f32_to_f16(amax / 127.0f));
-    for (int i = 0; i < 32; ++i) {
-      const int8_t q = int8_t(blocks[b * kQ8BlockBytes + 2 + i]);
-      EXPECT_EQ(q, int8_t(std::round(values[b * 32 + i] * (1.0f / (amax / 127.0f)))))
-          << b << " " << i;
-      EXPECT_NEAR(f16_to_f32(half) * q, values[b * 32 + i], amax / 127.0f) << b << " " << i;
-    }
-  }
-  std::vector<float> zeros(32, 0.0f);
-  std::vector<uint8_t> zero_block(kQ8BlockBytes, 0xff);
-  quantize_q8_0(zeros, zero_block);
-  EXPECT_EQ(zero_block, std::vector<uint8_t>(kQ8BlockBytes, 0));
-  std::vector<uint8_t> wrong(kQ8BlockBytes);
-  EXPECT_THROW(quantize_q8_0(values, wrong), Error);
 }
 
 // A little-endian reader over the file's bytes.

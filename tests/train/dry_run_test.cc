@@ -152,23 +152,33 @@ TEST(DryRun, MemoryModelCountsWhatTheEngineAllocates) {
 // A LoRA run: the memory model counts the frozen model and the adapters' state as the training
 // state holds them, and the planner's step the FLOPs of frozen weights with no weight gradients.
 TEST(DryRun, LoraMemoryAndFlopsAreTheEnginesOwn) {
-  const RunConfig run = run_with({"train.lora_rank=4", "train.lora_targets=attention,mlp"});
-  comm::SingleCommunicator alone;
-  const comm::Mesh mesh(alone, {});
-  TrainState state(kernels::kCpuContext, run.model, run.train, mesh, {}, int64_t{1} << 20);
-  parallel::MemoryModel memory(run.model);
-  const parallel::TrainingShape shape{
-      0, 1, model::ActivationOptions{.max_batch = 4, .max_seq = 16, .training = true}};
-  const parallel::RankMemory planned = memory.rank({{model::Sharding{}}, {1}}, shape);
-  const MemoryReport held = state.memory();
-  EXPECT_EQ(planned.params, double(held.params));
-  EXPECT_EQ(planned.grads, double(held.grads));
-  EXPECT_EQ(planned.optimizer, double(held.optimizer));
-  const model::ModelLayout& layout = state.layout();
-  const double adapters = double(layout.params.total() - layout.adapters_begin);
-  EXPECT_EQ(planned.grads, 4 * adapters);
-  EXPECT_EQ(planned.optimizer, 8 * adapters);
+  double frozen_params[2];
+  for (int q8_0 = 0; q8_0 < 2; ++q8_0) {
+    const RunConfig run =
+        run_with({"train.lora_rank=4", "train.lora_targets=attention,mlp",
+                  std::string("train.lora_quantize=") + (q8_0 ? "q8_0" : "none")});
+    comm::SingleCommunicator alone;
+    const comm::Mesh mesh(alone, {});
+    TrainState state(kernels::kCpuContext, run.model, run.train, mesh, {}, int64_t{1} << 20);
+    parallel::MemoryModel memory(run.model);
+    const parallel::TrainingShape shape{
+        0, 1, model::ActivationOptions{.max_batch = 4, .max_seq = 16, .training = true}};
+    const parallel::RankMemory planned = memory.rank({{model::Sharding{}}, {1}}, shape);
+    const MemoryReport held = state.memory();
+    EXPECT_EQ(planned.params, double(held.params));
+    EXPECT_EQ(planned.grads, double(held.grads));
+    EXPECT_EQ(planned.optimizer, double(held.optimizer));
+    const model::ModelLayout& layout = state.layout();
+    const double adapters = double(layout.params.total() - layout.adapters_begin);
+    EXPECT_EQ(planned.grads, 4 * adapters);
+    EXPECT_EQ(planned.optimizer, 8 * adapters);
+    frozen_params[q8_0] = planned.params;
+  }
+  EXPECT_LT(frozen_params[1], frozen_params[0]);
 
+  const RunConfig run = run_with({"train.lora_rank=4", "train.lora_targets=attention,mlp"});
+  const double adapters = double(model::model_layout(run.model).params.total() -
+                                 model::model_layout(run.model).adapters_begin);
   // Per token: 4 x the frozen matmul weights, 6 x the adapters' and the attention's 12 L T d.
   model::ModelConfig plain = run.model;
   plain.lora = {};

@@ -1,5 +1,6 @@
 // A LoRA run's training state: AdamW receives the gradients of the adapters that the plain model
-// computes, and the state holds (and saves) the adapters alone.
+// computes, and the state holds (and saves) the adapters alone; a frozen model held in q8_0 gives
+// the gradients of the plain model whose block matrices hold its q8_0 values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/comm/mesh.h"
 #include "tessera/comm/single_communicator.h"
+#include "tessera/core/q8_0.h"
 #include "tessera/core/rng.h"
 #include "tessera/model/transformer.h"
 #include "tessera/runtime/train_step.h"
@@ -19,10 +21,31 @@
 namespace tessera::train {
 namespace {
 
-TEST(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
+// The plain model's block matrices through q8_0 and back.
+void round_trip_block_matrices(model::Transformer& plain) {
+  const model::ModelLayout& layout = plain.model_layout();
+  for (const model::PartTable& block : layout.blocks) {
+    for (model::PartId id : {model::PartId::kQkv, model::PartId::kAttentionOut,
+                             model::PartId::kMlpIn, model::PartId::kMlpOut}) {
+      const std::span<float> w =
+          plain.params().subspan(size_t(block[id].weight),
+                                 size_t(layout.params.at_offset(block[id].weight).shape.numel()));
+      std::vector<uint8_t> blocks(w.size() / kQ8BlockSize * kQ8BlockBytes);
+      quantize_q8_0(w, blocks);
+      dequantize_q8_0(blocks, w);
+    }
+  }
+}
+
+class LoraState : public ::testing::TestWithParam<model::FrozenWeights> {};
+
+TEST_P(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
   model::ModelConfig c = model::small_configs(8).llama;
+  c.d_model = 32;  // rows of whole q8_0 blocks
+  c.ffn_hidden = 32;
   c.lora.rank = 2;
   c.lora.alpha = 4;
+  c.lora.quantize = GetParam();
   const int64_t B = 2, T = 8;
   std::vector<int32_t> x(B * T), y(B * T);
   CounterRng rng(3, 0);
@@ -39,6 +62,7 @@ TEST(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
   state.init(7);
   model::Transformer plain(c, B, T, true);
   plain.init_weights(7);
+  if (GetParam() == model::FrozenWeights::kQ8_0) round_trip_block_matrices(plain);
   // Two steps, so that B is no longer zero and A's gradient is not either.
   for (int step = 0; step < 2; ++step) {
     state.zero_grad();
@@ -89,6 +113,11 @@ TEST(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(FrozenModel, LoraState,
+                         ::testing::Values(model::FrozenWeights::kPrecision,
+                                           model::FrozenWeights::kQ8_0),
+                         [](const auto& info) { return std::string(enum_name(info.param)); });
 
 }  // namespace
 }  // namespace tessera::train

@@ -1,8 +1,6 @@
 #include "tessera/interop/gguf_writer.h"
 
-#include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -113,26 +111,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
-
-void quantize_q8_0(std::span<const float> values, std::span<uint8_t> blocks) {
-  check(values.size() % kQ8BlockSize == 0 &&
-            blocks.size() == values.size() / kQ8BlockSize * kQ8BlockBytes,
-        "q8_0: {} values and {} bytes do not make whole blocks of {}", values.size(), blocks.size(),
-        kQ8BlockSize);
-  for (size_t b = 0; b * kQ8BlockSize < values.size(); ++b) {
-    const float* x = values.data() + b * kQ8BlockSize;
-    uint8_t* block = blocks.data() + b * kQ8BlockBytes;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < kQ8BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = amax / 127.0f;
-    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    const uint16_t half = f32_to_f16(scale);
-    std::memcpy(block, &half, 2);
-    for (int64_t i = 0; i < kQ8BlockSize; ++i) {
-      block[2 + i] = uint8_t(int8_t(std::round(x[i] * inverse)));
-    }
-  }
-}
 
 uint64_t ggml_bytes(GgmlType type, int64_t numel) {
   switch (type) {

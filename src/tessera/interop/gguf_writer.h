@@ -12,17 +12,12 @@
 #include <variant>
 #include <vector>
 
+#include "tessera/core/q8_0.h"
+
 namespace tessera::interop {
 
 // ggml's type ids for the tensor encodings written here.
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8 };
-
-inline constexpr int64_t kQ8BlockSize = 32;
-inline constexpr int64_t kQ8BlockBytes = 2 + kQ8BlockSize;
-
-// Quantizes `values` (a multiple of 32 long) as ggml's reference q8_0 does: per block of 32, the
-// scale is max|x| / 127 and each value is round(x / scale), halves away from zero.
-void quantize_q8_0(std::span<const float> values, std::span<uint8_t> blocks);
 
 // Bytes `numel` values take in `type`.
 uint64_t ggml_bytes(GgmlType type, int64_t numel);

@@ -261,6 +261,7 @@ BlockSpec block_spec(const ModelConfig& c) {
     s.lora_rank = c.lora.rank;
     s.lora_scale = c.lora.scale();
     s.lora_dropout = c.lora.dropout;
+    s.lora_quantize = c.lora.quantize;
     for (PartId id : lora_target_parts(c)) add_adapter_parts(s.part(id), c.lora.rank, s);
   }
   return s;

@@ -166,6 +166,7 @@ struct BlockSpec {
   int64_t lora_rank = 0;
   double lora_scale = 0;  // alpha / rank: what each adapter's update is multiplied by
   double lora_dropout = 0;
+  FrozenWeights lora_quantize = FrozenWeights::kPrecision;  // how the run holds the frozen model
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
   AttentionGeometry attention;

@@ -31,6 +31,14 @@ struct MoeConfig {
   bool operator==(const MoeConfig&) const = default;
 };
 
+// How a LoRA run holds its frozen model's block matrices (train.lora_quantize): none, as the
+// run's precision says; q8_0, in GGUF's 8-bit blocks (core/q8_0.h), each block's matrices widened
+// into working space while the step uses them, as QLoRA does with its 4-bit blocks.
+enum class FrozenWeights { kPrecision, kQ8_0 };
+inline constexpr EnumName<FrozenWeights> kFrozenWeightsNames[] = {
+    {FrozenWeights::kPrecision, "none"}, {FrozenWeights::kQ8_0, "q8_0"}};
+constexpr const auto& enum_names(FrozenWeights) { return kFrozenWeightsNames; }
+
 // LoRA (the train.lora_* keys): each targeted linear gains the low-rank update
 // y += alpha / rank * (x A^T) B^T, A [rank, in] and B [out, rank], one pair per fused piece (q, k
 // and v; gate and up) as PEFT keeps them. The adapters are the only parameters trained; the base
@@ -44,6 +52,7 @@ struct LoraConfig {
   // The probability that an input value of an adapter is zeroed in training (the rest scaled by
   // 1 / (1 - dropout)), as PEFT's lora_dropout; the adapted linear's own product sees it whole.
   double dropout = 0;
+  FrozenWeights quantize = FrozenWeights::kPrecision;
 
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / double(rank); }

@@ -69,6 +69,9 @@ const Settings<LoraConfig>& lora_settings() {
               "LoRA: the probability that training zeroes an adapter's input value (PEFT's "
               "lora_dropout)",
               Range{0.0, 1.0, false, true}),
+      setting("train.lora_quantize", &L::quantize,
+              "LoRA: how the frozen model's block matrices are held: none (as train.precision "
+              "says) or q8_0 (GGUF's 8-bit blocks, 1.06 bytes a weight)"),
   };
   return rows;
 }

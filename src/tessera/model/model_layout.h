@@ -95,18 +95,13 @@ struct ModelLayout {
   bool has_experts() const { return experts_begin < adapters_begin; }
   bool has_adapters() const { return adapters_begin < params.total(); }
   // The parameters a run trains, as ZeRO shards them: the dense ones over dp (a LoRA run's
-  // adapters alone) and the expert stacks over dp / ep; and the bytes of the model a LoRA run
-  // holds frozen, whole on every rank: f32, and in a low precision its copy in that format too
-  // (0 without adapters).
+  // adapters alone) and the expert stacks over dp / ep. A LoRA run holds the rest frozen, whole on
+  // every rank (FrozenParameters).
   int64_t trained_dense() const {
     return has_adapters() ? expert_adapters_begin - adapters_begin : experts_begin;
   }
   int64_t trained_experts() const {
     return has_adapters() ? params.total() - expert_adapters_begin : adapters_begin - experts_begin;
-  }
-  int64_t frozen_bytes(Precision precision) const {
-    const int64_t per_parameter = precision == Precision::kF32 ? 4 : 6;
-    return has_adapters() ? per_parameter * params.total() : 0;
   }
   // The units block `layer` reads: its dense parts', then its expert stacks', its dense parts'
   // adapters' and its expert stacks' adapters' where it has them (-1 otherwise).

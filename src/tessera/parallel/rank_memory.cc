@@ -1,6 +1,7 @@
 #include "tessera/parallel/rank_memory.h"
 
 #include "tessera/core/error.h"
+#include "tessera/model/frozen_parameters.h"
 #include "tessera/parallel/zero_memory.h"
 
 namespace tessera::parallel {
@@ -72,7 +73,8 @@ RankMemory MemoryModel::rank(const RankWork& work, const TrainingShape& shape) {
     const model::ActivationBytes& a = activations(s, shape.activations);
     const ZeroBytes dense = zero_model_state(shape.zero, precision, c.dense, shape.dp);
     const ZeroBytes experts = zero_model_state(shape.zero, precision, c.experts, shape.dp / s.ep);
-    m.params += dense.params + experts.params + double(c.layout.frozen_bytes(precision));
+    m.params +=
+        dense.params + experts.params + double(model::FrozenParameters::bytes(c.layout, precision));
     m.grads += dense.grads + experts.grads;
     m.optimizer += dense.optimizer + experts.optimizer;
     // The stage's arena holds one micro-batch; each further slot its input and saved activations

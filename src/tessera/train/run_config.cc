@@ -261,7 +261,12 @@ Settings<FaultConfig> fault_settings() {
 
 // The checks that span keys; each key's own range is its row's.
 void check_lora(const RunConfig& run) {
-  if (!run.model.lora.enabled()) return;
+  if (!run.model.lora.enabled()) {
+    check(run.model.lora.quantize == model::FrozenWeights::kPrecision,
+          "train.lora_quantize: only a LoRA run's frozen model is quantised; set train.lora_rank "
+          "too, or train.lora_quantize = \"none\"");
+    return;
+  }
   model::lora_target_parts(run.model);  // names every target, or throws
   check(run.train.device == kernels::DeviceKind::kCpu,
         "train.lora_rank: adapters train on the CPU only for now; set train.device = \"cpu\"");

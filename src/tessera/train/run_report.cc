@@ -12,6 +12,7 @@
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/peak_flops.h"
 #include "tessera/model/flops.h"
+#include "tessera/model/frozen_parameters.h"
 #include "tessera/obs/chrome_trace.h"
 #include "tessera/obs/live_page.h"
 #include "tessera/parallel/pipeline_simulator.h"
@@ -99,7 +100,7 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
     const model::ModelLayout& layout = state.layout(k);
     dense += double(layout.trained_dense());
     experts += double(layout.trained_experts());
-    frozen += double(layout.frozen_bytes(tc.precision));
+    frozen += double(model::FrozenParameters::bytes(layout, tc.precision));
   }
   std::vector<double> all(size_t(kFields * world.size()), 0.0);
   const double mine[kFields] = {

@@ -114,10 +114,7 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       st.groups.push_back(std::move(g));
     }
     if (st.layout.has_adapters()) {
-      std::optional<kernels::LowPrecision> low;
-      if (train.precision != model::Precision::kF32) low = model::low_precision_of(train.precision);
-      st.frozen = std::make_unique<model::ResidentParameters>(ctx, st.layout, low,
-                                                              /*with_gradients=*/false);
+      st.frozen = std::make_unique<model::FrozenParameters>(ctx, st.layout, train.precision);
     }
     const bool holds_tied = tied_ != nullptr && st.layout.has_embedding != st.layout.has_head;
     for (const model::ParamInfo& p : st.layout.params.entries()) {
@@ -153,8 +150,9 @@ void TrainState::init(uint64_t seed) {
       g.shards->publish();
     }
     if (s->frozen) {
-      model::initial_parameters(s->layout, seed, 0, s->layout.adapters_begin,
-                                s->frozen->params().data());
+      s->frozen->assign([&](int64_t begin, int64_t end, float* to) {
+        model::initial_parameters(s->layout, seed, begin, end, to);
+      });
     }
   }
   if (lora_base_) load_base(*lora_base_);
@@ -163,8 +161,10 @@ void TrainState::init(uint64_t seed) {
 void TrainState::load_base(const std::filesystem::path& step_dir) {
   for (auto& s : stages_) {
     check(s->frozen != nullptr, "load_base: the run trains no adapters");
-    ckpt::read_state_range(step_dir, config_, s->layout.params, ckpt::StatePart::kParams, 0,
-                           s->layout.adapters_begin, s->frozen->params().data());
+    s->frozen->assign([&](int64_t begin, int64_t end, float* to) {
+      ckpt::read_state_range(step_dir, config_, s->layout.params, ckpt::StatePart::kParams, begin,
+                             end, to);
+    });
   }
   lora_base_ = std::filesystem::absolute(step_dir);
 }
@@ -411,7 +411,7 @@ MemoryReport TrainState::memory() const {
       r.optimizer += b.master + 8 * (g.shards->owned_end() - g.shards->owned_begin());
       r.working += b.working;
     }
-    r.params += s->layout.frozen_bytes(precision_);
+    if (s->frozen) r.params += s->frozen->bytes();
   }
   return r;
 }

@@ -11,6 +11,7 @@
 #include "tessera/comm/mesh.h"
 #include "tessera/core/tensor.h"
 #include "tessera/kernels/device.h"
+#include "tessera/model/frozen_parameters.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/parameter_store.h"
 #include "tessera/parallel/zero_shards.h"
@@ -108,7 +109,7 @@ class TrainState {
     std::vector<Group> groups;
     std::vector<Copies> copies;
     std::optional<model::ParamInfo> tied;  // the embedding whose gradients another stage shares
-    std::unique_ptr<model::ResidentParameters> frozen;  // a LoRA run's base model
+    std::unique_ptr<model::FrozenParameters> frozen;  // a LoRA run's base model
 
     bool is_frozen(int64_t unit) const { return frozen && unit < layout.first_adapter_unit; }
     Group& group_of(int64_t unit);
@@ -117,7 +118,11 @@ class TrainState {
       return is_frozen(unit) ? frozen->acquire(unit) : group_of(unit).shards->acquire(unit);
     }
     void release(int64_t unit) override {
-      if (!is_frozen(unit)) group_of(unit).shards->release(unit);
+      if (is_frozen(unit)) {
+        frozen->release(unit);
+      } else {
+        group_of(unit).shards->release(unit);
+      }
     }
     float* gradients(int64_t unit) override {
       return is_frozen(unit) ? nullptr : group_of(unit).shards->gradients(unit);
