@@ -41,13 +41,13 @@ TEST_F(CudaRope, ForwardAndBackwardMatchCpuAtLaterPositions) {
     // v is not rotated: comparing the whole buffer checks that it is left alone.
     Twin<float> qkv(gpu(), random_vector<float>(B * Tn * ld, 201));
     on_both(gpu(), [&](const Context& ctx) {
-      rope_forward<float>(ctx, qkv.on(ctx), B, Tn, H, KVH, c.hd, c.pos0, c.theta);
+      rope_forward<float>(ctx, qkv.on(ctx), B, Tn, H, KVH, c.hd, c.pos0, Rope{c.theta});
     });
     EXPECT_TRUE(agrees(qkv, kF32Tensor)) << "forward";
 
     Twin<float> dqkv(gpu(), random_vector<float>(B * Tn * ld, 202));
     on_both(gpu(), [&](const Context& ctx) {
-      rope_backward<float>(ctx, dqkv.on(ctx), B, Tn, H, KVH, c.hd, c.pos0, c.theta);
+      rope_backward<float>(ctx, dqkv.on(ctx), B, Tn, H, KVH, c.hd, c.pos0, Rope{c.theta});
     });
     EXPECT_TRUE(agrees(dqkv, kF32Tensor)) << "backward";
   }

@@ -2,7 +2,8 @@
 // prebuilt CPU build (tests/llama_cpp, installed by scripts/setup.sh --test) loads the exported
 // file and scores a 64-token text and continues it greedily; Tessera does the same in-process on
 // the checkpoint's weights. f32 must agree in every next-token log-probability (within 1e-5 for
-// Llama) and every greedy token, and llama.cpp must tokenize text as the run's tokenizer does;
+// Llama, RoPE scaling included) and every greedy token, and llama.cpp must tokenize text as the
+// run's tokenizer does;
 // f16 and q8_0 must load and stay close.
 #include <gtest/gtest.h>
 
@@ -148,6 +149,17 @@ TEST_F(GgufLlamaCpp, LlamaWithGqaAgreesInF32) {
       train_and_export("--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=128"
                        " --set model.tie_embeddings=false --set model.rope_theta=500",
                        "f32"));
+  compare("f32", 1e-5, /*exact_greedy=*/true);
+}
+
+// RoPE scaled as Llama 3.1's rope_scaling, trained at 32 positions and scored past them: llama.cpp
+// reads the scaling from the rope_freqs.weight tensor the export writes.
+TEST_F(GgufLlamaCpp, Llama3RopeScalingAgreesInF32) {
+  ASSERT_NO_FATAL_FAILURE(train_and_export(
+      "--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=128"
+      " --set model.tie_embeddings=false --set model.rope_theta=500 --set model.rope_scaling=llama3"
+      " --set model.rope_scaling_factor=4 --set model.rope_original_max_seq=32",
+      "f32"));
   compare("f32", 1e-5, /*exact_greedy=*/true);
 }
 

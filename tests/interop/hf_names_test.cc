@@ -291,6 +291,36 @@ TEST(HfConfig, FillsTransformersDefaults) {
   EXPECT_EQ(m.moe.top_k, 2);
 }
 
+// Llama 3.1's rope_scaling, as its config.json states it, and the older linear "type" key: read
+// into model.rope_scaling and written back as Transformers reads them.
+TEST(HfConfig, RopeScalingRoundTrips) {
+  json j = hf_config_json(llama(2, false), DType::f32);
+  EXPECT_TRUE(j.at("rope_scaling").is_null());
+  j["rope_scaling"] = {{"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192},
+                       {"rope_type", "llama3"}};
+  const ModelConfig c = model_config_from_hf(j, "config.json");
+  EXPECT_EQ(c.rope_scaling.type, kernels::RopeScalingType::kLlama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_context, 8192);
+  EXPECT_EQ(hf_config_json(c, DType::f32).at("rope_scaling"), j.at("rope_scaling"));
+  EXPECT_EQ(model_config_from_hf(hf_config_json(c, DType::f32), "config.json"), c);
+
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const ModelConfig linear = model_config_from_hf(j, "config.json");
+  EXPECT_EQ(linear.rope_scaling.type, kernels::RopeScalingType::kLinear);
+  EXPECT_EQ(linear.rope_scaling.factor, 2.0);
+  EXPECT_EQ(hf_config_json(linear, DType::f32).at("rope_scaling"),
+            (json{{"rope_type", "linear"}, {"factor", 2.0}}));
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(model_config_from_hf(j, "config.json").rope_scaling.type,
+            kernels::RopeScalingType::kNone);
+}
+
 TEST(HfConfig, RejectsWhatTesseraComputesDifferently) {
   const json base_llama = hf_config_json(llama(2, false), DType::f32);
   const json base_gpt2 = hf_config_json(gpt2(), DType::f32);
@@ -312,8 +342,19 @@ TEST(HfConfig, RejectsWhatTesseraComputesDifferently) {
   expect_bad(with(base_llama, "hidden_size", "16"), {"'hidden_size'", "integer"});
   expect_bad(with(base_llama, "num_attention_heads", 0), {"'num_attention_heads'", ">= 1"});
   expect_bad(with(base_llama, "hidden_act", "gelu"), {"'hidden_act'", "gelu"});
+  expect_bad(with(base_llama, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
+             {"'rope_scaling'", "\"yarn\" is not supported"});
   expect_bad(with(base_llama, "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}),
-             {"'rope_scaling'", "llama3"});
+             {"'rope_scaling'", "'low_freq_factor'"});
+  expect_bad(with(base_llama, "rope_scaling",
+                  {{"rope_type", "llama3"},
+                   {"factor", 8.0},
+                   {"low_freq_factor", 1.0},
+                   {"high_freq_factor", 4.0}}),
+             {"'rope_scaling'", "missing 'original_max_position_embeddings'"});
+  expect_bad(with(base_llama, "rope_scaling", {{"type", "linear"}, {"factor", 0.5}}),
+             {"'rope_scaling'", "'factor'"});
+  expect_bad(with(base_llama, "rope_scaling", "llama3"), {"'rope_scaling'", "JSON object"});
   expect_bad(with(base_llama, "attention_bias", true), {"'attention_bias'"});
   expect_bad(with(base_llama, "mlp_bias", true), {"'mlp_bias'"});
   expect_bad(with(base_llama, "head_dim", 8), {"'head_dim' = 8"});

@@ -97,11 +97,11 @@ TYPED_TEST(LlamaKernelGradient, Rope) {
   std::vector<T> work;
   auto loss = [&] {
     work = qkv;
-    rope_forward<T>(kCpuContext, work.data(), B, Tn, H, KVH, hd, pos0, theta);
+    rope_forward<T>(kCpuContext, work.data(), B, Tn, H, KVH, hd, pos0, Rope{theta});
     return weighted_sum(work, r);
   };
   std::vector<T> grad = r;
-  rope_backward<T>(kCpuContext, grad.data(), B, Tn, H, KVH, hd, pos0, theta);
+  rope_backward<T>(kCpuContext, grad.data(), B, Tn, H, KVH, hd, pos0, Rope{theta});
   EXPECT_GRADIENT(qkv, loss, grad);
 }
 
@@ -129,8 +129,8 @@ TEST(Rope, BackwardIsTheExactAdjointAndLeavesValuesAlone) {
   const int64_t B = 2, Tn = 4, H = 4, KVH = 2, hd = 8, ld = (H + 2 * KVH) * hd;
   auto x = random_vector<double>(B * Tn * ld, 32), y = random_vector<double>(x.size(), 33);
   std::vector<double> rx = x, ry = y;
-  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 7, 500000.0);
-  rope_backward<double>(kCpuContext, ry.data(), B, Tn, H, KVH, hd, 7, 500000.0);
+  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 7, Rope{500000.0});
+  rope_backward<double>(kCpuContext, ry.data(), B, Tn, H, KVH, hd, 7, Rope{500000.0});
   EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-12);
   for (int64_t row = 0; row < B * Tn; ++row) {
     for (int64_t c = (H + KVH) * hd; c < ld; ++c) {
@@ -144,7 +144,7 @@ TEST(Rope, PreservesTheNormOfEveryPair) {
   const int64_t B = 1, Tn = 6, H = 2, KVH = 2, hd = 10, ld = (H + 2 * KVH) * hd;
   auto x = random_vector<double>(B * Tn * ld, 34);
   std::vector<double> rx = x;
-  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 1000, 10000.0);
+  rope_forward<double>(kCpuContext, rx.data(), B, Tn, H, KVH, hd, 1000, Rope{10000.0});
   for (int64_t row = 0; row < B * Tn; ++row) {
     for (int64_t head = 0; head < H + KVH; ++head) {
       for (int64_t i = 0; i < hd / 2; ++i) {
@@ -164,7 +164,7 @@ TEST(Rope, TurnsAPairByTheKnownAngle) {
     row[head * hd + 1] = 1.0;
     row[head * hd + 1 + hd / 2] = 2.0;
   }
-  rope_forward<double>(kCpuContext, qkv.data(), 1, 2, H, KVH, hd, 3, 10000.0);
+  rope_forward<double>(kCpuContext, qkv.data(), 1, 2, H, KVH, hd, 3, Rope{10000.0});
   const double c = std::cos(0.4), s = std::sin(0.4);
   for (int64_t head : {0, 1}) {
     EXPECT_NEAR(row[head * hd + 1], 1.0 * c - 2.0 * s, 1e-14);
@@ -174,10 +174,11 @@ TEST(Rope, TurnsAPairByTheKnownAngle) {
 
 TEST(Rope, RejectsAnOddOrOversizedHeadDimension) {
   std::vector<double> qkv(3 * 2 * (kRopeMaxHeadDim + 2));
-  EXPECT_THROW(rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, 3, 0, 10000.0), Error);
-  EXPECT_THROW(
-      rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, kRopeMaxHeadDim + 2, 0, 10000.0),
-      Error);
+  EXPECT_THROW(rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, 3, 0, Rope{10000.0}),
+               Error);
+  EXPECT_THROW(rope_forward<double>(kCpuContext, qkv.data(), 1, 1, 1, 1, kRopeMaxHeadDim + 2, 0,
+                                    Rope{10000.0}),
+               Error);
 }
 
 // Grouped-query attention must be plain multi-head attention over key/value heads repeated to H.

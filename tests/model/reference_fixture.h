@@ -65,6 +65,12 @@ inline ModelConfig config_from_json(const nlohmann::json& c) {
   m.n_kv_head = c.value("n_kv_head", int64_t{0});
   m.ffn_hidden = c.value("ffn_hidden", int64_t{0});
   m.rope_theta = c.value("rope_theta", 1e4);
+  m.rope_scaling.type = enum_from_name<kernels::RopeScalingType>(
+      c.value("rope_scaling", std::string("none")), "rope_scaling");
+  m.rope_scaling.factor = c.value("rope_scaling_factor", 1.0);
+  m.rope_scaling.low_freq_factor = c.value("rope_low_freq_factor", 1.0);
+  m.rope_scaling.high_freq_factor = c.value("rope_high_freq_factor", 4.0);
+  m.rope_scaling.original_context = c.value("rope_original_max_seq", int64_t{8192});
   m.norm_eps = c.value("norm_eps", 1e-5);
   m.tie_embeddings = c.value("tie_embeddings", true);
   m.moe.n_experts = c.value("moe_experts", int64_t{0});

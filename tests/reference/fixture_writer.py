@@ -3,7 +3,8 @@
   fixture.json  {**header, "tensors": [{"name", "shape", "dtype" ("f32"|"i32"), "offset",
                  "nbytes"}]}
   fixture.bin   little-endian: every parameter under its name, every gradient under
-                "grad/<name>", then "inputs" and "targets" as int32 [B, T].
+                "grad/<name>", then "inputs" and "targets" as int32 [B, T], then any extra
+                tensors (the Llama script's "logits" [B, T, vocab]).
 """
 
 import json
@@ -12,11 +13,13 @@ import os
 import torch
 
 
-def write_fixture(out, model, inputs, targets, header):
-    """Writes the model's parameters and gradients, the batch, and header; returns the count."""
+def write_fixture(out, model, inputs, targets, header, extra=None):
+    """Writes the model's parameters and gradients, the batch, any extra tensors by name, and
+    header; returns the count."""
     records = [(name, p.detach()) for name, p in model.named_parameters()]
     records += [("grad/" + name, p.grad.detach()) for name, p in model.named_parameters()]
     records += [("inputs", inputs.to(torch.int32)), ("targets", targets.to(torch.int32))]
+    records += list((extra or {}).items())
     os.makedirs(out, exist_ok=True)
     tensors = []
     offset = 0

@@ -78,13 +78,21 @@ from fixture_writer import write_fixture
 LLAMA_GQA = dict(vocab_size=61, n_layer=2, n_head=4, n_kv_head=2, d_model=32, ffn_hidden=48,
                  max_seq=16, rope_theta=1e4, norm_eps=1e-5, tie_embeddings=False,
                  moe_experts=0, moe_top_k=2, moe_shared_experts=0, moe_capacity_factor=0.0,
-                 moe_aux_loss_coef=0.01, B=2, T=7, seed=1234)
+                 moe_aux_loss_coef=0.01, rope_scaling="none", rope_scaling_factor=1.0,
+                 rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, rope_original_max_seq=8192,
+                 B=2, T=7, seed=1234)
 CASES = {
     "llama-gqa": LLAMA_GQA,
     "llama-mqa-tied": dict(LLAMA_GQA, n_kv_head=1, tie_embeddings=True, rope_theta=500.0,
                            norm_eps=1e-6, seed=1235),
     "moe-top2": dict(LLAMA_GQA, ffn_hidden=24, moe_experts=4, moe_top_k=2,
                      moe_shared_experts=1, moe_aux_loss_coef=0.01, B=2, T=9, seed=1236),
+    # Trained at 8 positions and stretched 4 times: positions 8 to 13 are past that context.
+    "llama3-rope": dict(LLAMA_GQA, max_seq=16, rope_scaling="llama3", rope_scaling_factor=4.0,
+                        rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+                        rope_original_max_seq=8, T=14, seed=1238),
+    "linear-rope": dict(LLAMA_GQA, max_seq=16, rope_scaling="linear", rope_scaling_factor=2.0,
+                        T=14, seed=1239),
     "moe-capacity": dict(LLAMA_GQA, ffn_hidden=24, moe_experts=4, moe_top_k=2,
                          moe_capacity_factor=1.0, moe_aux_loss_coef=0.05, B=4, T=8, seed=1237),
 }
@@ -101,6 +109,26 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def inverse_frequencies(c, hd):
+    """Hugging Face's rope_scaling as Transformers computes it (_compute_llama3_parameters and
+    linear scaling), in float64."""
+    inv_freq = c["rope_theta"] ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
+    factor = c["rope_scaling_factor"]
+    if c["rope_scaling"] == "linear":
+        return inv_freq / factor
+    if c["rope_scaling"] != "llama3":
+        return inv_freq
+    low, high, old = (c["rope_low_freq_factor"], c["rope_high_freq_factor"],
+                      c["rope_original_max_seq"])
+    low_freq_wavelen, high_freq_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -111,7 +139,7 @@ class Attention(nn.Module):
         super().__init__()
         self.H, self.KVH = c["n_head"], c["n_kv_head"]
         self.hd = c["d_model"] // self.H
-        self.theta = c["rope_theta"]
+        self.inv_freq = inverse_frequencies(c, self.hd)
         self.qkv = nn.Linear(c["d_model"], (self.H + 2 * self.KVH) * self.hd, bias=False)
         self.proj = nn.Linear(self.H * self.hd, c["d_model"], bias=False)
 
@@ -123,8 +151,7 @@ class Attention(nn.Module):
         k = k.view(B, T, KVH, hd).transpose(1, 2)
         v = v.view(B, T, KVH, hd).transpose(1, 2)
         # Angles in float64, as Tessera computes them, then rounded to float32.
-        inv_freq = self.theta ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
-        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        angles = torch.arange(T, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
         angles = torch.cat((angles, angles), dim=-1)
         cos, sin = angles.cos().float(), angles.sin().float()
         q = q * cos + rotate_half(q) * sin
@@ -257,7 +284,7 @@ class Llama(nn.Module):
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight
         logits = self.lnf(x) @ head.t()
         loss = F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
-        return loss, aux_total, dropped, margin
+        return loss, aux_total, dropped, margin, logits
 
 
 def randomise(model, generator):
@@ -291,7 +318,7 @@ def main():
     targets = torch.randint(0, config["vocab_size"], (B, T), generator=gen)
 
     model.zero_grad()
-    loss, aux, dropped, margin = model(inputs, targets)
+    loss, aux, dropped, margin, logits = model(inputs, targets)
     (loss + aux).backward()
     if config["moe_experts"] > 0:
         if margin < TIE_MARGIN:
@@ -302,7 +329,7 @@ def main():
 
     header = {"config": config, "B": B, "T": T, "loss": float(loss.item()),
               "aux_loss": float(aux.item()), "dropped": dropped}
-    count = write_fixture(args.out, model, inputs, targets, header)
+    count = write_fixture(args.out, model, inputs, targets, header, {"logits": logits.detach()})
     print(f"{args.config}: wrote {count} tensors, loss {loss.item():.6f}, "
           f"aux {aux.item():.6g}, dropped {dropped}, routing margin {margin:.2g}, to {args.out}",
           file=sys.stderr)

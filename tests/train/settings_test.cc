@@ -111,6 +111,7 @@ model::ModelConfig unusual_model() {
   m.n_kv_head = 2;
   m.ffn_hidden = 96;
   m.rope_theta = 5e5;
+  m.rope_scaling = {kernels::RopeScalingType::kLlama3, 8, 2, 6, 64};
   m.head_dim_override = 32;
   m.parallel_block = true;
   m.norm_eps = 1e-6;

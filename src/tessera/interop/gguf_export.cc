@@ -127,6 +127,25 @@ void add_gpt2_keys(const ModelConfig& c, GgufWriter& gguf) {
   gguf.set("gpt2.attention.layer_norm_epsilon", float(c.norm_eps));
 }
 
+// RoPE scaling as llama.cpp's converter writes it: linear as two keys; llama3 as the tensor
+// rope_freqs.weight, by which llama.cpp divides each plain frequency.
+void add_rope_scaling(const ModelConfig& c, const std::string& arch, GgufWriter& gguf) {
+  const kernels::RopeScaling& s = c.rope_scaling;
+  if (s.type == kernels::RopeScalingType::kLinear) {
+    gguf.set(arch + ".rope.scaling.type", std::string("linear"));
+    gguf.set(arch + ".rope.scaling.factor", float(s.factor));
+  } else if (s.type == kernels::RopeScalingType::kLlama3) {
+    const int64_t D = c.head_dim();
+    gguf.add_tensor("rope_freqs.weight", {D / 2}, GgmlType::f32, [c, D](std::span<float> out) {
+      const kernels::Rope plain{c.rope_theta, {}};
+      for (int64_t i = 0; i < D / 2; ++i) {
+        out[size_t(i)] = float(kernels::rope_inverse_frequency(plain, i, D) /
+                               kernels::rope_inverse_frequency(c.rope(), i, D));
+      }
+    });
+  }
+}
+
 // llama.cpp's llama and qwen3 (a Llama with QK-norm) read the same keys under their own names.
 void add_llama_keys(const ModelConfig& c, const std::string& arch, GgufWriter& gguf) {
   const int64_t D = c.head_dim();
@@ -142,6 +161,7 @@ void add_llama_keys(const ModelConfig& c, const std::string& arch, GgufWriter& g
   gguf.set(arch + ".rope.freq_base", float(c.rope_theta));
   gguf.set(arch + ".attention.layer_norm_rms_epsilon", float(c.norm_eps));
   gguf.set(arch + ".vocab_size", uint32_t(c.vocab_size));
+  add_rope_scaling(c, arch, gguf);
 }
 
 }  // namespace

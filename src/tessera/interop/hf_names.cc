@@ -128,6 +128,40 @@ class ConfigReader {
   const std::string& source_;
 };
 
+// config.json's rope_scaling: plain ("default"), linear or llama3 (Llama 3.1 and later).
+kernels::RopeScaling rope_scaling_of(const ConfigReader& config) {
+  const std::string source = config.source() + ": 'rope_scaling'";
+  const ConfigReader r(config.at("rope_scaling"), source);
+  const std::string type = r.text_or("rope_type", r.text_or("type", "default"));
+  kernels::RopeScaling s;
+  if (type == "default") return s;
+  check(type == "linear" || type == "llama3",
+        "{} of type \"{}\" is not supported: Tessera scales RoPE as \"linear\" or \"llama3\"",
+        source, type);
+  s.type = type == "linear" ? kernels::RopeScalingType::kLinear : kernels::RopeScalingType::kLlama3;
+  s.factor = r.number_or("factor", 0);
+  check(s.factor >= 1, "{}: 'factor' must be a number >= 1", source);
+  if (s.type == kernels::RopeScalingType::kLinear) return s;
+  s.low_freq_factor = r.number_or("low_freq_factor", 0);
+  s.high_freq_factor = r.number_or("high_freq_factor", 0);
+  check(s.low_freq_factor > 0 && s.low_freq_factor < s.high_freq_factor,
+        "{}: 'low_freq_factor' ({}) must be above 0 and below 'high_freq_factor' ({})", source,
+        s.low_freq_factor, s.high_freq_factor);
+  s.original_context = r.size("original_max_position_embeddings");
+  return s;
+}
+
+json rope_scaling_json(const kernels::RopeScaling& s) {
+  if (s.type == kernels::RopeScalingType::kNone) return nullptr;
+  json j = {{"rope_type", std::string(enum_name(s.type))}, {"factor", s.factor}};
+  if (s.type == kernels::RopeScalingType::kLlama3) {
+    j["low_freq_factor"] = s.low_freq_factor;
+    j["high_freq_factor"] = s.high_freq_factor;
+    j["original_max_position_embeddings"] = s.original_context;
+  }
+  return j;
+}
+
 std::string model_type_of(const ConfigReader& r) {
   if (r.has("model_type")) return r.text_or("model_type", "");
   check(r.has("architectures") && r.at("architectures").is_array() &&
@@ -196,12 +230,7 @@ ModelConfig llama_from_hf(const ConfigReader& r, bool mixtral) {
   check(act == "silu" || act == "swish",
         "{}: 'hidden_act' = \"{}\" is not supported: Tessera's Llama MLP is SwiGLU (silu)",
         r.source(), act);
-  if (r.has("rope_scaling")) {
-    const json& s = r.at("rope_scaling");
-    const json type = s.is_object() ? s.value("rope_type", s.value("type", json())) : json();
-    check(type == "default", "{}: 'rope_scaling' = {} is not supported: only plain RoPE is",
-          r.source(), s.dump());
-  }
+  if (r.has("rope_scaling")) c.rope_scaling = rope_scaling_of(r);
   r.require_flag("attention_bias", false, false, "Llama attention has no biases");
   r.require_flag("mlp_bias", false, false, "Llama MLPs have no biases");
   check(c.d_model % c.n_head == 0,
@@ -304,7 +333,7 @@ json hf_config_json(const ModelConfig& c, DType dtype) {
             {"num_key_value_heads", c.kv_heads()},
             {"max_position_embeddings", c.max_seq},
             {"rope_theta", c.rope_theta},
-            {"rope_scaling", nullptr},
+            {"rope_scaling", rope_scaling_json(c.rope_scaling)},
             {"rms_norm_eps", c.norm_eps},
             {"hidden_act", "silu"},
             {"tie_word_embeddings", c.tie_embeddings},

@@ -177,16 +177,16 @@ void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C) {
 
 template <typename T>
 void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                  int64_t hd, int64_t pos0, double theta) {
+                  int64_t hd, int64_t pos0, const Rope& rope) {
   kernel_for(ctx, &OpKernels<T>::rope_forward, "rope_forward")(ctx, qkv, B, T_, H, KVH, hd, pos0,
-                                                               theta);
+                                                               rope);
 }
 
 template <typename T>
 void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                   int64_t hd, int64_t pos0, double theta) {
+                   int64_t hd, int64_t pos0, const Rope& rope) {
   kernel_for(ctx, &OpKernels<T>::rope_backward, "rope_backward")(ctx, dqkv, B, T_, H, KVH, hd, pos0,
-                                                                 theta);
+                                                                 rope);
 }
 
 template <typename T>
@@ -299,9 +299,9 @@ void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64
                                                int64_t, int64_t);                                  \
   template void add_bias<T>(const Context&, T*, const T*, int64_t, int64_t);                       \
   template void rope_forward<T>(const Context&, T*, int64_t, int64_t, int64_t, int64_t, int64_t,   \
-                                int64_t, double);                                                  \
+                                int64_t, const Rope&);                                             \
   template void rope_backward<T>(const Context&, T*, int64_t, int64_t, int64_t, int64_t, int64_t,  \
-                                 int64_t, double);                                                 \
+                                 int64_t, const Rope&);                                            \
   template void head_rmsnorm_forward<T>(const Context&, T*, const T*, const T*, T*, T*, int64_t,   \
                                         int64_t, int64_t, int64_t, T);                             \
   template void head_rmsnorm_backward<T>(const Context&, T*, const T*, const T*, const T*,         \

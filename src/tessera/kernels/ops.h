@@ -14,6 +14,7 @@
 
 #include "tessera/core/targets.h"
 #include "tessera/kernels/context.h"
+#include "tessera/kernels/rope.h"
 
 namespace tessera::kernels {
 
@@ -104,19 +105,20 @@ template <typename T>
 void add_bias(const Context& ctx, T* y, const T* b, int64_t M, int64_t C);
 
 // Rotary position embeddings in the Hugging Face Llama "rotate_half" layout: within a head of hd
-// channels, channel i < hd/2 pairs with channel i + hd/2 and turns by pos * theta^(-2i/hd).
+// channels, channel i < hd/2 pairs with channel i + hd/2 and turns by pos times its frequency
+// (kernels/rope.h: theta^(-2i/hd), or as the rope's scaling says).
 // qkv[B, T, (H + 2*KVH) * hd]: H query heads, then KVH key heads, then KVH value heads. Rotates q
 // and k heads in place for positions pos0 .. pos0+T-1; v is untouched. hd is even and at most
 // kRopeMaxHeadDim.
 constexpr int64_t kRopeMaxHeadDim = 512;
 template <typename T>
 void rope_forward(const Context& ctx, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                  int64_t hd, int64_t pos0, double theta);
+                  int64_t hd, int64_t pos0, const Rope& rope);
 // The inverse rotation, in place on dqkv (gradient of the rotated q and k becomes gradient of the
 // unrotated ones).
 template <typename T>
 void rope_backward(const Context& ctx, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                   int64_t hd, int64_t pos0, double theta);
+                   int64_t hd, int64_t pos0, const Rope& rope);
 
 // QK-norm (Qwen 3, OLMo 2): RMSNorm of each head's hd values of q and k, in place in
 // qkv[N, (H + 2*KVH) * hd] (the rope layout above) before the rotation, the query heads scaled by

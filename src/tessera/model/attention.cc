@@ -36,7 +36,8 @@ void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const f
   const int64_t N = B * T;
   qkv_.forward(p, normed, a.qkv, N);
   if (qk_norm_) qk_norm_->forward(p, a.qkv, a.qk_norm_input, a.qk_norm_rstd, N);
-  if (g_.rope) k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  if (g_.rope)
+    k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
   k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_,
                        a.doc_start);
   format_.finish(ctx_, a.out, N * heads_ * head_dim_);
@@ -52,7 +53,8 @@ void Attention::decode(const ParamAccess& p, const MatmulInput& normed, const fl
   for (const k::PagedChunk& chunk : chunks) {
     float* rows = a.qkv + chunk.row * Q;
     if (g_.rope)
-      k::rope_forward(ctx_, rows, 1, chunk.n, heads_, kv_heads_, hd, chunk.start, g_.rope_theta);
+      k::rope_forward(ctx_, rows, 1, chunk.n, heads_, kv_heads_, hd, chunk.start,
+                      g_.rope_frequencies);
     k::paged_kv_write(ctx_, rows + heads_ * hd, rows + (heads_ + kv_heads_) * hd, Q, kv, chunk);
   }
   k::paged_attention_forward(ctx_, a.qkv, Q, a.out.f32, heads_ * hd, kv, chunks.data(),
@@ -69,7 +71,8 @@ const float* Attention::backward(const ParamAccess& p, const float* d_out,
   proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
   k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
                         head_dim_, a.doc_start);
-  if (g_.rope) k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_theta);
+  if (g_.rope)
+    k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
   if (qk_norm_) qk_norm_->backward(p, d_qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);
 }

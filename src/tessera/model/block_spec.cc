@@ -238,7 +238,7 @@ BlockSpec block_spec(const ModelConfig& c) {
   BlockSpec s;
   s.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   s.norm_eps = c.norm_eps;
-  s.attention = {c.n_head, c.kv_heads(), c.head_dim(), !gpt2, c.rope_theta, c.norm_eps};
+  s.attention = {c.n_head, c.kv_heads(), c.head_dim(), !gpt2, c.rope(), c.norm_eps};
   s.activation = gpt2 ? Activation::kGelu : Activation::kSwiglu;
   s.d_model = c.d_model;
   s.ffn = c.ffn();

@@ -151,7 +151,7 @@ struct Part {
 struct AttentionGeometry {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   bool rope = false;
-  double rope_theta = 0;
+  kernels::Rope rope_frequencies;
   double norm_eps = 0;  // QK-norm's, in a block with its parts
 };
 

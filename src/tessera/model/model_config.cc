@@ -38,6 +38,8 @@ void validate(const ModelConfig& config) {
           "model.n_kv_head applies to model.arch = \"llama\" only");
     check(moe.n_experts == 0, "model.moe_experts needs model.arch = \"llama\"");
     check(!config.qk_norm, "model.qk_norm needs model.arch = \"llama\"");
+    check(config.rope_scaling.type == kernels::RopeScalingType::kNone,
+          "model.rope_scaling needs model.arch = \"llama\"");
     check(config.norm_eps == 1e-5,
           "model.norm_eps applies to model.arch = \"llama\" only (GPT-2's "
           "LayerNorm uses 1e-5), got {}",
@@ -46,6 +48,10 @@ void validate(const ModelConfig& config) {
   }
   check(config.head_dim() % 2 == 0, "rotary embeddings need an even head dimension, got {}",
         config.head_dim());
+  const kernels::RopeScaling& s = config.rope_scaling;
+  check(s.type != kernels::RopeScalingType::kLlama3 || s.low_freq_factor < s.high_freq_factor,
+        "model.rope_low_freq_factor ({}) must be below model.rope_high_freq_factor ({})",
+        s.low_freq_factor, s.high_freq_factor);
   if (moe.n_experts == 0) return;
   check(moe.top_k <= moe.n_experts,
         "model.moe_top_k must be in [1, model.moe_experts = {}], got {}", moe.n_experts, moe.top_k);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessera/core/enum_names.h"
+#include "tessera/kernels/rope.h"
 
 namespace tessera::model {
 
@@ -73,6 +74,9 @@ struct ModelConfig {
   // together (one norm per block). For planning; the engine does not train it.
   bool parallel_block = false;
   double rope_theta = 1e4;  // Llama only
+  // Hugging Face's rope_scaling (model.rope_scaling*, kernels/rope.h): the rotary frequencies
+  // stretched for contexts past the one the model was trained at (Llama only).
+  kernels::RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   // Qwen 3's QK-norm: each query and key head is RMS-normalised over its channels before RoPE,
   // with one gain per channel for all query heads and one for all key heads (Llama only).
@@ -83,6 +87,7 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 
+  kernels::Rope rope() const { return {rope_theta, rope_scaling}; }
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   // Width of the fused q, k, v projection: query heads, then key heads, then value heads.

@@ -35,6 +35,22 @@ const Settings<ModelConfig>& model_settings() {
           setting("model.tie_embeddings", &M::tie_embeddings,
                   "output projection shares the token embedding (always true for gpt2)"),
       },
+      nest(&M::rope_scaling,
+           Settings<kernels::RopeScaling>{
+               setting("model.rope_scaling", &kernels::RopeScaling::type,
+                       "rotary frequencies stretched past the trained context, as Hugging "
+                       "Face's rope_scaling (llama): none, linear or llama3"),
+               setting("model.rope_scaling_factor", &kernels::RopeScaling::factor,
+                       "how many times the trained context the scaling stretches to", at_least(1)),
+               setting("model.rope_low_freq_factor", &kernels::RopeScaling::low_freq_factor,
+                       "llama3 scaling: wavelengths past original_max_seq / this are stretched",
+                       above(0)),
+               setting("model.rope_high_freq_factor", &kernels::RopeScaling::high_freq_factor,
+                       "llama3 scaling: wavelengths under original_max_seq / this are kept",
+                       above(0)),
+               setting("model.rope_original_max_seq", &kernels::RopeScaling::original_context,
+                       "the context the model was trained at before its rope scaling", at_least(1)),
+           }),
       nest(
           &M::moe,
           Settings<MoeConfig>{

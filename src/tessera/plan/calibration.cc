@@ -208,7 +208,7 @@ RatesFrom time_rope(const ModelConfig& c, const StepShape& step, KernelTimer& ti
       std::make_shared<LargeVector<float>>(random_values(batch * step.seq * c.qkv_width(), 8));
   const size_t id = timer.add([=] {
     k::rope_forward(k::kCpuContext, qkv->data(), batch, step.seq, c.n_head, c.kv_heads(),
-                    c.head_dim(), 0, c.rope_theta);
+                    c.head_dim(), 0, c.rope());
   });
   return [=](const KernelTimer& t, MachineRates& rates) {
     rates.rope_rate = double(batch * step.seq) / t.seconds(id);

@@ -13,14 +13,14 @@ namespace {
 // this body and their cos/sin values agree bit for bit.
 template <typename T>
 void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t pos0,
-               double theta, double sin_sign) {
+               const Rope& rope, double sin_sign) {
   check(hd > 0 && hd % 2 == 0 && hd <= kRopeMaxHeadDim,
         "rope: head dimension {} must be even and at most {}", hd, kRopeMaxHeadDim);
-  check(theta > 0, "rope: theta must be positive, got {}", theta);
+  check(rope.theta > 0, "rope: theta must be positive, got {}", rope.theta);
   constexpr int64_t kMaxPairs = kRopeMaxHeadDim / 2;
   const int64_t half = hd / 2, ld = (H + 2 * KVH) * hd, rotated_heads = H + KVH;
   double inv_freq[kMaxPairs];
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(hd));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inverse_frequency(rope, i, hd);
     // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
@@ -48,18 +48,18 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
 
 template <typename T>
 void rope_forward(const Context&, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                  int64_t pos0, double theta) {
+                  int64_t pos0, const Rope& rope) {
   const OpScope scope(OpClass::kNormsActivations, 0,
                       2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
-  rotate_qk(qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
+  rotate_qk(qkv, B, T_, H, KVH, hd, pos0, rope, 1.0);
 }
 
 template <typename T>
 void rope_backward(const Context&, T* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                   int64_t hd, int64_t pos0, double theta) {
+                   int64_t hd, int64_t pos0, const Rope& rope) {
   const OpScope scope(OpClass::kNormsActivations, 0,
                       2.0 * double(sizeof(T)) * double(B * T_ * (H + KVH) * hd));
-  rotate_qk(dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
+  rotate_qk(dqkv, B, T_, H, KVH, hd, pos0, rope, -1.0);
 }
 
 }  // namespace

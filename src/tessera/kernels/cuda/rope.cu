@@ -25,12 +25,12 @@ constexpr int kMaxPairs = int(kRopeMaxHeadDim / 2);
 // Pair i of head h within a row is channels h * hd + i and h * hd + half + i; indices within a
 // row are int, which the launcher checks.
 __global__ void rope_kernel(float* qkv, int64_t rows, int64_t T, int rotated_heads, int64_t ld,
-                            int hd, int64_t pos0, double theta, double sin_sign) {
+                            int hd, int64_t pos0, Rope rope, double sin_sign) {
   __shared__ double inv_freq[kMaxPairs];
   __shared__ float cos_a[kMaxPairs], sin_a[kMaxPairs];
   const int half = hd / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    inv_freq[i] = pow(theta, -2.0 * double(i) / double(hd));
+    inv_freq[i] = rope_inverse_frequency(rope, i, hd);
   }
   const int pairs = rotated_heads * half;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -56,27 +56,27 @@ __global__ void rope_kernel(float* qkv, int64_t rows, int64_t T, int rotated_hea
 }
 
 void rotate_qk(const Context& ctx, float* qkv, int64_t B, int64_t T, int64_t H, int64_t KVH,
-               int64_t hd, int64_t pos0, double theta, double sin_sign) {
+               int64_t hd, int64_t pos0, const Rope& rope, double sin_sign) {
   require(hd > 0 && hd % 2 == 0 && hd <= kRopeMaxHeadDim,
           "rope: the head dimension must be even and at most kRopeMaxHeadDim");
-  require(theta > 0, "rope: theta must be positive");
+  require(rope.theta > 0, "rope: theta must be positive");
   require(B >= 0 && T >= 0 && H >= 0 && KVH >= 0, "rope: sizes must not be negative");
   const int64_t ld = (H + 2 * KVH) * hd;
   require(ld <= std::numeric_limits<int>::max(), "rope: a qkv row must have under 2^31 channels");
   if (B * T == 0 || H + KVH == 0) return;
   rope_kernel<<<kGrid.per_row(B * T), kThreads, 0, stream_of(ctx)>>>(
-      qkv, B * T, T, int(H + KVH), ld, int(hd), pos0, theta, sin_sign);
+      qkv, B * T, T, int(H + KVH), ld, int(hd), pos0, rope, sin_sign);
   check_launch("rope_kernel");
 }
 
 void rope_forward(const Context& ctx, float* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                  int64_t hd, int64_t pos0, double theta) {
-  rotate_qk(ctx, qkv, B, T_, H, KVH, hd, pos0, theta, 1.0);
+                  int64_t hd, int64_t pos0, const Rope& rope) {
+  rotate_qk(ctx, qkv, B, T_, H, KVH, hd, pos0, rope, 1.0);
 }
 
 void rope_backward(const Context& ctx, float* dqkv, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                   int64_t hd, int64_t pos0, double theta) {
-  rotate_qk(ctx, dqkv, B, T_, H, KVH, hd, pos0, theta, -1.0);
+                   int64_t hd, int64_t pos0, const Rope& rope) {
+  rotate_qk(ctx, dqkv, B, T_, H, KVH, hd, pos0, rope, -1.0);
 }
 
 }  // namespace

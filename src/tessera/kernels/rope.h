@@ -1,0 +1,54 @@
+// The frequencies of rotary position embeddings: within a head of hd channels, pair i turns by
+// pos * rope_inverse_frequency(rope, i, hd). Plain RoPE: theta^(-2i/hd). Scaled for contexts
+// longer than the model was trained at, as Hugging Face's rope_scaling states it: linear divides
+// every frequency by factor (positions interpolated); llama3 (Llama 3.1) divides those whose
+// wavelength 2 pi / f exceeds original_context / low_freq_factor by factor, keeps those whose
+// wavelength is under original_context / high_freq_factor, and blends the band between. One
+// definition for the CPU and the CUDA kernels.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "tessera/core/enum_names.h"
+#include "tessera/kernels/half_bits.h"
+
+namespace tessera::kernels {
+
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+inline constexpr EnumName<RopeScalingType> kRopeScalingTypeNames[] = {
+    {RopeScalingType::kNone, "none"},
+    {RopeScalingType::kLinear, "linear"},
+    {RopeScalingType::kLlama3, "llama3"}};
+constexpr const auto& enum_names(RopeScalingType) { return kRopeScalingTypeNames; }
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_context = 8192;
+  // Spelled out: the CUDA kernels' headers are C++17.
+  bool operator==(const RopeScaling& o) const {
+    return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor && original_context == o.original_context;
+  }
+};
+
+struct Rope {
+  double theta = 1e4;
+  RopeScaling scaling;
+};
+
+TESSERA_HOST_DEVICE inline double rope_inverse_frequency(const Rope& rope, int64_t i, int64_t hd) {
+  const double f = pow(rope.theta, -2.0 * double(i) / double(hd));
+  const RopeScaling& s = rope.scaling;
+  if (s.type == RopeScalingType::kLinear) return f / s.factor;
+  if (s.type != RopeScalingType::kLlama3) return f;
+  const double wavelength = 2.0 * 3.14159265358979323846 / f, context = double(s.original_context);
+  if (wavelength < context / s.high_freq_factor) return f;
+  if (wavelength > context / s.low_freq_factor) return f / s.factor;
+  const double smooth =
+      (context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * f / s.factor + smooth * f;
+}
+
+}  // namespace tessera::kernels
