@@ -163,6 +163,17 @@ TEST_F(GgufLlamaCpp, Llama3RopeScalingAgreesInF32) {
   compare("f32", 1e-5, /*exact_greedy=*/true);
 }
 
+// YaRN, as Qwen 3 states it for long contexts: llama.cpp reads its type, factor and original
+// context from the export's keys.
+TEST_F(GgufLlamaCpp, YarnRopeScalingAgreesInF32) {
+  ASSERT_NO_FATAL_FAILURE(train_and_export(
+      "--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=128"
+      " --set model.tie_embeddings=false --set model.rope_theta=500 --set model.rope_scaling=yarn"
+      " --set model.rope_scaling_factor=4 --set model.rope_original_max_seq=32",
+      "f32"));
+  compare("f32", 1e-5, /*exact_greedy=*/true);
+}
+
 // QK-norm makes the model llama.cpp's qwen3, which rotates halves as Tessera does.
 TEST_F(GgufLlamaCpp, QwenWithQkNormAgreesInF32) {
   ASSERT_NO_FATAL_FAILURE(

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -302,11 +303,8 @@ TEST(HfConfig, RopeScalingRoundTrips) {
                        {"original_max_position_embeddings", 8192},
                        {"rope_type", "llama3"}};
   const ModelConfig c = model_config_from_hf(j, "config.json");
-  EXPECT_EQ(c.rope_scaling.type, kernels::RopeScalingType::kLlama3);
-  EXPECT_EQ(c.rope_scaling.factor, 8.0);
-  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
-  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
-  EXPECT_EQ(c.rope_scaling.original_context, 8192);
+  EXPECT_EQ(c.rope_scaling,
+            (kernels::RopeScaling{kernels::RopeScalingType::kLlama3, 8, 1, 4, 8192}));
   EXPECT_EQ(hf_config_json(c, DType::f32).at("rope_scaling"), j.at("rope_scaling"));
   EXPECT_EQ(model_config_from_hf(hf_config_json(c, DType::f32), "config.json"), c);
 
@@ -316,6 +314,19 @@ TEST(HfConfig, RopeScalingRoundTrips) {
   EXPECT_EQ(linear.rope_scaling.factor, 2.0);
   EXPECT_EQ(hf_config_json(linear, DType::f32).at("rope_scaling"),
             (json{{"rope_type", "linear"}, {"factor", 2.0}}));
+  // Qwen 3's YaRN: the original context given, the betas and the attention factor defaulted.
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const ModelConfig yarn = model_config_from_hf(j, "config.json");
+  EXPECT_EQ(yarn.rope_scaling,
+            (kernels::RopeScaling{
+                .type = kernels::RopeScalingType::kYarn, .factor = 4, .original_context = 32768}));
+  EXPECT_EQ(model_config_from_hf(hf_config_json(yarn, DType::f32), "config.json"), yarn);
+  // DeepSeek's mscale pair sets the attention factor.
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", 2.0}, {"mscale_all_dim", 1.0}};
+  EXPECT_DOUBLE_EQ(model_config_from_hf(j, "config.json").rope_scaling.attention_factor,
+                   (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
   j["rope_scaling"] = {{"rope_type", "default"}};
   EXPECT_EQ(model_config_from_hf(j, "config.json").rope_scaling.type,
             kernels::RopeScalingType::kNone);
@@ -342,8 +353,11 @@ TEST(HfConfig, RejectsWhatTesseraComputesDifferently) {
   expect_bad(with(base_llama, "hidden_size", "16"), {"'hidden_size'", "integer"});
   expect_bad(with(base_llama, "num_attention_heads", 0), {"'num_attention_heads'", ">= 1"});
   expect_bad(with(base_llama, "hidden_act", "gelu"), {"'hidden_act'", "gelu"});
-  expect_bad(with(base_llama, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
-             {"'rope_scaling'", "\"yarn\" is not supported"});
+  expect_bad(with(base_llama, "rope_scaling", {{"rope_type", "longrope"}, {"factor", 4.0}}),
+             {"'rope_scaling'", "\"longrope\" is not supported"});
+  expect_bad(with(base_llama, "rope_scaling",
+                  {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1.0}, {"beta_slow", 2.0}}),
+             {"'rope_scaling'", "'beta_slow'"});
   expect_bad(with(base_llama, "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}),
              {"'rope_scaling'", "'low_freq_factor'"});
   expect_bad(with(base_llama, "rope_scaling",

@@ -1,7 +1,7 @@
 // Llama and Mixture-of-Experts forward/backward against PyTorch (tests/reference/
 // llama_reference.py, run with Debian's python3-torch) from identical weights: GQA and MQA, tied
 // and untied embeddings, top-2 routing with a shared expert, capacity dropping, and RoPE scaled as
-// Llama 3.1's rope_scaling and linearly, at positions past the context it stretches.
+// Llama 3.1's rope_scaling, linearly and by YaRN, at positions past the context it stretches.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,7 +43,8 @@ TEST_P(LlamaReference, MatchesPyTorchLossAndGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, LlamaReference,
                          ::testing::Values("llama-gqa", "llama-mqa-tied", "moe-top2",
-                                           "moe-capacity", "llama3-rope", "linear-rope"),
+                                           "moe-capacity", "llama3-rope", "linear-rope",
+                                           "yarn-rope"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) c = c == '-' ? '_' : c;

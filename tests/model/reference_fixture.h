@@ -71,6 +71,9 @@ inline ModelConfig config_from_json(const nlohmann::json& c) {
   m.rope_scaling.low_freq_factor = c.value("rope_low_freq_factor", 1.0);
   m.rope_scaling.high_freq_factor = c.value("rope_high_freq_factor", 4.0);
   m.rope_scaling.original_context = c.value("rope_original_max_seq", int64_t{8192});
+  m.rope_scaling.beta_fast = c.value("rope_yarn_beta_fast", 32.0);
+  m.rope_scaling.beta_slow = c.value("rope_yarn_beta_slow", 1.0);
+  m.rope_scaling.attention_factor = c.value("rope_attention_factor", 0.0);
   m.norm_eps = c.value("norm_eps", 1e-5);
   m.tie_embeddings = c.value("tie_embeddings", true);
   m.moe.n_experts = c.value("moe_experts", int64_t{0});

@@ -80,6 +80,7 @@ LLAMA_GQA = dict(vocab_size=61, n_layer=2, n_head=4, n_kv_head=2, d_model=32, ff
                  moe_experts=0, moe_top_k=2, moe_shared_experts=0, moe_capacity_factor=0.0,
                  moe_aux_loss_coef=0.01, rope_scaling="none", rope_scaling_factor=1.0,
                  rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, rope_original_max_seq=8192,
+                 rope_yarn_beta_fast=32.0, rope_yarn_beta_slow=1.0, rope_attention_factor=0.0,
                  B=2, T=7, seed=1234)
 CASES = {
     "llama-gqa": LLAMA_GQA,
@@ -91,6 +92,10 @@ CASES = {
     "llama3-rope": dict(LLAMA_GQA, max_seq=16, rope_scaling="llama3", rope_scaling_factor=4.0,
                         rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
                         rope_original_max_seq=8, T=14, seed=1238),
+    # Qwen 3's long-context setting, at a scale where every pair of a head sits on the ramp.
+    "yarn-rope": dict(LLAMA_GQA, max_seq=16, rope_theta=100.0, rope_scaling="yarn",
+                      rope_scaling_factor=4.0, rope_original_max_seq=8, rope_yarn_beta_fast=4.0,
+                      rope_yarn_beta_slow=0.25, T=14, seed=1240),
     "linear-rope": dict(LLAMA_GQA, max_seq=16, rope_scaling="linear", rope_scaling_factor=2.0,
                         T=14, seed=1239),
     "moe-capacity": dict(LLAMA_GQA, ffn_hidden=24, moe_experts=4, moe_top_k=2,
@@ -109,15 +114,39 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def yarn_inverse_frequencies(c, hd):
+    """Transformers' _compute_yarn_parameters, in float64: (inverse frequencies, attention
+    factor)."""
+    base, factor, original = c["rope_theta"], c["rope_scaling_factor"], c["rope_original_max_seq"]
+    attention_factor = c["rope_attention_factor"] or 0.1 * math.log(factor) + 1.0
+
+    def find_correction_dim(num_rotations):
+        return (hd * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(find_correction_dim(c["rope_yarn_beta_fast"])), 0)
+    high = min(math.ceil(find_correction_dim(c["rope_yarn_beta_slow"])), hd - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(hd // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    extrapolation_factor = 1 - ramp
+    inv_freq = (interpolation * (1 - extrapolation_factor)
+                + extrapolation * extrapolation_factor)
+    return inv_freq, attention_factor
+
+
 def inverse_frequencies(c, hd):
-    """Hugging Face's rope_scaling as Transformers computes it (_compute_llama3_parameters and
-    linear scaling), in float64."""
+    """Hugging Face's rope_scaling as Transformers computes it (_compute_llama3_parameters, linear
+    and yarn scaling), in float64: (inverse frequencies, what cos and sin are multiplied by)."""
+    if c["rope_scaling"] == "yarn":
+        return yarn_inverse_frequencies(c, hd)
     inv_freq = c["rope_theta"] ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
     factor = c["rope_scaling_factor"]
     if c["rope_scaling"] == "linear":
-        return inv_freq / factor
+        return inv_freq / factor, 1.0
     if c["rope_scaling"] != "llama3":
-        return inv_freq
+        return inv_freq, 1.0
     low, high, old = (c["rope_low_freq_factor"], c["rope_high_freq_factor"],
                       c["rope_original_max_seq"])
     low_freq_wavelen, high_freq_wavelen = old / low, old / high
@@ -126,7 +155,7 @@ def inverse_frequencies(c, hd):
     smooth = (old / wavelen - low) / (high - low)
     smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
     is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-    return torch.where(is_medium, smoothed, inv_freq_llama)
+    return torch.where(is_medium, smoothed, inv_freq_llama), 1.0
 
 
 def rotate_half(x):
@@ -139,7 +168,7 @@ class Attention(nn.Module):
         super().__init__()
         self.H, self.KVH = c["n_head"], c["n_kv_head"]
         self.hd = c["d_model"] // self.H
-        self.inv_freq = inverse_frequencies(c, self.hd)
+        self.inv_freq, self.attention_factor = inverse_frequencies(c, self.hd)
         self.qkv = nn.Linear(c["d_model"], (self.H + 2 * self.KVH) * self.hd, bias=False)
         self.proj = nn.Linear(self.H * self.hd, c["d_model"], bias=False)
 
@@ -153,7 +182,8 @@ class Attention(nn.Module):
         # Angles in float64, as Tessera computes them, then rounded to float32.
         angles = torch.arange(T, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
         angles = torch.cat((angles, angles), dim=-1)
-        cos, sin = angles.cos().float(), angles.sin().float()
+        scale = self.attention_factor
+        cos, sin = (scale * angles.cos()).float(), (scale * angles.sin()).float()
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KVH, dim=1)  # query head h reads kv head h // (H / KVH)

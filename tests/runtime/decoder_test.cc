@@ -134,32 +134,37 @@ TEST(Decode, InterleavedSequencesMatchTheFullPrefix) {
   }
 }
 
-// A Llama whose RoPE is scaled as Llama 3.1's rope_scaling (trained at 8 positions, stretched 4
-// times), decoded one token at a time from the first: every position's logits, those past the
-// trained context included, are PyTorch's from the same weights (tests/reference/
-// llama_reference.py, Transformers' formula for the frequencies).
+// A Llama whose RoPE is scaled as Llama 3.1's rope_scaling and as YaRN (trained at 8 positions,
+// stretched 4 times), decoded one token at a time from the first: every position's logits, those
+// past the trained context included, are PyTorch's from the same weights (tests/reference/
+// llama_reference.py, Transformers' formulas for the frequencies).
 TEST(Decode, ScaledRopePastTheTrainedContextMatchesPyTorch) {
-  const reference::Fixture* f = reference::fixture("llama_reference.py", "--config llama3-rope");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(f->config.rope_scaling.type, kernels::RopeScalingType::kLlama3);
-  ASSERT_GT(f->T, f->config.rope_scaling.original_context);
-  Transformer model(f->config, 1, f->config.max_seq, /*training=*/false);
-  reference::load_parameters(*f, model);
-  runtime::Decoder decoder(model);
-  const std::vector<int32_t> tokens(f->inputs(), f->inputs() + f->T);
-  InterleavedBlocks cache(f->config, 1);
-  const int64_t V = f->config.vocab_size;
-  const std::vector<float>& want = f->at("logits").f32;
-  double worst = 0;
-  for (int64_t t = 1; t <= f->T; ++t) {
-    const DecodeChunk chunk = cache.next(0, tokens, t);
-    const float* logits = decoder.decode(cache.view(), {&chunk, 1});
-    for (int64_t v = 0; v < V; ++v) {
-      worst = std::max(worst, std::abs(double(logits[v]) - want[size_t((t - 1) * V + v)]));
+  for (const char* scaling : {"llama3-rope", "yarn-rope"}) {
+    SCOPED_TRACE(scaling);
+    const reference::Fixture* f =
+        reference::fixture("llama_reference.py", std::string("--config ") + scaling);
+    ASSERT_NE(f, nullptr);
+    ASSERT_NE(f->config.rope_scaling.type, kernels::RopeScalingType::kNone);
+    ASSERT_GT(f->T, f->config.rope_scaling.original_context);
+    Transformer model(f->config, 1, f->config.max_seq, /*training=*/false);
+    reference::load_parameters(*f, model);
+    runtime::Decoder decoder(model);
+    const std::vector<int32_t> tokens(f->inputs(), f->inputs() + f->T);
+    InterleavedBlocks cache(f->config, 1);
+    const int64_t V = f->config.vocab_size;
+    const std::vector<float>& want = f->at("logits").f32;
+    double worst = 0;
+    for (int64_t t = 1; t <= f->T; ++t) {
+      const DecodeChunk chunk = cache.next(0, tokens, t);
+      const float* logits = decoder.decode(cache.view(), {&chunk, 1});
+      for (int64_t v = 0; v < V; ++v) {
+        worst = std::max(worst, std::abs(double(logits[v]) - want[size_t((t - 1) * V + v)]));
+      }
     }
+    std::printf("%s: worst logit difference from PyTorch over %ld positions: %.3g\n", scaling,
+                long(f->T), worst);
+    EXPECT_LT(worst, 1e-5);
   }
-  std::printf("worst logit difference from PyTorch over %ld positions: %.3g\n", long(f->T), worst);
-  EXPECT_LT(worst, 1e-5);
 }
 
 // Sequences batched with different served adapters (and none) each decode as the model with its

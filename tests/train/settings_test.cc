@@ -99,8 +99,9 @@ TEST(Settings, TheDocsHaveOneRowPerKeyWithItsDefault) {
   }
 }
 
-// A model with every [model] key away from its default.
-model::ModelConfig unusual_model() {
+// Models that between them hold every [model] key away from its default: RoPE scaling's keys
+// belong to one type each, so each type's keys move in a model of that type.
+std::vector<model::ModelConfig> unusual_models() {
   model::ModelConfig m;
   m.arch = model::Architecture::kLlama;
   m.vocab_size = 300;
@@ -119,22 +120,34 @@ model::ModelConfig unusual_model() {
   m.qk_norm = true;
   m.moe = {
       .n_experts = 4, .top_k = 1, .n_shared = 1, .capacity_factor = 1.25, .aux_loss_coef = 0.02};
-  return m;
+  model::ModelConfig yarn = m;
+  yarn.rope_scaling = {.type = kernels::RopeScalingType::kYarn,
+                       .factor = 4,
+                       .original_context = 32,
+                       .beta_fast = 16,
+                       .beta_slow = 2,
+                       .attention_factor = 1.2};
+  return {m, yarn};
 }
 
 TEST(Settings, AHuggingFaceFolderSetsEveryKeyOrItsRowSaysWhyNot) {
-  const model::ModelConfig model = unusual_model();
-  const RunConfig imported = run_config_from(hf_run_config(model, "byte"));
-  RunConfig expected;
-  expected.model = model;
+  std::vector<RunConfig> expected, imported;
+  for (const model::ModelConfig& model : unusual_models()) {
+    imported.push_back(run_config_from(hf_run_config(model, "byte")));
+    expected.emplace_back().model = model;
+  }
   for (const Setting<RunConfig>& row : run_settings()) {
     if (!row.not_from_hf.empty()) {
       EXPECT_FALSE(row.name.starts_with("model.")) << row.name << ": a model key comes from HF";
       continue;
     }
-    EXPECT_NE(value_of(row, expected), value_of(row, RunConfig{}))
-        << row.name << ": give it a value other than its default in unusual_model()";
-    EXPECT_EQ(value_of(row, imported), value_of(row, expected)) << row.name;
+    bool moved = false;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      moved = moved || value_of(row, expected[i]) != value_of(row, RunConfig{});
+      EXPECT_EQ(value_of(row, imported[i]), value_of(row, expected[i])) << row.name;
+    }
+    EXPECT_TRUE(moved) << row.name
+                       << ": give it a value other than its default in unusual_models()";
   }
 }
 

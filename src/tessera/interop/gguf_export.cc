@@ -127,13 +127,21 @@ void add_gpt2_keys(const ModelConfig& c, GgufWriter& gguf) {
   gguf.set("gpt2.attention.layer_norm_epsilon", float(c.norm_eps));
 }
 
-// RoPE scaling as llama.cpp's converter writes it: linear as two keys; llama3 as the tensor
+// RoPE scaling as llama.cpp's converter writes it: linear and yarn as keys; llama3 as the tensor
 // rope_freqs.weight, by which llama.cpp divides each plain frequency.
 void add_rope_scaling(const ModelConfig& c, const std::string& arch, GgufWriter& gguf) {
   const kernels::RopeScaling& s = c.rope_scaling;
-  if (s.type == kernels::RopeScalingType::kLinear) {
-    gguf.set(arch + ".rope.scaling.type", std::string("linear"));
+  if (s.type == kernels::RopeScalingType::kLinear || s.type == kernels::RopeScalingType::kYarn) {
+    gguf.set(arch + ".rope.scaling.type", std::string(enum_name(s.type)));
     gguf.set(arch + ".rope.scaling.factor", float(s.factor));
+  }
+  if (s.type == kernels::RopeScalingType::kYarn) {
+    check(s.beta_fast == 32 && s.beta_slow == 1 && s.attention_factor == 0,
+          "GGUF export: llama.cpp reads YaRN with beta_fast 32, beta_slow 1 and the attention "
+          "factor 0.1 ln(factor) + 1; this model's model.rope_yarn_beta_fast ({}), "
+          "model.rope_yarn_beta_slow ({}) or model.rope_attention_factor ({}) differ",
+          s.beta_fast, s.beta_slow, s.attention_factor);
+    gguf.set(arch + ".rope.scaling.original_context_length", uint32_t(s.original_context));
   } else if (s.type == kernels::RopeScalingType::kLlama3) {
     const int64_t D = c.head_dim();
     gguf.add_tensor("rope_freqs.weight", {D / 2}, GgmlType::f32, [c, D](std::span<float> out) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "tessera/core/error.h"
 
 namespace tessera::interop {
@@ -128,20 +130,39 @@ class ConfigReader {
   const std::string& source_;
 };
 
-// config.json's rope_scaling: plain ("default"), linear or llama3 (Llama 3.1 and later).
-kernels::RopeScaling rope_scaling_of(const ConfigReader& config) {
+// config.json's rope_scaling: plain ("default"), linear, llama3 (Llama 3.1 and later) or yarn
+// (whose original context defaults to max_position_embeddings, max_seq here).
+kernels::RopeScaling rope_scaling_of(const ConfigReader& config, int64_t max_seq) {
   const std::string source = config.source() + ": 'rope_scaling'";
   const ConfigReader r(config.at("rope_scaling"), source);
   const std::string type = r.text_or("rope_type", r.text_or("type", "default"));
   kernels::RopeScaling s;
   if (type == "default") return s;
-  check(type == "linear" || type == "llama3",
-        "{} of type \"{}\" is not supported: Tessera scales RoPE as \"linear\" or \"llama3\"",
+  check(type == "linear" || type == "llama3" || type == "yarn",
+        "{} of type \"{}\" is not supported: Tessera scales RoPE as \"linear\", \"llama3\" or "
+        "\"yarn\"",
         source, type);
-  s.type = type == "linear" ? kernels::RopeScalingType::kLinear : kernels::RopeScalingType::kLlama3;
+  s.type = enum_from_name<kernels::RopeScalingType>(type, source);
   s.factor = r.number_or("factor", 0);
   check(s.factor >= 1, "{}: 'factor' must be a number >= 1", source);
   if (s.type == kernels::RopeScalingType::kLinear) return s;
+  if (s.type == kernels::RopeScalingType::kYarn) {
+    s.original_context = r.size_or("original_max_position_embeddings", max_seq);
+    s.beta_fast = r.number_or("beta_fast", 32);
+    s.beta_slow = r.number_or("beta_slow", 1);
+    s.attention_factor = r.number_or("attention_factor", 0);
+    check(r.flag_or("truncate", true), "{}: 'truncate' = false is not supported", source);
+    if (r.has("mscale") && r.has("mscale_all_dim") && s.attention_factor == 0) {
+      const auto mscale = [&](double m) { return 0.1 * m * std::log(s.factor) + 1.0; };
+      s.attention_factor =
+          mscale(r.number_or("mscale", 1)) / mscale(r.number_or("mscale_all_dim", 1));
+    }
+    check(s.beta_slow > 0 && s.beta_slow < s.beta_fast && s.attention_factor >= 0,
+          "{}: 'beta_slow' ({}) must be above 0 and below 'beta_fast' ({}), and "
+          "'attention_factor' ({}) not negative",
+          source, s.beta_slow, s.beta_fast, s.attention_factor);
+    return s;
+  }
   s.low_freq_factor = r.number_or("low_freq_factor", 0);
   s.high_freq_factor = r.number_or("high_freq_factor", 0);
   check(s.low_freq_factor > 0 && s.low_freq_factor < s.high_freq_factor,
@@ -152,12 +173,20 @@ kernels::RopeScaling rope_scaling_of(const ConfigReader& config) {
 }
 
 json rope_scaling_json(const kernels::RopeScaling& s) {
-  if (s.type == kernels::RopeScalingType::kNone) return nullptr;
+  using kernels::RopeScalingType;
+  if (s.type == RopeScalingType::kNone) return nullptr;
   json j = {{"rope_type", std::string(enum_name(s.type))}, {"factor", s.factor}};
-  if (s.type == kernels::RopeScalingType::kLlama3) {
+  if (s.type == RopeScalingType::kLlama3) {
     j["low_freq_factor"] = s.low_freq_factor;
     j["high_freq_factor"] = s.high_freq_factor;
+  }
+  if (s.type != RopeScalingType::kLinear) {
     j["original_max_position_embeddings"] = s.original_context;
+  }
+  if (s.type == RopeScalingType::kYarn) {
+    j["beta_fast"] = s.beta_fast;
+    j["beta_slow"] = s.beta_slow;
+    if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
   }
   return j;
 }
@@ -230,7 +259,7 @@ ModelConfig llama_from_hf(const ConfigReader& r, bool mixtral) {
   check(act == "silu" || act == "swish",
         "{}: 'hidden_act' = \"{}\" is not supported: Tessera's Llama MLP is SwiGLU (silu)",
         r.source(), act);
-  if (r.has("rope_scaling")) c.rope_scaling = rope_scaling_of(r);
+  if (r.has("rope_scaling")) c.rope_scaling = rope_scaling_of(r, c.max_seq);
   r.require_flag("attention_bias", false, false, "Llama attention has no biases");
   r.require_flag("mlp_bias", false, false, "Llama MLPs have no biases");
   check(c.d_model % c.n_head == 0,

@@ -52,6 +52,9 @@ void validate(const ModelConfig& config) {
   check(s.type != kernels::RopeScalingType::kLlama3 || s.low_freq_factor < s.high_freq_factor,
         "model.rope_low_freq_factor ({}) must be below model.rope_high_freq_factor ({})",
         s.low_freq_factor, s.high_freq_factor);
+  check(s.type != kernels::RopeScalingType::kYarn || s.beta_slow < s.beta_fast,
+        "model.rope_yarn_beta_slow ({}) must be below model.rope_yarn_beta_fast ({})", s.beta_slow,
+        s.beta_fast);
   if (moe.n_experts == 0) return;
   check(moe.top_k <= moe.n_experts,
         "model.moe_top_k must be in [1, model.moe_experts = {}], got {}", moe.n_experts, moe.top_k);

@@ -39,7 +39,7 @@ const Settings<ModelConfig>& model_settings() {
            Settings<kernels::RopeScaling>{
                setting("model.rope_scaling", &kernels::RopeScaling::type,
                        "rotary frequencies stretched past the trained context, as Hugging "
-                       "Face's rope_scaling (llama): none, linear or llama3"),
+                       "Face's rope_scaling (llama): none, linear, llama3 or yarn"),
                setting("model.rope_scaling_factor", &kernels::RopeScaling::factor,
                        "how many times the trained context the scaling stretches to", at_least(1)),
                setting("model.rope_low_freq_factor", &kernels::RopeScaling::low_freq_factor,
@@ -50,6 +50,15 @@ const Settings<ModelConfig>& model_settings() {
                        above(0)),
                setting("model.rope_original_max_seq", &kernels::RopeScaling::original_context,
                        "the context the model was trained at before its rope scaling", at_least(1)),
+               setting("model.rope_yarn_beta_fast", &kernels::RopeScaling::beta_fast,
+                       "yarn scaling: pairs turning more often than this within the original "
+                       "context are kept",
+                       above(0)),
+               setting("model.rope_yarn_beta_slow", &kernels::RopeScaling::beta_slow,
+                       "yarn scaling: pairs turning less often than this are stretched", above(0)),
+               setting("model.rope_attention_factor", &kernels::RopeScaling::attention_factor,
+                       "yarn scaling: what cos and sin are multiplied by; 0 = 0.1 ln(factor) + 1",
+                       at_least(0)),
            }),
       nest(
           &M::moe,

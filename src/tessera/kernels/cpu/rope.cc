@@ -21,7 +21,8 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
   const int64_t half = hd / 2, ld = (H + 2 * KVH) * hd, rotated_heads = H + KVH;
   double inv_freq[kMaxPairs];
   for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inverse_frequency(rope, i, hd);
-    // One row (a decoding step) is not worth waking the thread team.
+  const double scale = rope_attention_factor(rope);
+  // One row (a decoding step) is not worth waking the thread team.
 #pragma omp parallel for schedule(static) if (B * T_ > 1)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     // Angles in double: pos * freq loses too many bits in float at long positions.
@@ -29,8 +30,8 @@ void rotate_qk(T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd
     T cos_a[kMaxPairs], sin_a[kMaxPairs];
     for (int64_t i = 0; i < half; ++i) {
       double angle = pos * inv_freq[i];
-      cos_a[i] = T(std::cos(angle));
-      sin_a[i] = T(sin_sign * std::sin(angle));
+      cos_a[i] = T(scale * std::cos(angle));
+      sin_a[i] = T(scale * sin_sign * std::sin(angle));
     }
     T* row = qkv + bt * ld;
     for (int64_t h = 0; h < rotated_heads; ++h) {

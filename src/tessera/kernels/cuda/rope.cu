@@ -29,6 +29,7 @@ __global__ void rope_kernel(float* qkv, int64_t rows, int64_t T, int rotated_hea
   __shared__ double inv_freq[kMaxPairs];
   __shared__ float cos_a[kMaxPairs], sin_a[kMaxPairs];
   const int half = hd / 2;
+  const double scale = rope_attention_factor(rope);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     inv_freq[i] = rope_inverse_frequency(rope, i, hd);
   }
@@ -39,8 +40,8 @@ __global__ void rope_kernel(float* qkv, int64_t rows, int64_t T, int rotated_hea
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
       double s, c;
       sincos(pos * inv_freq[i], &s, &c);
-      cos_a[i] = float(c);
-      sin_a[i] = float(sin_sign * s);
+      cos_a[i] = float(scale * c);
+      sin_a[i] = float(scale * sin_sign * s);
     }
     __syncthreads();
     float* row = qkv + r * ld;
