@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -85,12 +86,45 @@ TEST(FrozenParameters, HoldsBlockMatricesInQ8_0AndReadsThemWidened) {
                            (blocks - norms) / 32 * 34 + 4 * norms;
   EXPECT_EQ(store.bytes(), expected);
   EXPECT_EQ(FrozenParameters::bytes(layout, Precision::kBf16), expected);
+  // Without q8_0, in bf16: the blocks' linear matrices in bf16 alone (2 bytes), their norms in
+  // f32, and the same working space; in f32 every value as the model reads it.
   ModelConfig dense = q8_0_lora(small_configs(8).llama, "attention,mlp");
   dense.lora.quantize = FrozenWeights::kPrecision;
-  EXPECT_EQ(FrozenParameters::bytes(model_layout(dense), Precision::kBf16),
-            6 * layout.adapters_begin);
+  EXPECT_EQ(
+      FrozenParameters::bytes(model_layout(dense), Precision::kBf16),
+      6 * (layout.units[0].size() + layout.units[1].size()) + 2 * (blocks - norms) + 4 * norms);
   EXPECT_EQ(FrozenParameters::bytes(model_layout(dense), Precision::kF32),
             4 * layout.adapters_begin);
+}
+
+// In a low precision the blocks' linear matrices are held in it alone: the model reads their
+// bf16 values exactly, and no f32 of them (NaN, were it read).
+TEST(FrozenParameters, Bf16BlocksHoldTheirMatricesInBf16Alone) {
+  ModelConfig c = q8_0_lora(small_configs(8).llama, "attention,mlp");
+  c.lora.quantize = FrozenWeights::kPrecision;
+  const ModelLayout layout = model_layout(c);
+  const std::vector<float> values = initial_values(layout);
+  FrozenParameters store(kernels::kCpuContext, layout, Precision::kBf16);
+  assign(store, values);
+  const ParameterUnit& u = layout.units[1];
+  const ParameterStore::Weights w = store.acquire(1);
+  std::vector<uint16_t> low(size_t(u.size()));
+  kernels::cast_to_low(kernels::kCpuContext, values.data() + u.begin, low.data(), u.size(),
+                       kernels::LowPrecision::kBf16);
+  const std::vector<int64_t> linears = linear_weight_offsets(layout);
+  for (int64_t i = 0; i < u.size(); ++i) {
+    ASSERT_EQ(w.low[i], low[i]) << i;
+    const bool in_linear = std::any_of(linears.begin(), linears.end(), [&](int64_t o) {
+      return u.begin + i >= o && u.begin + i < o + layout.params.at_offset(o).shape.numel();
+    });
+    if (in_linear) {
+      ASSERT_TRUE(std::isnan(w.f32[i])) << i;
+    } else {
+      ASSERT_EQ(w.f32[i], values[u.begin + i]) << i;
+    }
+  }
+  store.release(1);
+  EXPECT_EQ(store.bytes(), FrozenParameters::bytes(layout, Precision::kBf16));
 }
 
 TEST(FrozenParameters, TheModelReadsOneBlockAtATime) {
