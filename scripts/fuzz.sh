@@ -22,6 +22,7 @@ targets=(
   "chat_example_fuzz|15"
   "http_request_fuzz|25"
   "peft_config_fuzz|10"
+  "hf_config_fuzz|10"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -98,6 +99,12 @@ PY
       printf '{"peft_type": "LORA", "r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "bias": "none", "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "task_type": "CAUSAL_LM", "use_dora": false, "rank_pattern": {}}' >"$dir/llama.json"
       printf '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["attn.c_attn", "mlp.c_fc"], "fan_in_fan_out": true}' >"$dir/gpt2.json"
       printf '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["self_attn.q_proj"], "layers_to_transform": [0]}' >"$dir/refused.json"
+      ;;
+    hf_config_fuzz)
+      printf '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 500000.0, "rope_scaling": {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "rms_norm_eps": 1e-05, "tie_word_embeddings": true, "hidden_act": "silu"}' >"$dir/llama-3.2.json"
+      printf '{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 40960, "rope_theta": 1000000, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, "rms_norm_eps": 1e-06, "tie_word_embeddings": true}' >"$dir/qwen3.json"
+      printf '{"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "rope_scaling": {"type": "linear", "factor": 2.0}}' >"$dir/mixtral.json"
+      printf '{"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "activation_function": "gelu_new"}' >"$dir/gpt2.json"
       ;;
     manifest_fuzz)
       # manifest_crc32 is the crc32 of the rest, dumped compactly with sorted keys.

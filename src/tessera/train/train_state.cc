@@ -70,7 +70,6 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       config_(config),
       mesh_(mesh),
       zero_(int(train.zero)),
-      precision_(train.precision),
       scaled_(ctx, ZeroShards::kChunk) {
   const comm::MeshShape& shape = mesh.shape();
   model::check_device_runs(ctx.device.kind,

@@ -143,7 +143,6 @@ class TrainState {
   const comm::Mesh& mesh_;
   std::unique_ptr<comm::Communicator> device_dp_;  // mesh.dp() over device memory (NCCL)
   int zero_;
-  model::Precision precision_;
   std::vector<int64_t> boundaries_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::unique_ptr<comm::Communicator> tied_;  // the first and last pipeline ranks
