@@ -1,6 +1,7 @@
 // Runs the tessera binary as a user would and captures what it prints.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -186,6 +187,19 @@ inline std::vector<double> training_losses(const std::string& run_dir) {
 }
 
 // The `tessera train` processes whose command line names `out`: the ranks of that job.
+// A process's /proc/PID/cmdline; empty once the process is gone, which it may be between listing
+// /proc and reading the file (a read of a dead process's file fails with ESRCH).
+inline std::string process_cmdline(const std::filesystem::path& file) {
+  std::string cmdline;
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) return cmdline;
+  char buffer[4096];
+  for (ssize_t got; (got = ::read(fd, buffer, sizeof buffer)) > 0;)
+    cmdline.append(buffer, size_t(got));
+  ::close(fd);
+  return cmdline;
+}
+
 inline std::vector<pid_t> training_processes(const std::string& out) {
   namespace fs = std::filesystem;
   const fs::path binary = fs::canonical(TESSERA_BINARY);
@@ -197,8 +211,7 @@ inline std::vector<pid_t> training_processes(const std::string& out) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::error_code exe_ec;
     if (fs::read_symlink(it->path() / "exe", exe_ec) != binary || exe_ec) continue;
-    std::ifstream in(it->path() / "cmdline", std::ios::binary);
-    const std::string cmdline{std::istreambuf_iterator<char>(in), {}};
+    const std::string cmdline = process_cmdline(it->path() / "cmdline");
     const size_t first_end = cmdline.find('\0');
     const bool trains = first_end != std::string::npos &&
                         cmdline.compare(first_end, 7, std::string("\0train\0", 7)) == 0;

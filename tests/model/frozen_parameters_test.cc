@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/core/q8_0.h"
 #include "tessera/kernels/low_precision.h"
 #include "tests/expect_error.h"
+#include "tests/model/q8_0_round_trip.h"
 #include "tests/model/small_configs.h"
 
 namespace tessera::model {
@@ -40,17 +40,7 @@ void assign(FrozenParameters& store, const std::vector<float>& values) {
 
 // The values the model must read: each block matrix through q8_0 and back, the rest unchanged.
 std::vector<float> as_read(const ModelLayout& layout, std::vector<float> v) {
-  for (const PartTable& block : layout.blocks) {
-    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut,
-                      PartId::kExpertsIn, PartId::kExpertsOut}) {
-      if (block[id].weight < 0) continue;
-      const std::span<float> w(v.data() + block[id].weight,
-                               size_t(layout.params.at_offset(block[id].weight).shape.numel()));
-      std::vector<uint8_t> blocks(w.size() / kQ8BlockSize * kQ8BlockBytes);
-      quantize_q8_0(w, blocks);
-      dequantize_q8_0(blocks, w);
-    }
-  }
+  round_trip_q8_0_matrices(layout, v);
   return v;
 }
 

@@ -11,32 +11,17 @@
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/comm/mesh.h"
 #include "tessera/comm/single_communicator.h"
-#include "tessera/core/q8_0.h"
 #include "tessera/core/rng.h"
 #include "tessera/model/transformer.h"
 #include "tessera/runtime/train_step.h"
 #include "tessera/train/train_state.h"
+#include "tests/model/q8_0_round_trip.h"
 #include "tests/model/small_configs.h"
 
 namespace tessera::train {
 namespace {
 
 // The plain model's block matrices through q8_0 and back.
-void round_trip_block_matrices(model::Transformer& plain) {
-  const model::ModelLayout& layout = plain.model_layout();
-  for (const model::PartTable& block : layout.blocks) {
-    for (model::PartId id : {model::PartId::kQkv, model::PartId::kAttentionOut,
-                             model::PartId::kMlpIn, model::PartId::kMlpOut}) {
-      const std::span<float> w =
-          plain.params().subspan(size_t(block[id].weight),
-                                 size_t(layout.params.at_offset(block[id].weight).shape.numel()));
-      std::vector<uint8_t> blocks(w.size() / kQ8BlockSize * kQ8BlockBytes);
-      quantize_q8_0(w, blocks);
-      dequantize_q8_0(blocks, w);
-    }
-  }
-}
-
 class LoraState : public ::testing::TestWithParam<model::FrozenWeights> {};
 
 TEST_P(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
@@ -62,7 +47,9 @@ TEST_P(LoraState, AdamWGetsThePlainModelsAdapterGradients) {
   state.init(7);
   model::Transformer plain(c, B, T, true);
   plain.init_weights(7);
-  if (GetParam() == model::FrozenWeights::kQ8_0) round_trip_block_matrices(plain);
+  if (GetParam() == model::FrozenWeights::kQ8_0) {
+    model::round_trip_q8_0_matrices(plain.model_layout(), plain.params());
+  }
   // Two steps, so that B is no longer zero and A's gradient is not either.
   for (int step = 0; step < 2; ++step) {
     state.zero_grad();

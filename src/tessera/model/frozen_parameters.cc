@@ -26,9 +26,8 @@ std::vector<int64_t> packed_matrices(const ModelLayout& layout, int64_t unit, bo
         PartId::kExpertsOut, PartId::kSharedIn, PartId::kSharedOut}) {
     const int64_t w = parts[id].weight;
     if (w < u.begin || w >= u.end) continue;
-    const bool dense_linear = id == PartId::kQkv || id == PartId::kAttentionOut ||
-                              id == PartId::kMlpIn || id == PartId::kMlpOut;
-    if (q8_0 || dense_linear) matrices.push_back(w);
+    if (q8_0 || std::ranges::find(kDenseLinearParts, id) != kDenseLinearParts.end())
+      matrices.push_back(w);
   }
   std::sort(matrices.begin(), matrices.end());
   return matrices;

@@ -251,7 +251,7 @@ std::vector<int64_t> linear_weight_offsets(const ModelLayout& layout) {
   std::vector<int64_t> offsets;
   if (layout.has_head) offsets.push_back(layout.head_weight());
   for (const PartTable& b : layout.blocks) {
-    for (PartId id : {PartId::kQkv, PartId::kAttentionOut, PartId::kMlpIn, PartId::kMlpOut}) {
+    for (PartId id : kDenseLinearParts) {
       if (b[id].weight >= 0) offsets.push_back(b[id].weight);
     }
   }

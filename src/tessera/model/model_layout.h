@@ -108,8 +108,12 @@ struct ModelLayout {
   std::array<int64_t, 4> block_units(int64_t layer) const;
 };
 
+// The parts of a block that are dense linear layers.
+inline constexpr std::array<PartId, 4> kDenseLinearParts = {PartId::kQkv, PartId::kAttentionOut,
+                                                            PartId::kMlpIn, PartId::kMlpOut};
+
 // The weight matrices of the dense linear layers, by offset in layout.params: the head's (the token
-// embedding when tied), then each block's qkv, attention projection and MLP matrices. A
+// embedding when tied), then each block's kDenseLinearParts. A
 // low-precision run multiplies by their low-precision copy; int8 inference quantises them.
 std::vector<int64_t> linear_weight_offsets(const ModelLayout& layout);
 
