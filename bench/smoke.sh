@@ -70,6 +70,12 @@ case "$name" in
     row "background # # # - # -"
     row "background stall / synchronous stall = # (target <= 0.10)"
     ;;
+  context_parallel)
+    bench SEQS=256 LAYERS=2 D_MODEL=64 HEADS=4 STEPS=1
+    row "CPU: *"
+    row "tokens one_rank_ms cp2_ms one/cp2 kv_exchange_ms of_step hidden kv_GB/s one_of_matmul"
+    row "256 # # # # #% 0% # #%"
+    ;;
   decode)
     bench CONFIG="$tiny" STEPS=8 REPEATS=1 MATMUL_REPEATS=1
     peer='#'

@@ -5,9 +5,10 @@
 // communication: the baseline), overlap (stages 0 and 1 reduce buckets while backward runs, as
 // the trainer does) or after (stages 0 and 1 reduce every bucket once backward has finished).
 // Stages 2 and 3 reduce-scatter each block's gradients as backward finishes it either way.
-// --tp N splits the model over N tensor-parallel ranks of the job (the rest are data parallel;
-// --sp 1 adds sequence parallelism); the result then holds the seconds per step the model's
-// tensor-parallel collectives took (model_comm_ms_mean). --probe-allreduce BYTES instead times
+// --tp N splits the model over N tensor-parallel ranks of the job and --cp N each sequence over N
+// context-parallel ranks (the rest are data parallel; --sp 1 adds sequence parallelism); the
+// result then holds the seconds per step the model's tensor- and context-parallel collectives
+// took (model_comm_ms_mean). --probe-allreduce BYTES instead times
 // all-reduces of that many f32 bytes over the job and prints their mean seconds. --device cuda
 // trains on each rank's CUDA device (its local rank's) and adds the MFU over the device's dense
 // bf16 peak.
@@ -53,7 +54,8 @@ struct BenchOptions {
   double bucket_mb = 4;
   model::ModelConfig mc;
   model::ModelOptions model;
-  int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, sp = 0, probe_bytes = 0;
+  int64_t B = 8, T = 256, warmup = 3, steps = 10, zero = 0, tp = 1, cp = 1, sp = 0;
+  int64_t probe_bytes = 0;
   int64_t documents = 0;  // tokens per packed document, its last the separator; 0: one per row
   bool profile = false, limits = false;
 };
@@ -75,6 +77,7 @@ BenchOptions parse_flags(int argc, char** argv) {
                                                   {"--warmup", &o.warmup},
                                                   {"--zero", &o.zero},
                                                   {"--tp", &o.tp},
+                                                  {"--cp", &o.cp},
                                                   {"--sp", &o.sp},
                                                   {"--probe-allreduce", &o.probe_bytes},
                                                   {"--documents", &o.documents},
@@ -115,6 +118,7 @@ BenchOptions parse_flags(int argc, char** argv) {
   check(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got {}", o.device);
   check(o.documents >= 0, "--documents must be at least 0, got {}", o.documents);
   if (o.documents > 0) o.model.document_separator = kSeparator;
+  o.mc.max_seq = std::max(o.mc.max_seq, o.T);
   o.mc.lora.alpha = 2.0 * double(o.mc.lora.rank);
   return o;
 }
@@ -138,17 +142,19 @@ struct Timings {
   kernels::OpProfile ops{};
 };
 
-// warmup + steps steps on rotating rows of random tokens; the timed ones summed.
+// warmup + steps steps on rotating rows of random tokens, each rank taking its chunks of them
+// (`split`); the timed ones summed. replicas: the ranks whose gradients are summed.
 Timings run_steps(const BenchOptions& o, model::Transformer& model, train::TrainState& state,
-                  const parallel::ModelGroups& groups, const kernels::Context& ctx, int dp_ranks) {
-  const int64_t B = o.B, T = o.T;
+                  const parallel::ModelGroups& groups, const kernels::Context& ctx, int replicas,
+                  const model::SequenceSplit& split) {
+  const int64_t B = o.B, T = o.T, local = T / split.ranks;
   CounterRng rng(42, 0);
   std::vector<int32_t> pool(64 * (T + 1));
   for (size_t i = 0; i < pool.size(); ++i) {
     const bool ends_document = o.documents > 0 && int64_t(i % (T + 1) + 1) % o.documents == 0;
     pool[i] = ends_document ? kSeparator : int32_t(1 + rng.below(i, o.mc.vocab_size - 1));
   }
-  std::vector<int32_t> x(B * T), y(B * T);
+  std::vector<int32_t> x(B * T), y(B * T), x_local(B * local), y_local(B * local);
   Timings t;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
     if (o.profile && step == o.warmup) kernels::start_op_profile();
@@ -157,12 +163,14 @@ Timings run_steps(const BenchOptions& o, model::Transformer& model, train::Train
       std::copy(row, row + T, x.data() + b * T);
       std::copy(row + 1, row + T + 1, y.data() + b * T);
     }
+    split.take(x.data(), x_local.data(), B, local);
+    split.take(y.data(), y_local.data(), B, local);
     const auto t0 = std::chrono::steady_clock::now();
     const double comm0 = groups.communication_seconds();
     state.zero_grad();
     state.begin_micro_step(o.comm == "overlap");
     const float loss = runtime::TrainStep(model).forward_backward(
-        x.data(), y.data(), B, T, 1.0f / float(dp_ranks), uint64_t(step) + 1);
+        x_local.data(), y_local.data(), B, local, 1.0f / float(replicas), uint64_t(step) + 1);
     state.reduce_gradients();
     kernels::synchronize(ctx);
     const auto t1 = std::chrono::steady_clock::now();
@@ -223,6 +231,7 @@ nlohmann::json result_json(const BenchOptions& o, const model::Transformer& mode
                       {"last_loss", t.last_loss},
                       {"ranks", ranks},
                       {"tp", o.tp},
+                      {"cp", o.cp},
                       {"sp", o.sp},
                       {"model_comm_ms_mean", 1e3 * t.model_comm / double(o.steps)},
                       {"comm", o.comm},
@@ -271,17 +280,19 @@ int run(int argc, char** argv) {
   tc.zero = o.zero;
   comm::SingleCommunicator alone;
   comm::Communicator& ranks = o.comm == "none" ? alone : world;
-  const comm::Mesh mesh(ranks,
-                        {.dp = ranks.size() / o.tp, .tp = o.tp, .sequence_parallel = o.sp != 0});
+  const comm::Mesh mesh(
+      ranks,
+      {.dp = ranks.size() / (o.tp * o.cp), .tp = o.tp, .cp = o.cp, .sequence_parallel = o.sp != 0});
   const parallel::ModelGroups groups(mesh, o.mc, o.sp != 0);
   train::TrainState state(ctx, o.mc, tc, mesh, groups.parallel().sharding,
                           int64_t(o.bucket_mb * 1024 * 1024));
   o.model.context = &ctx;
   o.model.store = &state.store();
   o.model.parallel = &groups.parallel();
-  model::Transformer model(o.mc, o.B, o.T, true, o.model);
+  model::Transformer model(o.mc, o.B, o.T / o.cp, true, o.model);
   state.init(1337);
-  const Timings t = run_steps(o, model, state, groups, ctx, mesh.dp().size());
+  const Timings t = run_steps(o, model, state, groups, ctx, mesh.replicas().size(),
+                              groups.parallel().sequence_split());
   const nlohmann::json r = result_json(o, model, state, ctx, t, world.size());
   if (world.rank() == 0) std::printf("RESULT %s\n", r.dump().c_str());
   return 0;

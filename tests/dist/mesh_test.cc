@@ -12,14 +12,18 @@ namespace {
 
 using testing::expect_error;
 
-// Every way to write the world size as dp x tp x pp, with every ep dividing dp.
+// Every way to write the world size as dp x cp x tp x pp, with every ep dividing dp.
 std::vector<comm::MeshShape> shapes_of(int64_t ranks) {
   std::vector<comm::MeshShape> shapes;
   for (int64_t dp = 1; dp <= ranks; ++dp) {
     for (int64_t tp = 1; tp <= ranks; ++tp) {
       for (int64_t pp = 1; pp <= ranks; ++pp) {
-        for (int64_t ep = 1; ep <= dp; ++ep) {
-          if (dp * tp * pp == ranks && dp % ep == 0) shapes.push_back({dp, tp, pp, ep});
+        for (int64_t cp = 1; cp <= ranks; ++cp) {
+          for (int64_t ep = 1; ep <= dp; ++ep) {
+            if (dp * cp * tp * pp == ranks && dp % ep == 0) {
+              shapes.push_back({.dp = dp, .tp = tp, .pp = pp, .ep = ep, .cp = cp});
+            }
+          }
         }
       }
     }
@@ -54,7 +58,8 @@ TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
     };
     for (const Axis& axis : {Axis{mesh.dp(), shape.dp, me.dp, &comm::MeshCoords::dp},
                              Axis{mesh.tp(), shape.tp, me.tp, &comm::MeshCoords::tp},
-                             Axis{mesh.pp(), shape.pp, me.pp, &comm::MeshCoords::pp}}) {
+                             Axis{mesh.pp(), shape.pp, me.pp, &comm::MeshCoords::pp},
+                             Axis{mesh.cp(), shape.cp, me.cp, &comm::MeshCoords::cp}}) {
       ASSERT_EQ(axis.group.size(), axis.size);
       EXPECT_EQ(axis.group.rank(), axis.coord);
       // Member k shares every coordinate with this rank except its own, which is k.
@@ -65,6 +70,13 @@ TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
         EXPECT_EQ(ranks[k], mesh.rank_of(c));
       }
     }
+    // Replicas: the dp x cp ranks of this rank's tp and pp coordinates, cp varying fastest.
+    ASSERT_EQ(mesh.replicas().size(), shape.dp * shape.cp);
+    EXPECT_EQ(mesh.replicas().rank(), mesh.replica_rank());
+    const std::vector<int32_t> replicas = members(mesh.replicas());
+    for (int k = 0; k < int(shape.dp * shape.cp); ++k) {
+      EXPECT_EQ(replicas[k], mesh.rank_of({k / int(shape.cp), me.tp, me.pp, k % int(shape.cp)}));
+    }
     // Expert groups: ep consecutive data-parallel ranks; the ranks holding the same experts are
     // those at the same place in their groups.
     const int ep = int(shape.ep), group = me.dp / ep;
@@ -72,23 +84,29 @@ TEST(Mesh, EveryShapeOfTheWorldRoundTripsAndGroupsTheRightRanks) {
     EXPECT_EQ(mesh.ep().rank(), mesh.ep_rank());
     const std::vector<int32_t> ep_ranks = members(mesh.ep());
     for (int k = 0; k < ep; ++k) {
-      EXPECT_EQ(ep_ranks[k], mesh.rank_of({group * ep + k, me.tp, me.pp}));
+      EXPECT_EQ(ep_ranks[k], mesh.rank_of({group * ep + k, me.tp, me.pp, me.cp}));
     }
     ASSERT_EQ(mesh.expert_dp().size(), shape.dp / ep);
     const std::vector<int32_t> holders = members(mesh.expert_dp());
     for (int k = 0; k < shape.dp / ep; ++k) {
-      EXPECT_EQ(holders[k], mesh.rank_of({k * ep + me.dp % ep, me.tp, me.pp}));
+      EXPECT_EQ(holders[k], mesh.rank_of({k * ep + me.dp % ep, me.tp, me.pp, me.cp}));
     }
   }
 }
 
-TEST(Mesh, TensorParallelVariesFastestThenDataThenPipeline) {
+TEST(Mesh, TensorParallelVariesFastestThenContextThenDataThenPipeline) {
   comm::Communicator& w = comm::world();
   if (w.size() != 4) GTEST_SKIP() << "needs four ranks";
   // Each pair of adjacent axes in the order: the first one's neighbour is rank 1.
   comm::Mesh tp_dp(w, {.dp = 2, .tp = 2, .ep = 2});
   EXPECT_EQ(tp_dp.coords_of(1), (comm::MeshCoords{.tp = 1}));
   EXPECT_EQ(tp_dp.coords_of(2), (comm::MeshCoords{.dp = 1}));
+  comm::Mesh tp_cp(w, {.tp = 2, .cp = 2});
+  EXPECT_EQ(tp_cp.coords_of(1), (comm::MeshCoords{.tp = 1}));
+  EXPECT_EQ(tp_cp.coords_of(2), (comm::MeshCoords{.cp = 1}));
+  comm::Mesh cp_dp(w, {.dp = 2, .cp = 2});
+  EXPECT_EQ(cp_dp.coords_of(1), (comm::MeshCoords{.cp = 1}));
+  EXPECT_EQ(cp_dp.coords_of(2), (comm::MeshCoords{.dp = 1}));
   comm::Mesh dp_pp(w, {.dp = 2, .pp = 2});
   EXPECT_EQ(dp_pp.coords_of(1), (comm::MeshCoords{.dp = 1}));
   EXPECT_EQ(dp_pp.coords_of(2), (comm::MeshCoords{.pp = 1}));
@@ -114,10 +132,12 @@ TEST(Mesh, ProductMustEqualTheWorldSize) {
     comm::Mesh mesh(w, wrong);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              fmt::format("mesh.dp x mesh.tp x mesh.pp = {0} x 1 x 1 = {0} ranks, but the job has "
-                          "{1} (mpirun -np / srun -n): make the product equal the world size",
-                          wrong.dp, n));
+    EXPECT_EQ(
+        std::string(e.what()),
+        fmt::format("mesh.dp x mesh.cp x mesh.tp x mesh.pp = {0} x 1 x 1 x 1 = {0} ranks, but "
+                    "the job has {1} (mpirun -np / srun -n): make the product equal the "
+                    "world size",
+                    wrong.dp, n));
   }
   expect_error([&] { comm::Mesh mesh(w, {.dp = n, .ep = n + 1}); },
                {"mesh.ep = " + std::to_string(n + 1), "does not divide mesh.dp"});

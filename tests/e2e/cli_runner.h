@@ -175,18 +175,18 @@ inline void expect_same_losses(const std::vector<double>& losses,
   std::printf("  worst relative loss difference over %zu steps: %.2e\n", losses.size(), worst);
 }
 
-// The training losses of metrics.jsonl, in step order.
-inline std::vector<double> training_losses(const std::string& run_dir) {
+// The training losses of metrics.jsonl, in step order (or with key "val_loss" the held-out ones).
+inline std::vector<double> training_losses(const std::string& run_dir,
+                                           const std::string& key = "loss") {
   std::ifstream in(run_dir + "/metrics.jsonl");
   std::vector<double> losses;
   for (std::string line; std::getline(in, line);) {
     auto record = nlohmann::json::parse(line);
-    if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+    if (record.contains(key)) losses.push_back(record[key].get<double>());
   }
   return losses;
 }
 
-// The `tessera train` processes whose command line names `out`: the ranks of that job.
 // A process's /proc/PID/cmdline; empty once the process is gone, which it may be between listing
 // /proc and reading the file (a read of a dead process's file fails with ESRCH).
 inline std::string process_cmdline(const std::filesystem::path& file) {
@@ -200,6 +200,7 @@ inline std::string process_cmdline(const std::filesystem::path& file) {
   return cmdline;
 }
 
+// The `tessera train` processes whose command line names `out`: the ranks of that job.
 inline std::vector<pid_t> training_processes(const std::string& out) {
   namespace fs = std::filesystem;
   const fs::path binary = fs::canonical(TESSERA_BINARY);

@@ -1,5 +1,5 @@
 // Causal attention over more positions than one query block, against the formula evaluated
-// directly, position by position, in double.
+// directly, position by position, in double, and over chunks of query rows against the whole.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -128,6 +128,72 @@ TEST(CausalAttention, PackedDocumentsAttendOnlyWithinThemselves) {
   backwards[5] = 7;
   EXPECT_THROW(attention_forward(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(),
                                  s.B, s.T, s.H, s.KVH, s.hd, backwards.data()),
+               Error);
+}
+
+// A sequence split over context-parallel ranks as model::SequenceSplit splits it: each rank's two
+// chunks of query rows (an early and a late one, 150 rows each, so query blocks end inside them)
+// give those rows of the whole sequence's output and log-sum-exp, and the ranks' dqkv sum to the
+// whole sequence's; with packed documents too, one of them crossing the ranks' chunks.
+TEST(CausalAttention, QueryChunksOfEveryRankMakeUpTheWholeSequence) {
+  const Shape s{2, 600, 4, 2, 8};
+  const int64_t ranks = 2, length = s.T / (2 * ranks), Tq = 2 * length;
+  std::vector<int32_t> doc_start(s.B * s.T);
+  for (int64_t t = 0; t < s.T; ++t) {
+    doc_start[t] = t < 140 ? 0 : t < 460 ? 140 : 460;
+    doc_start[s.T + t] = t < 3 ? 0 : 3;
+  }
+  for (const bool documents : {false, true}) {
+    SCOPED_TRACE(documents ? "packed documents" : "one document a row");
+    const int32_t* starts = documents ? doc_start.data() : nullptr;
+    const std::vector<double> qkv = random_values(s.B * s.T * s.ld(), 5);
+    const std::vector<double> dout = random_values(s.B * s.T * s.C(), 6);
+    std::vector<double> out(dout.size()), lse(s.B * s.H * s.T), dqkv(qkv.size());
+    std::vector<double> scratch(attention_scratch_size(s.T) * omp_get_max_threads());
+    attention_forward(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(), s.B, s.T,
+                      s.H, s.KVH, s.hd, starts);
+    attention_backward(kCpuContext, dout.data(), qkv.data(), lse.data(), dqkv.data(),
+                       scratch.data(), s.B, s.T, s.H, s.KVH, s.hd, starts);
+    std::vector<double> summed(qkv.size(), 0.0);
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      const QueryChunks q{
+          .count = 2, .length = length, .start = {rank * length, (2 * ranks - 1 - rank) * length}};
+      // This rank's rows of dout, chunk after chunk.
+      std::vector<double> my_dout(s.B * Tq * s.C());
+      for (int64_t b = 0; b < s.B; ++b) {
+        for (int64_t c = 0; c < 2; ++c) {
+          std::copy_n(dout.begin() + (b * s.T + q.start[c]) * s.C(), length * s.C(),
+                      my_dout.begin() + (b * Tq + c * length) * s.C());
+        }
+      }
+      std::vector<double> my_out(my_dout.size()), my_lse(s.B * s.H * Tq);
+      std::vector<double> my_dqkv(qkv.size(), 99.0);
+      attention_forward(kCpuContext, qkv.data(), my_out.data(), my_lse.data(), scratch.data(), s.B,
+                        s.T, s.H, s.KVH, s.hd, starts, q);
+      attention_backward(kCpuContext, my_dout.data(), qkv.data(), my_lse.data(), my_dqkv.data(),
+                         scratch.data(), s.B, s.T, s.H, s.KVH, s.hd, starts, q);
+      for (int64_t b = 0; b < s.B; ++b) {
+        for (int64_t c = 0; c < 2; ++c) {
+          for (int64_t r = 0; r < length; ++r) {
+            const int64_t t = q.start[c] + r, mine = b * Tq + c * length + r;
+            for (int64_t i = 0; i < s.C(); ++i) {
+              ASSERT_EQ(my_out[mine * s.C() + i], out[(b * s.T + t) * s.C() + i]) << t;
+            }
+            for (int64_t h = 0; h < s.H; ++h) {
+              ASSERT_EQ(my_lse[(b * s.H + h) * Tq + c * length + r], lse[(b * s.H + h) * s.T + t]);
+            }
+          }
+        }
+      }
+      for (size_t i = 0; i < summed.size(); ++i) summed[i] += my_dqkv[i];
+    }
+    for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(summed[i], dqkv[i], 1e-12) << i;
+  }
+  const QueryChunks overlapping{.count = 2, .length = 100, .start = {0, 50}};
+  std::vector<double> qkv(s.B * s.T * s.ld()), out(s.B * 200 * s.C()), lse(s.B * s.H * 200);
+  std::vector<double> scratch(attention_scratch_size(s.T) * omp_get_max_threads());
+  EXPECT_THROW(attention_forward(kCpuContext, qkv.data(), out.data(), lse.data(), scratch.data(),
+                                 s.B, s.T, s.H, s.KVH, s.hd, nullptr, overlapping),
                Error);
 }
 

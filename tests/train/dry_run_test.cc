@@ -206,7 +206,7 @@ TEST(DryRun, AdaptersOfAMixtureAreHeldOncePerReplica) {
 
 TEST(DryRun, AMeshOrScheduleThatCannotRunIsAnError) {
   const RunConfig run = run_with({"mesh.dp=2", "mesh.pp=2", "train.grad_accum=2"});
-  testing::expect_error([&] { dry_run(run, 8); }, {"mesh.dp x mesh.tp x mesh.pp", "8"});
+  testing::expect_error([&] { dry_run(run, 8); }, {"mesh.dp x mesh.cp x mesh.tp x mesh.pp", "8"});
   testing::expect_error(
       [&] {
         run_with({"mesh.pp=2", "mesh.pp_virtual=3", "mesh.pp_schedule=interleaved",

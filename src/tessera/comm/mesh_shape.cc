@@ -5,7 +5,8 @@
 namespace tessera::comm {
 
 std::string MeshShape::str() const {
-  return fmt::format("dp={} tp={} pp={} ep={}", dp, tp, pp, ep);
+  return fmt::format("dp={} tp={} pp={} ep={}{}", dp, tp, pp, ep,
+                     cp > 1 ? fmt::format(" cp={}", cp) : std::string());
 }
 
 }  // namespace tessera::comm

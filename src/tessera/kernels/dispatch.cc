@@ -206,17 +206,18 @@ void head_rmsnorm_backward(const Context& ctx, T* dqkv, const T* x, const T* q_g
 
 template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
-                       int64_t T_, int64_t H, int64_t KVH, int64_t hd, const int32_t* doc_start) {
+                       int64_t T_, int64_t H, int64_t KVH, int64_t hd, const int32_t* doc_start,
+                       const QueryChunks& queries) {
   kernel_for(ctx, &OpKernels<T>::attention_forward, "attention_forward")(
-      ctx, qkv, out, lse, scratch, B, T_, H, KVH, hd, doc_start);
+      ctx, qkv, out, lse, scratch, B, T_, H, KVH, hd, doc_start, queries);
 }
 
 template <typename T>
 void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
                         T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                        const int32_t* doc_start) {
+                        const int32_t* doc_start, const QueryChunks& queries) {
   kernel_for(ctx, &OpKernels<T>::attention_backward, "attention_backward")(
-      ctx, dout, qkv, lse, dqkv, scratch, B, T_, H, KVH, hd, doc_start);
+      ctx, dout, qkv, lse, dqkv, scratch, B, T_, H, KVH, hd, doc_start, queries);
 }
 
 template <typename T>
@@ -307,10 +308,11 @@ void adamw_update(const Context& ctx, T* param, const T* grad, T* m, T* v, int64
   template void head_rmsnorm_backward<T>(const Context&, T*, const T*, const T*, const T*,         \
                                          const T*, T*, T*, int64_t, int64_t, int64_t, int64_t);    \
   template void attention_forward<T>(const Context&, const T*, T*, T*, T*, int64_t, int64_t,       \
-                                     int64_t, int64_t, int64_t, const int32_t*);                   \
+                                     int64_t, int64_t, int64_t, const int32_t*,                    \
+                                     const QueryChunks&);                                          \
   template void attention_backward<T>(const Context&, const T*, const T*, const T*, T*, T*,        \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t,                 \
-                                      const int32_t*);                                             \
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*, \
+                                      const QueryChunks&);                                         \
   template void softmax_cross_entropy<T>(const Context&, T*, const int32_t*, T*, int64_t, int64_t, \
                                          T);                                                       \
   template void vocab_shard_row_max<T>(const Context&, const T*, int64_t, int64_t, int64_t, T*);   \

@@ -9,6 +9,7 @@
 // count except inside the BLAS matmul.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -143,15 +144,28 @@ void head_rmsnorm_backward(const Context& ctx, T* dqkv, const T* x, const T* q_g
 // threads. With doc_start[B, T] (documents packed into one row), query t of row b sees only the
 // keys from doc_start[b, t], the first position of its document, to t; doc_start must not
 // decrease along a row. Null: every query sees keys 0..t.
+//
+// With `queries` (a sequence split over context-parallel ranks), only the query rows of its
+// chunks are computed, against every key up to each of them: out, lse and dout then hold
+// [B, queries.rows(), ...], chunk after chunk, and backward writes all of dqkv[B, T, ...]: the
+// chunks' dq, every key's dk and dv from these queries, zeros elsewhere.
+struct QueryChunks {
+  static constexpr int kMaxChunks = 2;
+  int64_t count = 0;                        // 0: every row
+  int64_t length = 0;                       // rows in each chunk
+  std::array<int64_t, kMaxChunks> start{};  // ascending, not overlapping
+
+  int64_t rows(int64_t T_) const { return count == 0 ? T_ : count * length; }
+};
 int64_t attention_scratch_size(int64_t T_);
 template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
                        int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                       const int32_t* doc_start = nullptr);
+                       const int32_t* doc_start = nullptr, const QueryChunks& queries = {});
 template <typename T>
 void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
                         T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                        const int32_t* doc_start = nullptr);
+                        const int32_t* doc_start = nullptr, const QueryChunks& queries = {});
 
 // Fused softmax + cross-entropy over logits[M,V]: losses[m] = -log softmax(logits[m])[target].
 // When grad_scale is non-zero the logits are overwritten by their gradient,

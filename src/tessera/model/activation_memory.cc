@@ -142,7 +142,13 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
     }
   }
   BlockWorkspace& ws = m.workspace;
-  ws.attention_scratch = a.floats(kernels::attention_scratch_size(o.max_seq) * o.threads);
+  ws.attention_scratch =
+      a.floats(kernels::attention_scratch_size(o.context_ranks * o.max_seq) * o.threads);
+  if (o.context_ranks > 1) {
+    const int64_t kv = w.qkv - w.attention_out, sequences = o.context_ranks * N * w.qkv;
+    ws.sequences = {a.floats(N * kv), a.floats(o.context_ranks * N * kv), a.floats(sequences),
+                    a.floats(sequences)};
+  }
   if (!o.training) {
     ws.decode_scratch = a.floats(kernels::paged_attention_scratch_size(c.max_seq) * o.threads);
   }
@@ -205,7 +211,7 @@ ModelActivations allocate_activations(const ModelConfig& c, const ModelLayout& l
   // A slot's blocks read its document starts.
   auto with_doc_starts = [&](std::vector<BlockActivations> saved) {
     if (!o.document_mask) return saved;
-    m.slot_doc_starts.push_back(a.ints(o.max_batch * o.max_seq));
+    m.slot_doc_starts.push_back(a.ints(o.context_ranks * o.max_batch * o.max_seq));
     for (BlockActivations& b : saved) b.doc_start = m.slot_doc_starts.back();
     return saved;
   };

@@ -32,6 +32,9 @@ struct ActivationOptions {
   // Documents are packed into rows: each slot keeps the first position of every token's
   // document ([N] ints), which attention reads forward and backward.
   bool document_mask = false;
+  // Ranks each sequence is split over (context parallelism): max_seq is one rank's share of it,
+  // and attention works over whole sequences of context_ranks x max_seq positions.
+  int64_t context_ranks = 1;
 };
 
 // Hands out zeroed arena storage and totals the bytes requested (without alignment padding),
@@ -59,7 +62,8 @@ struct ModelActivations {
   // the head, that buffer holds the head's input gradient between forward and backward.
   std::vector<std::vector<BlockActivations>> slot_blocks;
   std::vector<float*> slot_inputs;
-  std::vector<int32_t*> slot_doc_starts;  // [in_flight] with document_mask, each [N]
+  // [in_flight] with document_mask, each [context_ranks N]: of the whole sequences' positions
+  std::vector<int32_t*> slot_doc_starts;
   BlockWorkspace workspace;
   float* embedded = nullptr;  // [R, C]
   MatmulInput lnf;            // [R, C]

@@ -11,7 +11,8 @@ Attention::Attention(const kernels::Context& ctx, const AttentionGeometry& geome
                      const TensorParallel& tp, Collectives* tp_group, MatmulFormat format,
                      const ParallelScratch& scratch, uint16_t* dy_low, float* int8_scratch,
                      std::optional<SharedHeads> shared, float* scratch_per_thread,
-                     float* decode_scratch, int64_t max_context, const BlockAdapters& adapters)
+                     float* decode_scratch, int64_t max_context, const BlockAdapters& adapters,
+                     const ContextParallelAttention& context)
     : ctx_(ctx),
       g_(geometry),
       heads_(heads),
@@ -24,11 +25,28 @@ Attention::Attention(const kernels::Context& ctx, const AttentionGeometry& geome
       format_(format),
       scratch_(scratch_per_thread),
       decode_scratch_(decode_scratch),
-      max_context_(max_context) {
+      max_context_(max_context),
+      context_(context) {
   if (parts[PartId::kQueryNorm].weight >= 0) {
     qk_norm_.emplace(ctx, geometry.norm_eps, heads, kv_heads, head_dim_, parts[PartId::kQueryNorm],
                      parts[PartId::kKeyNorm], tp.active() ? tp_group : nullptr);
   }
+}
+
+const float* Attention::whole_sequences(const float* qkv, int64_t B, int64_t T) const {
+  const SequenceSplit& split = context_.split;
+  const SequenceBuffers& buf = context_.buffers;
+  const int64_t Q = qkv_width(), queries = heads_ * head_dim_, KV = Q - queries, N = B * T;
+  copy_strided_rows(qkv + queries, Q, buf.kv_rows, KV, N, KV);
+  context_.group->all_gather(buf.kv_rows, buf.by_rank, N * KV);
+  for (int64_t q = 0; q < split.ranks; ++q) {
+    split.to_sequences(q, buf.by_rank + q * N * KV, KV, buf.sequences + queries, Q, B, T, KV);
+  }
+  split.to_sequences(split.rank, qkv, Q, buf.sequences, Q, B, T, queries);
+  if (g_.rope)
+    k::rope_forward(ctx_, buf.sequences, B, split.full_length(T), heads_, kv_heads_, head_dim_, 0,
+                    g_.rope_frequencies);
+  return buf.sequences;
 }
 
 void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
@@ -36,10 +54,17 @@ void Attention::forward(const ParamAccess& p, const MatmulInput& normed, const f
   const int64_t N = B * T;
   qkv_.forward(p, normed, a.qkv, N);
   if (qk_norm_) qk_norm_->forward(p, a.qkv, a.qk_norm_input, a.qk_norm_rstd, N);
-  if (g_.rope)
-    k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
-  k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_, head_dim_,
-                       a.doc_start);
+  const SequenceSplit& split = context_.split;
+  if (split.active()) {
+    k::attention_forward(ctx_, whole_sequences(a.qkv, B, T), a.out.f32, a.lse, scratch_, B,
+                         split.full_length(T), heads_, kv_heads_, head_dim_, a.doc_start,
+                         split.queries(T));
+  } else {
+    if (g_.rope)
+      k::rope_forward(ctx_, a.qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
+    k::attention_forward(ctx_, a.qkv, a.out.f32, a.lse, scratch_, B, T, heads_, kv_heads_,
+                         head_dim_, a.doc_start);
+  }
   format_.finish(ctx_, a.out, N * heads_ * head_dim_);
   proj_.forward(p, a.out, residual, out, N);
 }
@@ -69,10 +94,31 @@ const float* Attention::backward(const ParamAccess& p, const float* d_out,
                                  const AttentionHeld* held) {
   const int64_t N = B * T;
   proj_.backward(p, d_out, a.out, d_scratch, N, held != nullptr ? &held->out : nullptr);
-  k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
-                        head_dim_, a.doc_start);
-  if (g_.rope)
-    k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
+  const SequenceSplit& split = context_.split;
+  if (split.active()) {
+    // The whole sequences' gradients: this rank's query rows are its own, and every rank's keys
+    // and values are summed over the ranks onto the one that holds them.
+    const SequenceBuffers& buf = context_.buffers;
+    const int64_t full = split.full_length(T), Q = qkv_width(), queries = heads_ * head_dim_;
+    const int64_t KV = Q - queries;
+    k::attention_backward(ctx_, d_scratch, whole_sequences(a.qkv, B, T), a.lse, buf.sequence_grads,
+                          scratch_, B, full, heads_, kv_heads_, head_dim_, a.doc_start,
+                          split.queries(T));
+    if (g_.rope)
+      k::rope_backward(ctx_, buf.sequence_grads, B, full, heads_, kv_heads_, head_dim_, 0,
+                       g_.rope_frequencies);
+    for (int64_t q = 0; q < split.ranks; ++q) {
+      split.to_rows(q, buf.sequence_grads + queries, Q, buf.by_rank + q * N * KV, KV, B, T, KV);
+    }
+    context_.group->reduce_scatter(buf.by_rank, buf.kv_rows, N * KV);
+    split.to_rows(split.rank, buf.sequence_grads, Q, d_qkv, Q, B, T, queries);
+    copy_strided_rows(buf.kv_rows, KV, d_qkv + queries, Q, N, KV);
+  } else {
+    k::attention_backward(ctx_, d_scratch, a.qkv, a.lse, d_qkv, scratch_, B, T, heads_, kv_heads_,
+                          head_dim_, a.doc_start);
+    if (g_.rope)
+      k::rope_backward(ctx_, d_qkv, B, T, heads_, kv_heads_, head_dim_, 0, g_.rope_frequencies);
+  }
   if (qk_norm_) qk_norm_->backward(p, d_qkv, a.qk_norm_input, a.qk_norm_rstd, N);
   return qkv_.backward(p, d_qkv, normed, N, held != nullptr ? &held->qkv : nullptr);
 }

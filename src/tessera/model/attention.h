@@ -29,9 +29,27 @@ struct AttentionHeld {
   HeldGradient qkv, out;
 };
 
+// Context parallelism's working buffers, over N tokens of this rank, cp ranks and Q = qkv
+// columns, of which KV are keys and values: this rank's keys and values packed [N, KV], every
+// rank's [cp, N, KV] (gathered, and the gradients to reduce-scatter), and the whole sequences' q, k
+// and v and their gradients [cp N, Q] each.
+struct SequenceBuffers {
+  float *kv_rows = nullptr, *by_rank = nullptr, *sequences = nullptr, *sequence_grads = nullptr;
+};
+
+// Context parallelism in attention: how the sequences are split, over which group.
+struct ContextParallelAttention {
+  SequenceSplit split;
+  Collectives* group = nullptr;
+  SequenceBuffers buffers;
+};
+
 // Causal self-attention over this rank's heads: the column-parallel qkv projection, QK-norm
 // (where the parts have it), rotary positions (Llama), attention, and the row-parallel output
-// projection into the residual stream.
+// projection into the residual stream. Over sequences split by context parallelism, it
+// all-gathers their keys and values (as Llama 3 trained) and computes its own rows' attention
+// over them; backward gathers them again and reduce-scatters their gradients onto the ranks that
+// hold their rows.
 class Attention {
  public:
   // heads and kv_heads are this rank's; shared says which kv rows it holds alike with others.
@@ -40,7 +58,7 @@ class Attention {
             Collectives* tp_group, MatmulFormat format, const ParallelScratch& scratch,
             uint16_t* dy_low, float* int8_scratch, std::optional<SharedHeads> shared,
             float* scratch_per_thread, float* decode_scratch, int64_t max_context,
-            const BlockAdapters& adapters);
+            const BlockAdapters& adapters, const ContextParallelAttention& context = {});
 
   // normed: this rank's rows of the attention norm's output; out = residual + attention.
   void forward(const ParamAccess& p, const MatmulInput& normed, const float* residual,
@@ -61,6 +79,11 @@ class Attention {
   int64_t qkv_width() const { return (heads_ + 2 * kv_heads_) * head_dim_; }
 
  private:
+  // B whole sequences of q, k and v in context_.buffers.sequences, rotated (Llama) at their
+  // positions: every rank's keys and values, gathered, and this rank's queries from its rows
+  // `qkv` [B, T, qkv]; the other ranks' query rows are not read.
+  const float* whole_sequences(const float* qkv, int64_t B, int64_t T) const;
+
   const kernels::Context& ctx_;
   AttentionGeometry g_;
   int64_t heads_, kv_heads_, head_dim_;
@@ -71,6 +94,7 @@ class Attention {
   float* scratch_;
   float* decode_scratch_;
   int64_t max_context_;
+  ContextParallelAttention context_;
 };
 
 }  // namespace tessera::model

@@ -78,7 +78,8 @@ Block::Block(const kernels::Context& ctx, const ModelSpec& spec, const ModelLayo
       attention_(ctx, spec.block.attention, w_.C, w_.heads, w_.kv_heads, parts_, tp_, parallel.tp,
                  format, ws_.parallel, ws_.dy_low, ws_.int8_scratch,
                  shared_kv_heads(spec.block, w_, layout.sharding), ws_.attention_scratch,
-                 ws_.decode_scratch, max_context, adapters_),
+                 ws_.decode_scratch, max_context, adapters_,
+                 {parallel.sequence_split(), parallel.cp, ws_.sequences}),
       moe_(moe) {
   if (!spec.block.moe) {
     mlp_ = std::make_unique<Mlp>(ctx, spec.block.activation, w_.C, w_.ffn, parts_, tp_, parallel.tp,

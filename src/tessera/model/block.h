@@ -57,6 +57,7 @@ struct BlockWorkspace {
   ParallelScratch parallel;
   float *d_qkv = nullptr, *d_hidden = nullptr;
   float* attention_scratch = nullptr;
+  SequenceBuffers sequences;  // context parallelism's
   float* decode_scratch = nullptr;
   uint16_t* dy_low = nullptr;
   float* int8_scratch = nullptr;

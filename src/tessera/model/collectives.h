@@ -4,6 +4,7 @@
 #include <span>
 
 #include "tessera/model/model_layout.h"
+#include "tessera/model/sequence_split.h"
 
 namespace tessera::model {
 
@@ -58,6 +59,13 @@ struct ModelParallel {
   // capacity and load-balancing statistics are taken over all of their tokens. (Every
   // tensor-parallel rank runs the mixture of experts over its group's tokens in full.)
   Collectives* batch = nullptr;
+  // The context-parallel group: each sequence is split over its ranks (SequenceSplit), which
+  // all-gather keys and values for attention and hold the same parameters. Training only.
+  Collectives* cp = nullptr;
+
+  SequenceSplit sequence_split() const {
+    return cp != nullptr ? SequenceSplit{cp->size(), cp->rank()} : SequenceSplit{};
+  }
 };
 
 }  // namespace tessera::model

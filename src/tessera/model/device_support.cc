@@ -19,13 +19,14 @@ void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::
     if (needs.tp > 1) refused.push_back(fmt::format("tensor parallelism (mesh.tp {})", needs.tp));
     if (needs.pp > 1) refused.push_back(fmt::format("pipeline parallelism (mesh.pp {})", needs.pp));
     if (needs.ep > 1) refused.push_back(fmt::format("expert parallelism (mesh.ep {})", needs.ep));
+    if (needs.cp > 1) refused.push_back(fmt::format("context parallelism (mesh.cp {})", needs.cp));
     if (needs.moe) refused.push_back("mixtures of experts (model.moe)");
     if (!refused.empty()) {
-      // MPI carries the tensor-, pipeline- and expert-parallel exchanges, and the MoE layer
-      // routes tokens between its experts in host buffers.
+      // MPI carries the tensor-, pipeline-, expert- and context-parallel exchanges, and the MoE
+      // layer routes tokens between its experts in host buffers.
       reasons.push_back(
-          "tensor, pipeline and expert parallelism and mixtures of experts keep their activations "
-          "in host memory");
+          "tensor, pipeline, expert and context parallelism and mixtures of experts keep their "
+          "activations in host memory");
     }
   }
   if (needs.int8_weights && backend->linear_forward_int8 == nullptr) {

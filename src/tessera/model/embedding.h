@@ -15,13 +15,15 @@ namespace tessera::model {
 
 // The token embedding, and GPT-2's learned positions. Split over tensor-parallel ranks, each rank
 // looks up the ids of its vocabulary slice and the ranks' rows are summed (reduce-scattered onto
-// each rank's rows with sequence parallelism), then the positions are added to this rank's rows.
+// each rank's rows with sequence parallelism), then the positions are added to this rank's rows:
+// with context parallelism, the positions of its chunks of each sequence.
 class Embedding {
  public:
   // position_grads: [max_seq, C] scratch for the positions' partial gradients under sequence
   // parallelism (else unused).
   Embedding(const kernels::Context& ctx, const ModelLayout& layout, const TensorParallel& tp,
-            Collectives* tp_group, const ParallelScratch& scratch, float* position_grads);
+            Collectives* tp_group, const ParallelScratch& scratch, float* position_grads,
+            const SequenceSplit& split = {});
 
   // tokens [B, T] (checked); x: this rank's rows of their embeddings.
   void forward(const ParamAccess& p, const int32_t* tokens, float* x, int64_t B, int64_t T) const;
@@ -34,6 +36,12 @@ class Embedding {
                 int64_t T) const;
 
  private:
+  // Rows [first_row, first_row + rows) of a [B, T] batch, x (or dx) holding them from its row 0:
+  // x += their positions' rows of wpe, or their rows of dx are added to dwpe.
+  void add_positions(const float* wpe, float* x, int64_t first_row, int64_t rows, int64_t T) const;
+  void add_position_gradients(const float* dx, float* dwpe, int64_t first_row, int64_t rows,
+                              int64_t T) const;
+
   const kernels::Context& ctx_;
   PartOffsets tokens_, positions_;
   VocabShard vocab_;
@@ -42,6 +50,7 @@ class Embedding {
   Collectives* tp_group_;
   ParallelScratch scratch_;
   float* position_grads_;
+  SequenceSplit split_;
 };
 
 }  // namespace tessera::model

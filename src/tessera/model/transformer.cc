@@ -36,8 +36,12 @@ ModelParallel with_defaults(const ModelParallel* p, Collectives* alone) {
   return out;
 }
 
-// What the options allow: micro-batches in flight, a split backward and packed documents for
-// training, int8 weights for a dense f32 inference model that keeps its own parameters.
+// Token ids below this are exact in f32, as a context-parallel group gathers them.
+constexpr int64_t kExactTokenFloats = int64_t(1) << 24;
+
+// What the options allow: micro-batches in flight, a split backward, packed documents and context
+// parallelism for training, int8 weights for a dense f32 inference model that keeps its own
+// parameters.
 void check_options(const ModelConfig& config, const ModelOptions& options, bool training) {
   check(options.in_flight >= 1 && (training || options.in_flight == 1),
         "a model holds 1 or more micro-batches in flight, and only for training; got {}",
@@ -49,6 +53,22 @@ void check_options(const ModelConfig& config, const ModelOptions& options, bool 
         "in its own cache");
   check(options.adapters == nullptr || !training,
         "adapters served per request need a model built for inference");
+  if (const SequenceSplit split =
+          options.parallel != nullptr ? options.parallel->sequence_split() : SequenceSplit{};
+      split.active()) {
+    check(training,
+          "context parallelism (mesh.cp = {}) splits training sequences; a model built for "
+          "inference decodes each sequence on one rank",
+          split.ranks);
+    check(!config.is_moe(),
+          "context parallelism (mesh.cp = {}) with a mixture of experts ({} experts) is not "
+          "supported: its routing capacity is taken over whole micro-batches; use mesh.cp = 1",
+          split.ranks, config.moe.n_experts);
+    check(!options.document_separator || config.vocab_size <= kExactTokenFloats,
+          "context parallelism gathers a sequence's token ids as f32, exact below {}, but "
+          "model.vocab_size is {}",
+          kExactTokenFloats, config.vocab_size);
+  }
   if (options.weights != WeightFormat::kInt8) return;
   check(!training, "int8 weights are for inference: build the model with training=false");
   check(!config.is_moe(),
@@ -70,6 +90,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       options_(options),
       ctx_(options.context != nullptr ? *options.context : k::kCpuContext),
       parallel_(with_defaults(options.parallel, &alone_)),
+      split_(parallel_.sequence_split()),
       max_batch_(max_batch),
       max_seq_(max_seq),
       training_(training),
@@ -85,7 +106,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       access_(std::make_unique<Access>(*this)) {
   check_runnable(config_);
   check_options(config_, options_, training_);
-  check(max_seq_ <= config_.max_seq, "sequence length {} exceeds model.max_seq {}", max_seq_,
+  check(split_.full_length(max_seq_) <= config_.max_seq,
+        "sequence length {} exceeds model.max_seq {}", split_.full_length(max_seq_),
         config_.max_seq);
   check(max_batch_ >= 1 && max_seq_ >= 1, "batch ({}) and sequence length ({}) must be positive",
         max_batch_, max_seq_);
@@ -98,6 +120,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   }
   check_device_runs(ctx_.device.kind,
                     {.tp = tp_.ranks(),
+                     .cp = split_.ranks,
                      .moe = config_.is_moe(),
                      .int8_weights = options_.weights == WeightFormat::kInt8,
                      .qk_norm = config_.qk_norm},
@@ -111,6 +134,9 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
     store_ = resident_.get();
   }
   scratch_threads_ = omp_get_max_threads();
+  if (split_.active() && options_.document_separator) {
+    sequence_tokens_.resize(size_t(2 * split_.full_length(N)));
+  }
   adapter_rows_.reserve(size_t(options_.adapters != nullptr ? N : 0));
   const ActivationOptions activation_options{max_batch_,
                                              max_seq_,
@@ -123,7 +149,8 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                                              parallel_.batch->size(),
                                              options_.in_flight,
                                              options_.split_backward,
-                                             options_.document_separator.has_value()};
+                                             options_.document_separator.has_value(),
+                                             split_.ranks};
   {
     Arena counting = Arena::counting();
     Allocator counter(counting);
@@ -133,7 +160,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
       arena_ = Arena::over(device_activations_.data(), counting.used());
       device_tokens_ = k::DeviceArray<int32_t>(ctx_, 2 * N);
       host_losses_.resize(N);
-      if (options_.document_separator) host_doc_starts_.resize(N);
+      if (options_.document_separator) host_doc_starts_.resize(split_.full_length(N));
     } else {
       arena_ = Arena(counting.used());
     }
@@ -159,7 +186,7 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
   const BlockWorkspace& ws = acts_.workspace;
   if (layout_.has_embedding) {
     embedding_ = std::make_unique<Embedding>(ctx_, layout_, tp_, parallel_.tp, ws.parallel,
-                                             acts_.position_grads);
+                                             acts_.position_grads, split_);
   }
   for (int64_t l = 0; l < blocks; ++l) {
     MoeLayer<float>* moe = moe_.empty() ? nullptr : moe_[moe_.size() == 1 ? 0 : l].get();
@@ -292,6 +319,7 @@ void Transformer::check_batch(int64_t B, int64_t T) const {
   check(omp_get_max_threads() <= scratch_threads_,
         "thread count rose from {} to {} after the model was built", scratch_threads_,
         omp_get_max_threads());
+  split_.check_rows(T);
   check(!tp_.sequence_parallel() || (B * T) % tp_.ranks() == 0,
         "sequence parallelism needs batch x seq_len ({} x {}) to be a multiple of mesh.tp = {}", B,
         T, tp_.ranks());
@@ -314,7 +342,8 @@ void Transformer::for_each_block(Body&& body) {
 }
 
 double Transformer::communication_seconds() const {
-  double seconds = parallel_.tp->seconds();
+  double seconds =
+      parallel_.tp->seconds() + (parallel_.cp != nullptr ? parallel_.cp->seconds() : 0);
   if (parallel_.ep != parallel_.tp) seconds += parallel_.ep->seconds();
   if (parallel_.batch != parallel_.tp && parallel_.batch != parallel_.ep) {
     seconds += parallel_.batch->seconds();
@@ -352,19 +381,34 @@ void Transformer::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   if (head_ != nullptr) head_->norm(*access_, stage_output(), tp_.rows(B * T));
 }
 
+// With context parallelism a rank holds two chunks of each sequence: the ranks gather the whole
+// sequences' tokens first, and the starts are of whole sequences' positions, which attention reads.
 void Transformer::find_documents(const int32_t* inputs, int64_t B, int64_t T) {
   check(inputs != nullptr,
         "packed documents: every pipeline stage needs the pass's tokens to find its documents");
+  const int64_t full = split_.full_length(T);
+  if (split_.active()) {
+    float* gathered = sequence_tokens_.data();
+    float* sequences = gathered + full * B;
+    std::copy_n(inputs, B * T, sequences);
+    parallel_.cp->all_gather(sequences, gathered, B * T);
+    for (int64_t q = 0; q < split_.ranks; ++q) {
+      split_.to_sequences(q, gathered + q * B * T, 1, sequences, 1, B, T, 1);
+    }
+  }
+  const auto token = [&](int64_t i) {
+    return split_.active() ? int32_t(sequence_tokens_[size_t(full * B + i)]) : inputs[i];
+  };
   int32_t* starts = ctx_.on_cuda() ? host_doc_starts_.data() : acts_.slot_doc_starts[slot_];
   for (int64_t b = 0; b < B; ++b) {
     int32_t start = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      if (t > 0 && inputs[b * T + t - 1] == *options_.document_separator) start = int32_t(t);
-      starts[b * T + t] = start;
+    for (int64_t t = 0; t < full; ++t) {
+      if (t > 0 && token(b * full + t - 1) == *options_.document_separator) start = int32_t(t);
+      starts[b * full + t] = start;
     }
   }
   if (ctx_.on_cuda()) {
-    k::copy_to_device(ctx_, acts_.slot_doc_starts[slot_], starts, sizeof(int32_t) * B * T);
+    k::copy_to_device(ctx_, acts_.slot_doc_starts[slot_], starts, sizeof(int32_t) * B * full);
   }
 }
 
@@ -397,7 +441,7 @@ float Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_
 }
 
 const float* Transformer::next_token_logits(const int32_t* tokens, int64_t T) {
-  check(!tp_.active() && embedding_ != nullptr && head_ != nullptr,
+  check(!tp_.active() && !split_.active() && embedding_ != nullptr && head_ != nullptr,
         "next_token_logits runs the whole model on one rank");
   set_dropout_key(0, 0);
   begin_pass(0);

@@ -204,6 +204,7 @@ class Transformer {
   const kernels::Context& ctx_;
   SingleRank alone_;  // before parallel_, which may point at it
   ModelParallel parallel_;
+  SequenceSplit split_;  // context parallelism's, of parallel_
   int64_t max_batch_, max_seq_;
   bool training_;
   MatmulFormat format_;
@@ -213,7 +214,10 @@ class Transformer {
   Arena arena_;
   kernels::DeviceArray<int32_t> device_tokens_;  // [2 N]: inputs (or decode chunks), targets
   std::vector<float> host_losses_;               // [N], where another device's losses are summed
-  std::vector<int32_t> host_doc_starts_;         // [N], the document starts another device reads
+  std::vector<int32_t> host_doc_starts_;         // [cp N], the document starts another device reads
+  // With context parallelism and packed documents: the ranks' tokens as gathered, then whole
+  // sequences, [cp N] each.
+  std::vector<float> sequence_tokens_;
   ModelActivations acts_;
   ActivationBytes activation_bytes_;
   std::unique_ptr<ResidentParameters> resident_;

@@ -50,12 +50,12 @@ void ModelGroups::set_stage_blocks(int64_t begin, int64_t end) {
 }
 
 double ModelGroups::communication_seconds() const {
-  return tp_.seconds() + ep_.seconds() + dp_.seconds();
+  return tp_.seconds() + ep_.seconds() + dp_.seconds() + cp_.seconds();
 }
 
 ModelGroups::ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& config,
                          bool sequence_parallel, DpTokens tokens)
-    : tp_(mesh.tp()), ep_(mesh.ep()), dp_(mesh.dp()) {
+    : tp_(mesh.tp()), ep_(mesh.ep()), dp_(mesh.dp()), cp_(mesh.cp()) {
   const comm::MeshShape& s = mesh.shape();
   model::check_sharding(config, s.tp, s.ep);
   parallel_.sharding = {s.tp, mesh.coords().tp, s.ep, mesh.ep_rank()};
@@ -63,6 +63,7 @@ ModelGroups::ModelGroups(const comm::Mesh& mesh, const model::ModelConfig& confi
   parallel_.sequence_parallel = sequence_parallel && s.tp > 1;
   parallel_.ep = &ep_;
   parallel_.batch = tokens == DpTokens::kSplit ? &dp_ : nullptr;
+  parallel_.cp = s.cp > 1 ? &cp_ : nullptr;
 }
 
 }  // namespace tessera::parallel

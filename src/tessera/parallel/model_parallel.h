@@ -54,12 +54,12 @@ class ModelGroups {
   const model::ModelParallel& parallel() const { return parallel_; }
   // Makes the model this rank builds a pipeline stage of blocks [begin, end).
   void set_stage_blocks(int64_t begin, int64_t end);
-  // Seconds the model's tensor- and expert-parallel collectives (and its MoE statistics over dp)
-  // have taken so far.
+  // Seconds the model's tensor-, expert- and context-parallel collectives (and its MoE
+  // statistics over dp) have taken so far.
   double communication_seconds() const;
 
  private:
-  CommunicatorCollectives tp_, ep_, dp_;
+  CommunicatorCollectives tp_, ep_, dp_, cp_;
   model::ModelParallel parallel_;
 };
 

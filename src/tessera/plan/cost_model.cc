@@ -87,7 +87,8 @@ parallel::TrainingShape training_shape(const Layout& l, const Workload& w) {
                                    .recompute = l.recompute,
                                    .sequence_parallel = l.sequence_parallel,
                                    .threads = kAttentionThreads,
-                                   .batch_ranks = l.dp},
+                                   .batch_ranks = l.dp,
+                                   .context_ranks = l.cp},
           w.bf16_activations};
 }
 

@@ -119,16 +119,17 @@ DryRun dry_run(const RunConfig& run, int64_t world_size) {
 
   parallel::MemoryModel memory(config);
   const parallel::TrainingShape shape{
-      int(run.train.zero), mesh.dp,
+      int(run.train.zero), mesh.dp * mesh.cp,
       model::ActivationOptions{.max_batch = run.train.batch_size / mesh.dp,
-                               .max_seq = run.train.seq_len,
+                               .max_seq = run.train.seq_len / mesh.cp,
                                .training = true,
                                .precision = run.train.precision,
                                .recompute = run.train.recompute,
                                .sequence_parallel = mesh.sequence_parallel,
                                .batch_ranks = mesh.dp,
                                .split_backward = split_backward,
-                               .document_mask = run.train.document_mask}};
+                               .document_mask = run.train.document_mask,
+                               .context_ranks = mesh.cp}};
   plan.ranks.resize(world_size);
   for (int64_t rank = 0; rank < world_size; ++rank) {
     DryRunRank& r = plan.ranks[rank];
@@ -179,7 +180,7 @@ std::string dry_run_report(const RunConfig& run, const DryRun& plan) {
         gib(r.memory.total()));
   };
   auto first_rank_of_stage = [&](int64_t p) -> const DryRunRank& {
-    return plan.ranks[p * mesh.dp * mesh.tp];  // rank = tp + TP (dp + DP pp), tp = dp = 0
+    return plan.ranks[p * mesh.dp * mesh.cp * mesh.tp];  // rank 0 of the stage's tp, cp and dp
   };
   row("first", first_rank_of_stage(0));
   if (mesh.pp > 2) row("middle", first_rank_of_stage(mesh.pp / 2));

@@ -192,6 +192,11 @@ Settings<comm::MeshShape> mesh_settings() {
       setting("mesh.ep", &M::ep,
               "expert-parallel ranks, carved out of the data-parallel ones (must divide mesh.dp)",
               at_least(1)),
+      setting("mesh.cp", &M::cp,
+              "context-parallel ranks: each sequence split over them in 2 x mesh.cp chunks (an "
+              "early and a late one each), attention gathering the whole sequences' keys and "
+              "values",
+              at_least(1)),
       setting("mesh.sequence_parallel", &M::sequence_parallel,
               "with mesh.tp > 1: norms and residual additions on 1/tp of the tokens each, "
               "all-gathers and reduce-scatters in place of all-reduces"),
@@ -301,10 +306,22 @@ void check_across_keys(const RunConfig& run) {
         "equal share of the global batch",
         t.batch_size, mesh.dp);
   model::check_sharding(m, mesh.tp, mesh.ep);
-  const int64_t micro_tokens = t.batch_size / mesh.dp * t.seq_len;
+  check(t.seq_len % (2 * mesh.cp) == 0,
+        "train.seq_len ({}) must be a multiple of 2 x mesh.cp = {}: context parallelism gives "
+        "each rank two equal chunks of every sequence",
+        t.seq_len, 2 * mesh.cp);
+  check(mesh.cp == 1 || m.lora.dropout == 0,
+        "mesh.cp = {} with train.lora_dropout = {} is not supported: dropout masks are drawn by "
+        "row of a whole sequence; use mesh.cp = 1 or no dropout",
+        mesh.cp, m.lora.dropout);
+  check(mesh.cp == 1 || !m.is_moe(),
+        "mesh.cp = {} with a mixture of experts (model.moe.n_experts = {}) is not supported: "
+        "use mesh.cp = 1",
+        mesh.cp, m.moe.n_experts);
+  const int64_t micro_tokens = t.batch_size / mesh.dp * t.seq_len / mesh.cp;
   check(!mesh.sequence_parallel || micro_tokens % mesh.tp == 0,
         "mesh.sequence_parallel splits each rank's {} tokens per micro-batch (train.batch_size / "
-        "mesh.dp x train.seq_len) over mesh.tp = {} ranks: make them a multiple of it",
+        "mesh.dp x train.seq_len / mesh.cp) over mesh.tp = {} ranks: make them a multiple of it",
         micro_tokens, mesh.tp);
 }
 
@@ -343,7 +360,8 @@ RunConfig run_config_from(const Config& config) {
 
 Config elastic_config(const Config& config, int world_size) {
   if (!config.get_bool("dist.elastic")) return config;
-  const int64_t others = config.get_int("mesh.tp") * config.get_int("mesh.pp");
+  const int64_t others =
+      config.get_int("mesh.tp") * config.get_int("mesh.pp") * config.get_int("mesh.cp");
   const int64_t dp = config.get_int("mesh.dp");
   if (others < 1 || world_size % others != 0 || world_size / others == dp) return config;
   Config resized = config;

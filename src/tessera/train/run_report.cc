@@ -83,8 +83,8 @@ void log_model(const RunConfig& rc, const model::Transformer& model) {
 }
 
 // Every rank's bytes, logged by rank 0 next to what the ZeRO formula predicts for its pipeline
-// stages: their dense parameters over the data-parallel ranks, a mixture's expert stacks over the
-// ranks that hold the same experts. Returns them, for the metrics.
+// stages: their dense parameters over the data- and context-parallel ranks, a mixture's expert
+// stacks over the ranks that hold the same experts. Returns them, for the metrics.
 std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::StageModels& models,
                                         const comm::Mesh& mesh, const TrainConfig& tc) {
   constexpr int kFields = 8;
@@ -109,12 +109,13 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
   std::copy(mine, mine + kFields, all.begin() + kFields * world.rank());
   world.all_reduce(all.data(), int64_t(all.size()));
   const double mib = 1024.0 * 1024.0;
+  const int64_t replicas = shape.dp * shape.cp;
   std::vector<RankMemoryBytes> memory(size_t(world.size()));
   for (int r = 0; r < world.size(); ++r) {
     const double* v = all.data() + kFields * r;
     memory[r].bytes = {v[0], v[1], v[2], v[3]};
     const double formula =
-        parallel::zero_model_state(int(tc.zero), tc.precision, v[5], shape.dp).total() +
+        parallel::zero_model_state(int(tc.zero), tc.precision, v[5], replicas).total() +
         parallel::zero_model_state(int(tc.zero), tc.precision, v[6], shape.dp / shape.ep).total() +
         v[7];
     const double model_state = v[0] + v[1] + v[2];
@@ -132,7 +133,7 @@ std::vector<RankMemoryBytes> log_memory(const TrainState& state, const runtime::
         "parameters over {} ranks{}{}) | parameters {:.0f} B, gradients {:.0f} B, optimizer {:.0f} "
         "B, activations {:.0f} B ({:.2f} MiB in all), working buffers {:.2f} MiB",
         r, stage, model_state, model_state / formula, tc.zero, formula, v[5],
-        enum_name(tc.precision), frozen_share, shape.dp, expert_share, frozen_bytes, v[0], v[1],
+        enum_name(tc.precision), frozen_share, replicas, expert_share, frozen_bytes, v[0], v[1],
         v[2], v[3], (v[0] + v[1] + v[2] + v[3]) / mib, v[4] / mib);
   }
   return memory;
@@ -148,6 +149,13 @@ void log_parallelism(const RunConfig& rc, const TrainState& state,
                     : std::string("gradients reduce-scattered block by block");
     spdlog::info("data parallel: {} ranks, ZeRO stage {}, {} sequences each per micro-batch, {}",
                  dp.size(), tc.zero, tc.batch_size / dp.size(), buckets);
+  }
+  if (rc.mesh.cp > 1) {
+    spdlog::info(
+        "context parallel: {} ranks, each holding 2 chunks of {} of every sequence's {} tokens "
+        "(an early and a late one), keys and values all-gathered in every block{}",
+        rc.mesh.cp, tc.seq_len / (2 * rc.mesh.cp), tc.seq_len,
+        rc.mesh.dp > 1 ? "; gradients reduced over dp x cp" : "");
   }
   if (rc.mesh.tp > 1 || rc.mesh.ep > 1) {
     const model::ModelLayout& l = state.layout();

@@ -76,10 +76,11 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
                            {.tp = shape.tp,
                             .pp = shape.pp,
                             .ep = shape.ep,
+                            .cp = shape.cp,
                             .moe = config.is_moe(),
                             .qk_norm = config.qk_norm},
                            fmt::format("train.device = {}", enum_name(ctx.device.kind)));
-  device_dp_ = comm::device_communicator(mesh.dp(), ctx);
+  device_dp_ = comm::device_communicator(mesh.replicas(), ctx);
   if (boundaries.empty()) {
     boundaries_ = {0, config.n_layer};
   } else {
@@ -102,14 +103,14 @@ TrainState::TrainState(const kernels::Context& ctx, const model::ModelConfig& co
       g.name = units.name;
       g.first_unit = units.first;
       g.end_unit = units.end;
-      comm::Communicator& dp = device_dp_ != nullptr ? *device_dp_ : mesh.dp();
+      comm::Communicator& dp = device_dp_ != nullptr ? *device_dp_ : mesh.replicas();
       g.shards = std::make_unique<ZeroShards>(ctx, st.layout, units.first, units.end, zero_,
                                               train.precision, experts ? mesh.expert_dp() : dp,
                                               bucket_bytes);
       g.adam = std::make_unique<AdamW>(ctx, st.layout.params, train, g.shards->owned_begin(),
                                        g.shards->owned_end());
       g.across = experts ? &mesh.ep() : nullptr;
-      g.writes = zero_ >= 1 || (experts ? mesh.coords().dp / shape.ep : mesh.coords().dp) == 0;
+      g.writes = zero_ >= 1 || (experts ? mesh.coords().dp / shape.ep : mesh.replica_rank()) == 0;
       st.groups.push_back(std::move(g));
     }
     if (st.layout.has_adapters()) {
@@ -274,8 +275,8 @@ nlohmann::json TrainState::checkpoint_layout() const {
       for (const GroupUnits& g : trained_groups(slice)) {
         const bool experts = g.name == "experts";
         const int64_t begin = slice.units[g.first].begin, end = slice.units[g.end - 1].end;
-        const int group_rank = int(experts ? c.dp / shape.ep : c.dp);
-        const int ranks = int(experts ? shape.dp / shape.ep : shape.dp);
+        const int group_rank = int(experts ? c.dp / shape.ep : c.dp * shape.cp + c.cp);
+        const int ranks = int(experts ? shape.dp / shape.ep : shape.dp * shape.cp);
         if (zero_ == 0 && group_rank != 0) continue;
         int64_t lo = begin, hi = end;
         if (zero_ >= 1) {
@@ -289,8 +290,8 @@ nlohmann::json TrainState::checkpoint_layout() const {
   }
   std::vector<const model::ModelLayout*> views;
   for (const auto& [key, s] : slices) views.push_back(&s);
-  const nlohmann::json mesh = {
-      {"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}, {"ep", shape.ep}, {"zero", zero_}};
+  const nlohmann::json mesh = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp},
+                               {"ep", shape.ep}, {"cp", shape.cp}, {"zero", zero_}};
   return ckpt::placed_metadata(views, pieces, mesh);
 }
 

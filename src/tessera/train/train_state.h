@@ -141,7 +141,7 @@ class TrainState {
   const kernels::Context& ctx_;
   model::ModelConfig config_;
   const comm::Mesh& mesh_;
-  std::unique_ptr<comm::Communicator> device_dp_;  // mesh.dp() over device memory (NCCL)
+  std::unique_ptr<comm::Communicator> device_dp_;  // mesh.replicas() over device memory (NCCL)
   int zero_;
   std::vector<int64_t> boundaries_;
   std::vector<std::unique_ptr<Stage>> stages_;

@@ -88,8 +88,12 @@ class Run {
   comm::Communicator& world_;
   const comm::Mesh mesh_;
   comm::Communicator& dp_;
+  // The ranks holding the same parameters, dp x cp, over which the loss and gradients are summed.
+  comm::Communicator& replicas_;
+  const model::SequenceSplit split_;  // of each sequence over the cp ranks
   const bool lead_;  // rank 0 alone writes logs, metrics, the resolved config and checkpoints
   const int64_t local_batch_;
+  const int64_t local_seq_;  // this rank's positions of each sequence
   data::Dataset dataset_;
   parallel::ModelGroups groups_;
   const kernels::DeviceContext device_;  // where the model and the training state live
@@ -173,8 +177,11 @@ Run::Run(const Config& config, const fs::path& out_dir)
       world_(comm::world()),
       mesh_(world_, rc_.mesh),
       dp_(mesh_.dp()),
+      replicas_(mesh_.replicas()),
+      split_{rc_.mesh.cp, mesh_.coords().cp},
       lead_(world_.rank() == 0),
       local_batch_(tc_.batch_size / dp_.size()),
+      local_seq_(tc_.seq_len / rc_.mesh.cp),
       dataset_(open_training_data(rc_, out_dir, world_)),
       groups_(mesh_, rc_.model, rc_.mesh.sequence_parallel),
       device_(train_device(tc_)),
@@ -183,7 +190,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       table_(
           parallel::run_pipeline_table(rc_.model, rc_.mesh, state_.boundaries(), tc_.grad_accum)),
       models_(runtime::build_stage_models(rc_.model, table_, mesh_.coords().pp, state_.boundaries(),
-                                          local_batch_, tc_.seq_len,
+                                          local_batch_, local_seq_,
                                           {.context = &device_.context(),
                                            .precision = tc_.precision,
                                            .recompute = tc_.recompute,
@@ -194,7 +201,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
       checkpointer_(ckpt_dir_, rc_.checkpoint, world_),
       guard_(rc_.guard),
       scaler_(tc_.loss_scale, tc_.loss_scale_growth_interval),
-      report_(rc_, out_dir, world_, dp_.size()),
+      report_(rc_, out_dir, world_, replicas_.size()),
       tokenizer_(tokenizer_metadata(dataset_, out_dir)),
       nan_gradient_steps_(rc_.fault.nan_gradient_steps.begin(),
                           rc_.fault.nan_gradient_steps.end()) {
@@ -203,7 +210,7 @@ Run::Run(const Config& config, const fs::path& out_dir)
   } else {
     step_.emplace(*models_.stages.front());
   }
-  const int64_t n = local_batch_ * tc_.seq_len;
+  const int64_t n = local_batch_ * local_seq_;
   micro_tokens_.resize(size_t(2 * n * tc_.grad_accum));
   for (int64_t m = 0; m < tc_.grad_accum; ++m) {
     const int32_t* at = micro_tokens_.data() + 2 * n * m;
@@ -233,7 +240,7 @@ TrainSummary Run::train() {
   }
 
   const int64_t start_step = resume();
-  evaluator_.emplace(dataset_.val, tc_, dp_);
+  evaluator_.emplace(dataset_.val, tc_, dp_, mesh_.cp(), split_);
   report_.start(device_.context().device, memory);
   Preemption preemption(rc_.checkpoint.preempt_timeout_s, world_.rank(), world_.size());
 
@@ -390,10 +397,10 @@ StepResult Run::run_step(int64_t step, double lr) {
   const auto [loss, aux] = forward_backward(step, r, backward_scale);
   double losses[2] = {loss, aux};
   r.comm_wait = state_.reduce_gradients();
-  if (dp_.size() > 1) {
+  if (replicas_.size() > 1) {
     // The first collective after the gradients' reduction waits for the slowest rank to reach it.
     const auto reduce_start = Clock::now();
-    dp_.all_reduce(losses, 2);
+    replicas_.all_reduce(losses, 2);
     r.comm_wait += std::chrono::duration<double>(Clock::now() - reduce_start).count();
   }
   if (rc_.model.is_moe()) moe_statistics(r);
@@ -445,16 +452,16 @@ std::pair<double, double> Run::forward_backward(int64_t step, StepResult& r,
     r.backward = after.backward - before.backward -
                  (after.backward_communication - before.backward_communication);
   };
-  const int64_t n = local_batch_ * tc_.seq_len;
+  const int64_t n = local_batch_ * local_seq_;
   for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
     const trace::Span span("data wait", "step");
     const data::Batch& batch = loader_->next();
     r.data_wait += loader_->last_wait_seconds();
     int32_t* at = micro_tokens_.data() + 2 * n * micro;
-    std::copy_n(batch.inputs, n, at);
-    std::copy_n(batch.targets, n, at + n);
+    split_.take(batch.inputs, at, local_batch_, local_seq_);
+    split_.take(batch.targets, at + n, local_batch_, local_seq_);
   }
-  weigh_micro_batches(micro_batches_, n, dataset_.train.has_loss_mask(), dp_);
+  weigh_micro_batches(micro_batches_, n, dataset_.train.has_loss_mask(), replicas_);
   if (rc_.model.lora.dropout > 0) draw_dropout_keys(micro_batches_, tc_.seed, step, dp_.rank());
   if (!pipeline_) {
     double losses[2] = {0, 0};
@@ -462,7 +469,7 @@ std::pair<double, double> Run::forward_backward(int64_t step, StepResult& r,
       const runtime::MicroBatch& b = micro_batches_[size_t(micro)];
       state_.begin_micro_step(micro + 1 == tc_.grad_accum);
       losses[0] +=
-          b.share * step_->forward_backward(b.inputs, b.targets, local_batch_, tc_.seq_len,
+          b.share * step_->forward_backward(b.inputs, b.targets, local_batch_, local_seq_,
                                             float(backward_scale * b.share), b.dropout_key);
       losses[1] += step_->model().aux_loss();
     }
@@ -472,7 +479,7 @@ std::pair<double, double> Run::forward_backward(int64_t step, StepResult& r,
   state_.begin_micro_step(false);
   const auto start = Clock::now();
   double losses[2] = {
-      pipeline_->run(micro_batches_, local_batch_, tc_.seq_len, float(backward_scale)),
+      pipeline_->run(micro_batches_, local_batch_, local_seq_, float(backward_scale)),
       pipeline_->aux_loss()};
   const double pipeline_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   count_phases();
@@ -503,8 +510,8 @@ void Run::moe_statistics(StepResult& r) {
 }
 
 double Run::batch_loss(const int32_t* inputs, const int32_t* targets, int64_t B) {
-  if (!pipeline_) return models_.stages.front()->forward(inputs, targets, B, tc_.seq_len);
-  double loss = pipeline_->evaluate({inputs, targets}, B, tc_.seq_len);
+  if (!pipeline_) return models_.stages.front()->forward(inputs, targets, B, local_seq_);
+  double loss = pipeline_->evaluate({inputs, targets}, B, local_seq_);
   mesh_.pp().all_reduce(&loss, 1);
   return loss;
 }

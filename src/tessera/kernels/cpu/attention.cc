@@ -1,6 +1,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -34,15 +35,41 @@ struct QueryBlock {
   int64_t i0, rows, k0, keys;
   const int32_t* doc_start;  // of query i0, or null
 
-  QueryBlock(int64_t b, int64_t i0_, int64_t T_, int64_t block, const int32_t* starts)
+  QueryBlock(int64_t b, int64_t i0_, int64_t end, int64_t T_, int64_t block, const int32_t* starts)
       : i0(i0_),
-        rows(std::min(block, T_ - i0_)),
+        rows(std::min(block, end - i0_)),
         k0(starts != nullptr ? starts[b * T_ + i0_] : 0),
         keys(i0_ + rows - k0),
         doc_start(starts != nullptr ? starts + b * T_ + i0_ : nullptr) {}
   int64_t first(int64_t r) const { return doc_start != nullptr ? doc_start[r] - k0 : 0; }
   int64_t visible(int64_t r) const { return i0 + r + 1 - k0; }
 };
+
+// The query rows computed, as ranges of positions [begin, end) each written from row `out` of
+// out, lse and dout: the whole sequence, or the chunks of QueryChunks.
+struct QueryRange {
+  int64_t begin, end, out;
+};
+using QueryRanges = std::array<QueryRange, QueryChunks::kMaxChunks>;
+
+int64_t query_ranges(const QueryChunks& q, int64_t T_, QueryRanges& ranges) {
+  if (q.count == 0) {
+    ranges[0] = {0, T_, 0};
+    return 1;
+  }
+  check(q.count >= 1 && q.count <= QueryChunks::kMaxChunks && q.length >= 1,
+        "attention: {} query chunks of {} rows (1 to {} chunks of at least one row)", q.count,
+        q.length, QueryChunks::kMaxChunks);
+  for (int64_t c = 0; c < q.count; ++c) {
+    const int64_t begin = q.start[size_t(c)];
+    check(begin >= (c == 0 ? 0 : ranges[size_t(c - 1)].end) && begin + q.length <= T_,
+          "attention: query chunk {} at position {} of {} rows overlaps the one before it or "
+          "ends past the sequence's {} positions",
+          c, begin, q.length, T_);
+    ranges[size_t(c)] = {begin, begin + q.length, c * q.length};
+  }
+  return q.count;
+}
 
 // P[r, c] = exp(S[r, c] - lse[r]) for the columns row r sees, and 0 in the others.
 template <typename T>
@@ -81,10 +108,14 @@ void check_heads(int64_t H, int64_t KVH) {
 // per dk/dv slice keeps backward race-free and its sums in a fixed order.
 template <typename T>
 void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scratch, int64_t B,
-                       int64_t T_, int64_t H, int64_t KVH, int64_t hd, const int32_t* doc_start) {
-  const OpScope scope(OpClass::kAttention, 4.0 * double(B * H) * double(T_ * T_) * double(hd), 0);
+                       int64_t T_, int64_t H, int64_t KVH, int64_t hd, const int32_t* doc_start,
+                       const QueryChunks& queries) {
+  const int64_t Tq = queries.rows(T_);
+  const OpScope scope(OpClass::kAttention, 4.0 * double(B * H) * double(Tq * T_) * double(hd), 0);
   check_heads(H, KVH);
   check_doc_starts(doc_start, B, T_);
+  QueryRanges ranges;
+  const int64_t range_count = query_ranges(queries, T_, ranges);
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
   const T scale = T(1) / std::sqrt(T(hd));
 #pragma omp parallel for schedule(dynamic)
@@ -92,43 +123,52 @@ void attention_forward(const Context& ctx, const T* qkv, T* out, T* lse, T* scra
     const int64_t b = bh / H, h = bh % H;
     T* S = scratch + omp_get_thread_num() * attention_scratch_size(T_);
     const T* row0 = qkv + b * T_ * ld;
-    for (int64_t i0 = 0; i0 < T_; i0 += kQueryBlock) {
-      const QueryBlock blk(b, i0, T_, kQueryBlock, doc_start);
-      const T* q = row0 + i0 * ld + h * hd;
-      const T* k = row0 + blk.k0 * ld + (H + h / group) * hd;
-      const T* v = k + KVH * hd;
-      T* row_lse = lse + bh * T_ + i0;
-      gemm<T>(ctx, false, true, blk.rows, blk.keys, hd, scale, q, ld, k, ld, T(0), S, blk.keys);
-      for (int64_t r = 0; r < blk.rows; ++r) {
-        const T* row = S + r * blk.keys;
-        const int64_t first = blk.first(r), visible = blk.visible(r);
-        T max = -std::numeric_limits<T>::infinity();
-        for (int64_t j = first; j < visible; ++j) max = std::max(max, row[j]);
-        T sum = 0;
+    for (int64_t c = 0; c < range_count; ++c) {
+      const QueryRange& range = ranges[size_t(c)];
+      for (int64_t i0 = range.begin; i0 < range.end; i0 += kQueryBlock) {
+        const QueryBlock blk(b, i0, range.end, T_, kQueryBlock, doc_start);
+        const int64_t out_row = range.out + i0 - range.begin;
+        const T* q = row0 + i0 * ld + h * hd;
+        const T* k = row0 + blk.k0 * ld + (H + h / group) * hd;
+        const T* v = k + KVH * hd;
+        T* row_lse = lse + bh * Tq + out_row;
+        gemm<T>(ctx, false, true, blk.rows, blk.keys, hd, scale, q, ld, k, ld, T(0), S, blk.keys);
+        for (int64_t r = 0; r < blk.rows; ++r) {
+          const T* row = S + r * blk.keys;
+          const int64_t first = blk.first(r), visible = blk.visible(r);
+          T max = -std::numeric_limits<T>::infinity();
+          for (int64_t j = first; j < visible; ++j) max = std::max(max, row[j]);
+          T sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = first; j < visible; ++j) sum += exp_fast(row[j] - max);
-        row_lse[r] = max + std::log(sum);
+          for (int64_t j = first; j < visible; ++j) sum += exp_fast(row[j] - max);
+          row_lse[r] = max + std::log(sum);
+        }
+        causal_probabilities(S, row_lse, blk);
+        gemm<T>(ctx, false, false, blk.rows, hd, blk.keys, T(1), S, blk.keys, v, ld, T(0),
+                out + (b * Tq + out_row) * C + h * hd, C);
       }
-      causal_probabilities(S, row_lse, blk);
-      gemm<T>(ctx, false, false, blk.rows, hd, blk.keys, T(1), S, blk.keys, v, ld, T(0),
-              out + (b * T_ + i0) * C + h * hd, C);
     }
   }
 }
 
-// The query blocks run last first: without documents the last one reaches every key, so with
-// beta 0 it writes all of dk and dv, and the others add into them. With documents a block may
-// not reach the first keys, so dk and dv start from zero and every block adds.
+// The query blocks run last first: over the whole sequence without documents the last one reaches
+// every key, so with beta 0 it writes all of dk and dv, and the others add into them. With
+// documents a block may not reach the first keys, and with query chunks no block reaches the keys
+// after the last chunk, nor are the rows outside the chunks queries: the task's slice of dqkv
+// starts from zero and every block adds.
 template <typename T>
 void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T* lse, T* dqkv,
                         T* scratch, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                        const int32_t* doc_start) {
-  const OpScope scope(OpClass::kAttention, 8.0 * double(B * H) * double(T_ * T_) * double(hd), 0);
+                        const int32_t* doc_start, const QueryChunks& queries) {
+  const int64_t Tq = queries.rows(T_);
+  const OpScope scope(OpClass::kAttention, 8.0 * double(B * H) * double(Tq * T_) * double(hd), 0);
   check_heads(H, KVH);
   check_doc_starts(doc_start, B, T_);
+  QueryRanges ranges;
+  const int64_t range_count = query_ranges(queries, T_, ranges);
+  const bool accumulate = doc_start != nullptr || queries.count > 0;
   const int64_t group = H / KVH, ld = (H + 2 * KVH) * hd, C = H * hd;
   const T scale = T(1) / std::sqrt(T(hd));
-  const int64_t last_block = (T_ - 1) / kQueryBlock * kQueryBlock;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bg = 0; bg < B * KVH; ++bg) {
     const int64_t b = bg / KVH, g = bg % KVH;
@@ -136,43 +176,54 @@ void attention_backward(const Context& ctx, const T* dout, const T* qkv, const T
     T* dP = P + std::min(T_, kQueryBlock) * T_;
     const T* row0 = qkv + b * T_ * ld;
     T* dk0 = dqkv + b * T_ * ld + (H + g) * hd;
-    if (doc_start != nullptr) {
+    if (accumulate) {
       for (int64_t j = 0; j < T_; ++j) {
         std::fill(dk0 + j * ld, dk0 + j * ld + hd, T(0));
         std::fill(dk0 + j * ld + KVH * hd, dk0 + j * ld + (KVH + 1) * hd, T(0));
       }
     }
+    if (queries.count > 0) {
+      for (int64_t j = 0; j < T_; ++j) {
+        T* dq_row = dqkv + (b * T_ + j) * ld + g * group * hd;
+        std::fill(dq_row, dq_row + group * hd, T(0));
+      }
+    }
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      for (int64_t i0 = last_block; i0 >= 0; i0 -= kQueryBlock) {
-        const QueryBlock blk(b, i0, T_, kQueryBlock, doc_start);
-        const int64_t rows = blk.rows, keys = blk.keys;
-        const T* q = row0 + i0 * ld + h * hd;
-        const T* k = row0 + blk.k0 * ld + (H + g) * hd;
-        const T* v = k + KVH * hd;
-        T* dk = dk0 + blk.k0 * ld;
-        T* dv = dk + KVH * hd;
-        const T* dO = dout + (b * T_ + i0) * C + h * hd;
-        T* dq = dqkv + (b * T_ + i0) * ld + h * hd;
-        const T kv_beta = doc_start == nullptr && h == g * group && i0 == last_block ? T(0) : T(1);
-        gemm<T>(ctx, false, true, rows, keys, hd, scale, q, ld, k, ld, T(0), P, keys);
-        causal_probabilities(P, lse + (b * H + h) * T_ + i0, blk);
-        gemm<T>(ctx, false, true, rows, keys, hd, T(1), dO, C, v, ld, T(0), dP, keys);
-        // dS = P * (dP - rowsum(P * dP)), written over dP.
-        for (int64_t r = 0; r < rows; ++r) {
-          const T* p = P + r * keys;
-          T* d = dP + r * keys;
-          const int64_t first = blk.first(r), visible = blk.visible(r);
-          T dot = 0;
+      for (int64_t c = range_count - 1; c >= 0; --c) {
+        const QueryRange& range = ranges[size_t(c)];
+        const int64_t last_block =
+            range.begin + (range.end - range.begin - 1) / kQueryBlock * kQueryBlock;
+        for (int64_t i0 = last_block; i0 >= range.begin; i0 -= kQueryBlock) {
+          const QueryBlock blk(b, i0, range.end, T_, kQueryBlock, doc_start);
+          const int64_t rows = blk.rows, keys = blk.keys, out_row = range.out + i0 - range.begin;
+          const T* q = row0 + i0 * ld + h * hd;
+          const T* k = row0 + blk.k0 * ld + (H + g) * hd;
+          const T* v = k + KVH * hd;
+          T* dk = dk0 + blk.k0 * ld;
+          T* dv = dk + KVH * hd;
+          const T* dO = dout + (b * Tq + out_row) * C + h * hd;
+          T* dq = dqkv + (b * T_ + i0) * ld + h * hd;
+          const T kv_beta = !accumulate && h == g * group && i0 == last_block ? T(0) : T(1);
+          gemm<T>(ctx, false, true, rows, keys, hd, scale, q, ld, k, ld, T(0), P, keys);
+          causal_probabilities(P, lse + (b * H + h) * Tq + out_row, blk);
+          gemm<T>(ctx, false, true, rows, keys, hd, T(1), dO, C, v, ld, T(0), dP, keys);
+          // dS = P * (dP - rowsum(P * dP)), written over dP.
+          for (int64_t r = 0; r < rows; ++r) {
+            const T* p = P + r * keys;
+            T* d = dP + r * keys;
+            const int64_t first = blk.first(r), visible = blk.visible(r);
+            T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t j = first; j < visible; ++j) dot += p[j] * d[j];
-          std::fill(d, d + first, T(0));
+            for (int64_t j = first; j < visible; ++j) dot += p[j] * d[j];
+            std::fill(d, d + first, T(0));
 #pragma omp simd
-          for (int64_t j = first; j < visible; ++j) d[j] = p[j] * (d[j] - dot);
-          std::fill(d + visible, d + keys, T(0));
+            for (int64_t j = first; j < visible; ++j) d[j] = p[j] * (d[j] - dot);
+            std::fill(d + visible, d + keys, T(0));
+          }
+          gemm<T>(ctx, false, false, rows, hd, keys, scale, dP, keys, k, ld, T(0), dq, ld);
+          gemm<T>(ctx, true, false, keys, hd, rows, scale, dP, keys, q, ld, kv_beta, dk, ld);
+          gemm<T>(ctx, true, false, keys, hd, rows, T(1), P, keys, dO, C, kv_beta, dv, ld);
         }
-        gemm<T>(ctx, false, false, rows, hd, keys, scale, dP, keys, k, ld, T(0), dq, ld);
-        gemm<T>(ctx, true, false, keys, hd, rows, scale, dP, keys, q, ld, kv_beta, dk, ld);
-        gemm<T>(ctx, true, false, keys, hd, rows, T(1), P, keys, dO, C, kv_beta, dv, ld);
       }
     }
   }

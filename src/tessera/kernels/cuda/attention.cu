@@ -218,7 +218,9 @@ std::optional<Layout> make_layout(const char* heads_message, const char* head_di
 
 void attention_forward(const Context& ctx, const float* qkv, float* out, float* lse, float*,
                        int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t hd,
-                       const int32_t* doc_start) {
+                       const int32_t* doc_start, const QueryChunks& queries) {
+  require(queries.count == 0,
+          "attention_forward: query chunks (context parallelism) run on the CPU backend");
   const std::optional<Layout> L =
       make_layout("attention_forward: the query heads must share the key/value heads evenly",
                   "attention_forward: head_dim must be 1 to 256", B, T_, H, KVH, hd, doc_start);
@@ -235,7 +237,9 @@ void attention_forward(const Context& ctx, const float* qkv, float* out, float* 
 // (and any later kernel's use of the scratch) only after they finish.
 void attention_backward(const Context& ctx, const float* dout, const float* qkv, const float* lse,
                         float* dqkv, float*, int64_t B, int64_t T_, int64_t H, int64_t KVH,
-                        int64_t hd, const int32_t* doc_start) {
+                        int64_t hd, const int32_t* doc_start, const QueryChunks& queries) {
+  require(queries.count == 0,
+          "attention_backward: query chunks (context parallelism) run on the CPU backend");
   const std::optional<Layout> L =
       make_layout("attention_backward: the query heads must share the key/value heads evenly",
                   "attention_backward: head_dim must be 1 to 256", B, T_, H, KVH, hd, doc_start);
