@@ -36,7 +36,7 @@ Mesh::Mesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(
   cp_ = world.split(rank_of({c.dp, c.tp, c.pp, 0}), c.cp, "cp");
   ep_ = world.split(rank_of({group * ep, c.tp, c.pp, c.cp}), within, "ep");
   expert_dp_ = world.split(rank_of({within, c.tp, c.pp, c.cp}), group, "expert_dp");
-  replicas_ = world.split(rank_of({0, c.tp, c.pp, 0}), replica_rank(), "replicas");
+  if (shape.cp > 1) replicas_ = world.split(rank_of({0, c.tp, c.pp, 0}), replica_rank(), "dp_cp");
 }
 
 int Mesh::rank_of(const MeshCoords& c) const {

@@ -56,8 +56,9 @@ class Mesh {
   Communicator& cp() const { return *cp_; }
   Communicator& ep() const { return *ep_; }
   // The ranks holding the same parameters, which split a step's tokens: dp x cp, ranked by
-  // replica_rank(). Their gradients are summed and their optimizer states sharded over it.
-  Communicator& replicas() const { return *replicas_; }
+  // replica_rank(). Their gradients are summed and their optimizer states sharded over it. The
+  // dp communicator itself where cp is 1.
+  Communicator& replicas() const { return replicas_ != nullptr ? *replicas_ : *dp_; }
   int replica_rank() const { return coords_.dp * int(shape_.cp) + coords_.cp; }
   // The dp / ep ranks holding the same experts, over which expert gradients are reduced.
   Communicator& expert_dp() const { return *expert_dp_; }
@@ -66,7 +67,8 @@ class Mesh {
   Communicator& world_;
   MeshShape shape_;
   MeshCoords coords_;
-  std::unique_ptr<Communicator> dp_, tp_, pp_, cp_, ep_, expert_dp_, replicas_;
+  std::unique_ptr<Communicator> dp_, tp_, pp_, cp_, ep_, expert_dp_;
+  std::unique_ptr<Communicator> replicas_;  // where cp > 1
 };
 
 // The coordinates of `rank` in a mesh of this shape, as Mesh lays them out.
