@@ -23,6 +23,7 @@ targets=(
   "http_request_fuzz|25"
   "peft_config_fuzz|10"
   "hf_config_fuzz|10"
+  "gguf_fuzz|20"
 )
 
 # Valid inputs to start from, so the fuzzer explores past the first checks quickly.
@@ -105,6 +106,50 @@ PY
       printf '{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 40960, "rope_theta": 1000000, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, "rms_norm_eps": 1e-06, "tie_word_embeddings": true}' >"$dir/qwen3.json"
       printf '{"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "rope_scaling": {"type": "linear", "factor": 2.0}}' >"$dir/mixtral.json"
       printf '{"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "activation_function": "gelu_new"}' >"$dir/gpt2.json"
+      ;;
+    gguf_fuzz)
+      python3 - "$dir" <<'PY'
+import struct, sys
+def text(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+def kv(key, kind, payload):
+    return text(key) + struct.pack("<I", kind) + payload
+def gguf(metadata, tensors, alignment=32):
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)) + b"".join(metadata)
+    data, infos = b"", b""
+    for name, dims, kind, raw in tensors:
+        infos += text(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", kind, len(data))
+        data += raw + b"\0" * (-len(raw) % alignment)
+    head += infos
+    return head + b"\0" * (-len(head) % alignment) + data
+strings = lambda items: struct.pack("<IQ", 8, len(items)) + b"".join(text(t) for t in items)
+ints = lambda items: struct.pack("<IQ", 5, len(items)) + b"".join(struct.pack("<i", i) for i in items)
+u32 = lambda v: struct.pack("<I", v)
+meta = [kv("general.architecture", 8, text("llama")), kv("llama.block_count", 4, u32(1)),
+        kv("llama.embedding_length", 4, u32(32)), kv("llama.attention.head_count", 4, u32(2)),
+        kv("llama.context_length", 4, u32(16)), kv("llama.feed_forward_length", 4, u32(32)),
+        kv("llama.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-5)),
+        kv("tokenizer.ggml.model", 8, text("gpt2")), kv("tokenizer.ggml.pre", 8, text("gpt-2")),
+        kv("tokenizer.ggml.tokens", 9, strings(["a", "b", "ab", "<|endoftext|>"])),
+        kv("tokenizer.ggml.token_type", 9, ints([1, 1, 1, 3])),
+        kv("tokenizer.ggml.merges", 9, strings(["a b"]))]
+q4_0 = struct.pack("<H", 0x3C00) + bytes(range(16))
+q8_0 = struct.pack("<H", 0x3800) + bytes(range(32))
+q4_k = struct.pack("<HH", 0x3C00, 0x3400) + bytes(range(12)) + bytes(range(128))
+q6_k = bytes(range(128)) + bytes(range(64)) + bytes(range(16)) + struct.pack("<H", 0x3C00)
+f32 = lambda n: struct.pack(f"<{n}f", *[0.5] * n)
+tensors = [("token_embd.weight", [32, 4], 2, q4_0 * 4), ("blk.0.attn_norm.weight", [32], 0, f32(32)),
+           ("blk.0.attn_q.weight", [32, 32], 8, q8_0 * 32), ("blk.0.attn_k.weight", [32, 32], 8, q8_0 * 32),
+           ("blk.0.attn_v.weight", [32, 32], 8, q8_0 * 32), ("blk.0.attn_output.weight", [256, 4], 12, q4_k * 4),
+           ("blk.0.ffn_norm.weight", [32], 0, f32(32)), ("blk.0.ffn_gate.weight", [256, 4], 14, q6_k * 4),
+           ("blk.0.ffn_up.weight", [32, 32], 1, struct.pack("<H", 0x3C00) * 1024),
+           ("blk.0.ffn_down.weight", [32, 32], 30, struct.pack("<H", 0x3F80) * 1024),
+           ("output_norm.weight", [32], 0, f32(32))]
+open(f"{sys.argv[1]}/llama.gguf", "wb").write(gguf(meta, tensors))
+open(f"{sys.argv[1]}/empty.gguf", "wb").write(gguf([], []))
+PY
       ;;
     manifest_fuzz)
       # manifest_crc32 is the crc32 of the rest, dumped compactly with sorted keys.

@@ -27,7 +27,8 @@ constexpr const char* kConvertUsage =
     "usage: tessera convert <export|import|merge> [flags]\n\n"
     "  export   write a checkpoint as a Hugging Face model folder, a GGUF file, or its LoRA\n"
     "           adapters as a PEFT adapter folder\n"
-    "  import   turn a Hugging Face model folder (and a PEFT adapter for it) into a run folder\n"
+    "  import   turn a Hugging Face model folder (and a PEFT adapter for it), or a GGUF file,\n"
+    "           into a run folder\n"
     "  merge    fold a LoRA run's adapters into its model, as a new run folder\n\n"
     "Run 'tessera convert <subcommand> --help' for its flags.\n";
 
@@ -120,26 +121,44 @@ int export_checkpoint(int argc, char** argv) {
 }
 
 struct ImportFlags {
-  std::string hf, out, peft;
-  std::string tokenizer = "byte";
+  std::string hf, gguf, out, peft, tokenizer;
 };
+
+int import_gguf(const ImportFlags& flags) {
+  check(flags.hf.empty() && flags.peft.empty(),
+        "tessera convert import: --gguf reads one file; give --hf (and --peft) or --gguf");
+  const train::GgufRun run = train::import_gguf_run(flags.gguf, flags.out, flags.tokenizer);
+  std::printf("imported %s (%s, %.2fM parameters; %s) into %s\n", flags.gguf.c_str(),
+              run.imported.architecture.c_str(),
+              double(model::count_parameters(run.imported.config).total) / 1e6,
+              run.imported.types.c_str(), run.step.string().c_str());
+  return 0;
+}
 
 int import_model(int argc, char** argv) {
   using F = ImportFlags;
   ImportFlags flags;
   Command command("convert import",
-                  "Read a Hugging Face GPT-2, Llama or Mixtral model folder into a new\n"
-                  "run folder (config.toml and checkpoints/step-000000) that\n"
-                  "'tessera generate --checkpoint DIR' can sample from.");
+                  "Read a Hugging Face GPT-2, Llama or Mixtral model folder, or a GGUF file\n"
+                  "of a GPT-2, Llama or Qwen 3 model, into a new run folder (config.toml and\n"
+                  "checkpoints/step-000000) that 'tessera generate --checkpoint DIR' can\n"
+                  "sample from.");
   const Settings<F> rows = {
-      required(flag("--hf", "DIR", &F::hf,
-                    "a Hugging Face model folder: config.json, model.safetensors")),
+      flag("--hf", "DIR", &F::hf, "a Hugging Face model folder: config.json, model.safetensors"),
+      flag("--gguf", "FILE", &F::gguf,
+           "a GGUF file (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors), weights "
+           "widened to f32, with its tokenizer"),
       required(flag("--out", "DIR", &F::out, "the run folder to create")),
-      flag("--tokenizer", "byte|DIR", &F::tokenizer, "the tokenizer for generate"),
+      flag("--tokenizer", "byte|DIR", &F::tokenizer,
+           "the tokenizer for generate (default: a GGUF file's own, else byte)"),
       flag("--peft", "DIR", &F::peft,
            "a PEFT LoRA adapter folder for that model: adapters trained on from where they are"),
   };
   if (!command.flags(rows, flags).parse(argc, argv)) return 0;
+  check(flags.hf.empty() != flags.gguf.empty(),
+        "tessera convert import: give the model to read as --hf DIR or --gguf FILE");
+  if (!flags.gguf.empty()) return import_gguf(flags);
+  if (flags.tokenizer.empty()) flags.tokenizer = "byte";
   const fs::path step = train::import_hf_run(flags.hf, flags.out, flags.tokenizer, flags.peft);
   const model::ModelConfig mc = interop::read_hf_model_config(flags.hf);
   const std::string adapters = flags.peft.empty() ? "" : " with the LoRA adapters of " + flags.peft;

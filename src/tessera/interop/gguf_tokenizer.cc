@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+#include <set>
+
 #include "tessera/core/error.h"
 #include "tessera/tokenizer/gpt2_vocab_files.h"
 
@@ -11,6 +14,7 @@ namespace {
 // llama.cpp's token types.
 constexpr int32_t kNormal = 1;
 constexpr int32_t kControl = 3;
+constexpr int32_t kUserDefined = 4;
 constexpr int32_t kUnused = 5;
 
 }  // namespace
@@ -49,6 +53,54 @@ void add_gguf_tokenizer(const tokenizer::BpeVocab& vocab, int64_t n_vocab, GgufW
   if (bounds.bos) gguf.set("tokenizer.ggml.bos_token_id", uint32_t(bounds.bos->id));
   if (bounds.eos) gguf.set("tokenizer.ggml.eos_token_id", uint32_t(bounds.eos->id));
   gguf.set("tokenizer.ggml.add_bos_token", false);
+}
+
+std::optional<tokenizer::BpeVocab> import_gguf_vocab(const GgufFile& f) {
+  if (!f.has("tokenizer.ggml.model")) return std::nullopt;
+  const std::string& kind = f.text("tokenizer.ggml.model");
+  check(kind == "gpt2",
+        "{}: tokenizer.ggml.model is '{}'; Tessera reads byte-level BPE vocabularies ('gpt2'); "
+        "give the model's tokenizer folder with --tokenizer instead",
+        f.source(), kind);
+  const std::string pre = f.has("tokenizer.ggml.pre") ? f.text("tokenizer.ggml.pre") : "gpt-2";
+  check(pre == "gpt-2" || pre == "default" || pre == "llama-bpe",
+        "{}: tokenizer.ggml.pre is '{}'; Tessera splits text as GPT-2 ('gpt-2') and Llama 3 "
+        "('llama-bpe') do",
+        f.source(), pre);
+  const std::vector<std::string>& tokens = f.texts("tokenizer.ggml.tokens");
+  const std::vector<int64_t> none;
+  const std::vector<int64_t>& types =
+      f.has("tokenizer.ggml.token_type") ? f.integers("tokenizer.ggml.token_type") : none;
+  check(types.empty() || types.size() == tokens.size(),
+        "{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.source(), types.size(),
+        tokens.size());
+  nlohmann::json encoder = nlohmann::json::object();
+  std::set<std::string> special;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const int64_t type = types.empty() ? kNormal : types[id];
+    if (type == kControl || type == kUserDefined) special.insert(tokens[id]);
+    if (type == kNormal || type == kControl || type == kUserDefined) {
+      check(!encoder.contains(tokens[id]), "{}: token '{}' appears twice", f.source(),
+            tokens[id].substr(0, 40));
+      encoder[tokens[id]] = int64_t(id);
+    }
+  }
+  tokenizer::Gpt2VocabBuilder builder(encoder, f.source() + " tokenizer.ggml.tokens", special);
+  if (f.has("tokenizer.ggml.merges")) {
+    const std::vector<std::string>& merges = f.texts("tokenizer.ggml.merges");
+    for (size_t i = 0; i < merges.size(); ++i) {
+      const size_t space = merges[i].find(' ');
+      const std::string where = fmt::format("{} tokenizer.ggml.merges[{}]", f.source(), i);
+      check(space != std::string::npos, "{}: '{}' is not two tokens apart", where,
+            merges[i].substr(0, 40));
+      builder.add_merge(std::string_view(merges[i]).substr(0, space),
+                        std::string_view(merges[i]).substr(space + 1), where);
+    }
+  }
+  tokenizer::BpeVocab vocab = builder.take();
+  vocab.pattern =
+      pre == "llama-bpe" ? tokenizer::SplitPattern::kLlama3 : tokenizer::SplitPattern::kGpt2;
+  return vocab;
 }
 
 }  // namespace tessera::interop

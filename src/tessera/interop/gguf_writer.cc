@@ -9,6 +9,7 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/interop/gguf_format.h"
 
 namespace tessera::interop {
 namespace {
@@ -16,17 +17,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint32_t kGgufVersion = 3;
-constexpr uint64_t kAlignment = 32;  // ggml's default general.alignment
+constexpr uint64_t kAlignment = kGgufDefaultAlignment;
 
-// GGUF's metadata value types.
-enum class GgufType : uint32_t {
-  u32 = 4,
-  i32 = 5,
-  f32 = 6,
-  boolean = 7,
-  string = 8,
-  array = 9,
-};
+using GgufType = GgufValueType;
 
 uint64_t aligned(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -112,18 +105,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-uint64_t ggml_bytes(GgmlType type, int64_t numel) {
-  switch (type) {
-    case GgmlType::f32:
-      return uint64_t(numel) * 4;
-    case GgmlType::f16:
-      return uint64_t(numel) * 2;
-    case GgmlType::q8_0:
-      return uint64_t(numel / kQ8BlockSize) * kQ8BlockBytes;
-  }
-  fail("unknown ggml type {}", uint32_t(type));
-}
-
 void GgufWriter::set(const std::string& key, Value value) {
   for (const auto& [existing, v] : metadata_) {
     check(existing != key, "GGUF metadata key '{}' is set twice", key);
@@ -136,6 +117,9 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape,
   for (const Tensor& t : tensors_) check(t.name != name, "GGUF tensor '{}' is added twice", name);
   check(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions (1 to 4 allowed)",
         name, shape.size());
+  check(type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::q8_0,
+        "GGUF tensor '{}': the writer encodes f32, f16 and q8_0, not {}", name,
+        ggml_type_name(type));
   check(type != GgmlType::q8_0 || shape.back() % kQ8BlockSize == 0,
         "GGUF tensor '{}': rows of {} values cannot be split into q8_0 blocks of {}", name,
         shape.back(), kQ8BlockSize);
@@ -184,6 +168,8 @@ void GgufWriter::write(const fs::path& path) const {
       case GgmlType::q8_0:
         quantize_q8_0(values, encoded);
         break;
+      default:
+        fail("GGUF tensor '{}': the writer cannot encode {}", t.name, ggml_type_name(t.type));
     }
     out.bytes(encoded.data(), encoded.size());
     out.pad_to(data_start + aligned(out.written() - data_start));

@@ -13,14 +13,9 @@
 #include <vector>
 
 #include "tessera/core/q8_0.h"
+#include "tessera/interop/ggml_types.h"
 
 namespace tessera::interop {
-
-// ggml's type ids for the tensor encodings written here.
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8 };
-
-// Bytes `numel` values take in `type`.
-uint64_t ggml_bytes(GgmlType type, int64_t numel);
 
 class GgufWriter {
  public:
@@ -32,7 +27,8 @@ class GgufWriter {
   // Adds a metadata key; a key set twice is an error.
   void set(const std::string& key, Value value);
   // Adds a tensor. `shape` is row-major (outermost first, as Tessera and PyTorch write it); the
-  // file stores ggml's reverse order. A q8_0 tensor's rows must be a multiple of 32 wide.
+  // file stores ggml's reverse order. `type` is f32, f16 or q8_0; a q8_0 tensor's rows must be a
+  // multiple of 32 wide.
   void add_tensor(const std::string& name, std::vector<int64_t> shape, GgmlType type, Fill fill);
 
   // Writes the file beside `path` and renames it over `path` when complete, so a failed write

@@ -1,5 +1,8 @@
 #include "tessera/train/hf_run.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <memory>
@@ -8,11 +11,13 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/error.h"
+#include "tessera/interop/gguf_tokenizer.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/interop/peft_adapter.h"
 #include "tessera/model/lora_merge.h"
 #include "tessera/model/model_config_keys.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/tokenizer/hf_tokenizer_file.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/tokenizer/tokenizer_copy.h"
 #include "tessera/train/run_config.h"
@@ -98,6 +103,34 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out, const std::strin
   imported.params.insert(imported.params.end(), adapters.adapters.begin(), adapters.adapters.end());
   from["adapters"] = fs::absolute(peft).string();
   return write_imported_run(out, adapters.config, imported.params, tokenizer, from);
+}
+
+GgufRun import_gguf_run(const fs::path& gguf, const fs::path& out, const std::string& tokenizer) {
+  const interop::GgufFile file(gguf);
+  GgufRun run{.imported = interop::import_gguf(file)};
+  const nlohmann::json from = {{"gguf", fs::absolute(gguf).string()},
+                               {"architecture", run.imported.architecture},
+                               {"types", run.imported.types}};
+  const std::optional<tokenizer::BpeVocab> vocab =
+      tokenizer.empty() ? interop::import_gguf_vocab(file) : std::nullopt;
+  if (!vocab) {
+    run.step = write_imported_run(out, run.imported.config, run.imported.params,
+                                  tokenizer.empty() ? "byte" : tokenizer, from);
+    return run;
+  }
+  // The vocabulary is saved where write_imported_run copies a tokenizer from.
+  const fs::path saved = fs::temp_directory_path() / fmt::format("tessera-gguf-vocab-{}", getpid());
+  fs::create_directories(saved);
+  tokenizer::write_hf_tokenizer_files(*vocab, run.imported.config.max_seq, saved);
+  try {
+    run.step =
+        write_imported_run(out, run.imported.config, run.imported.params, saved.string(), from);
+  } catch (...) {
+    fs::remove_all(saved);
+    throw;
+  }
+  fs::remove_all(saved);
+  return run;
 }
 
 fs::path merge_lora_run(const fs::path& checkpoint, const fs::path& out) {

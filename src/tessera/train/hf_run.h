@@ -1,12 +1,13 @@
-// A Hugging Face model folder (config.json, safetensors weights, optionally its tokenizer) as
-// the start of a run: the run config its config.json implies, and a run folder whose step 0
-// holds its weights, which `tessera train` fine-tunes and `tessera generate` samples from.
+// A Hugging Face model folder (config.json, safetensors weights, optionally its tokenizer), or a
+// GGUF file, as the start of a run: the run config its config.json implies, and a run folder whose
+// step 0 holds its weights, which `tessera train` fine-tunes and `tessera generate` samples from.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 #include "tessera/core/config.h"
+#include "tessera/interop/gguf_import.h"
 #include "tessera/model/model_config.h"
 
 namespace tessera::train {
@@ -25,6 +26,16 @@ Config hf_run_config(const model::ModelConfig& m, const std::string& tokenizer);
 std::filesystem::path import_hf_run(const std::filesystem::path& hf,
                                     const std::filesystem::path& out, const std::string& tokenizer,
                                     const std::filesystem::path& peft = {});
+
+// Imports the GGUF file `gguf` (interop/gguf_import.h) into the new run folder `out` the same way.
+// The run's tokenizer is `tokenizer` where given, else the file's own vocabulary (saved as Hugging
+// Face's tokenizer files), else "byte". Returns the step folder written and the import.
+struct GgufRun {
+  std::filesystem::path step;
+  interop::GgufImport imported;
+};
+GgufRun import_gguf_run(const std::filesystem::path& gguf, const std::filesystem::path& out,
+                        const std::string& tokenizer);
 
 // A LoRA run's checkpoint (a run folder or step) with its adapters folded into its base model
 // (model::merge_lora), as the new run folder `out`, laid out as an import. Returns the step
