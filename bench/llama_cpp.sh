@@ -3,9 +3,9 @@
 # (12 x 768, ffn 2048, byte vocabulary) so that a real checkpoint exists, exports it as GGUF f32,
 # f16 and q8_0, and times batch-1 decode and a 512-token prefill in Tessera (bench/decode_bench
 # --checkpoint: f32, bf16 and int8 weights) and in llama.cpp's own llama-bench on the GGUF files.
-# llama-bench is compiled here with one g++ line from the llama.cpp source that the npm package
-# node-llama-cpp (pinned in tests/llama_cpp) bundles, against the CPU libraries it ships, and runs
-# with llama.cpp's defaults (f16 KV cache, flash attention as it chooses) at 1 and THREADS
+# llama-bench is compiled from the llama.cpp source that the npm package node-llama-cpp (pinned in
+# tests/llama_cpp) bundles, against the CPU libraries it ships (tests/llama_cpp/build_tool.sh), and
+# runs with llama.cpp's defaults (f16 KV cache, flash attention as it chooses) at 1 and THREADS
 # threads; each figure keeps its better thread count. Each side runs REPEATS rounds (default 3),
 # alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench),
 # unless INSTALL=0: without node-llama-cpp, llama.cpp is then left out, and said so. SMOKE=1 takes
@@ -21,26 +21,13 @@ n_layer=12 d_model=768 n_head=12 ffn=2048 prefill=512
 [[ -x "$build/tessera" && -x "$build/bench/decode_bench" ]] ||
   bash "$root/scripts/build.sh" tessera_cli decode_bench >/dev/null
 
-# llama-bench from the package's own source and libraries. The CPU backends are loaded from the
-# executable's folder, so the shipped ones are linked in beside it.
+# llama-bench from the package's own source and libraries.
 modules="$root/tests/llama_cpp/node_modules"
-libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
-bench_dir="$build/llama.cpp"
-llama_bench="$bench_dir/llama-bench"
 peer=1
-if [[ ! -d "$libs" ]]; then
+if ! llama_bench=$(bash "$root/tests/llama_cpp/build_tool.sh" llama-bench "$build/llama.cpp"); then
   peer=0
   echo "llama.cpp left out: $modules has no node-llama-cpp" \
     "(scripts/setup.sh --bench installs it); only Tessera is measured"
-elif [[ ! -x "$llama_bench" ]]; then
-  rm -rf "$bench_dir" && mkdir -p "$bench_dir"
-  git clone -q "$modules/node-llama-cpp/llama/gitRelease.bundle" "$bench_dir/src" 2>/dev/null
-  src="$bench_dir/src"
-  g++ -std=c++17 -O2 -DNDEBUG -I"$src/include" -I"$src/ggml/include" -I"$src/common" \
-    -I"$src/vendor" "$src/tools/llama-bench/llama-bench.cpp" "$src/tools/llama-bench/main.cpp" \
-    -L"$libs" -l:libllama-common.so -l:"$(basename "$libs"/libllama.v*.so)" \
-    -l:"$(basename "$libs"/libggml.v*.so)" -l:libggml-base.so -Wl,-rpath,"$libs" -o "$llama_bench"
-  ln -s "$libs"/libggml-cpu-*.so "$bench_dir/"
 fi
 
 work="$(mktemp -d)"

@@ -70,6 +70,13 @@ struct Case {
 
 std::vector<Case> cases() {
   return {{"Gpt2", gpt2(), "GPT2LMHeadModel"},
+          {"Gpt2Untied",
+           [] {
+             ModelConfig c = gpt2();
+             c.tie_embeddings = false;
+             return c;
+           }(),
+           "GPT2LMHeadModel"},
           {"LlamaGqaUntied", llama(2, false), "LlamaForCausalLM"},
           {"LlamaMqaTied", llama(1, true), "LlamaForCausalLM"},
           {"LlamaMhaTiedDefaultFfn",
@@ -377,7 +384,7 @@ TEST(HfConfig, RejectsWhatTesseraComputesDifferently) {
   expect_bad(with(base_llama, "rope_theta", "big"), {"'rope_theta'", "number"});
   expect_bad(with(base_gpt2, "activation_function", "relu"), {"'activation_function'", "relu"});
   expect_bad(with(base_gpt2, "layer_norm_epsilon", 1e-6), {"'layer_norm_epsilon'"});
-  expect_bad(with(base_gpt2, "tie_word_embeddings", false), {"'tie_word_embeddings'"});
+  expect_bad(with(base_gpt2, "tie_word_embeddings", "no"), {"'tie_word_embeddings'"});
   expect_bad(with(base_gpt2, "scale_attn_by_inverse_layer_idx", true),
              {"'scale_attn_by_inverse_layer_idx'"});
   expect_bad(with(base_gpt2, "n_head", 3), {"hf/config.json", "divisible"});

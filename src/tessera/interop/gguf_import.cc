@@ -117,6 +117,8 @@ ModelConfig config_of(const GgufFile& f, std::string& arch) {
     check(std::abs(eps - c.norm_eps) <= 1e-6 * c.norm_eps,
           "{}: {}attention.layer_norm_epsilon is {}; Tessera's GPT-2 LayerNorm uses {}", f.source(),
           k, eps, c.norm_eps);
+    // llama.cpp's gpt2 stores a tied head again as output.weight; llama-quantize may round it to
+    // another type than the embedding (Q6_K beside Q4_0), and then it is a head of its own.
     const GgufTensor* output = f.find("output.weight");
     c.tie_embeddings = output == nullptr || f.read(*output) == f.read(*embedding);
     return c;

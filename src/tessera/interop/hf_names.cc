@@ -227,7 +227,7 @@ ModelConfig gpt2_from_hf(const ConfigReader& r) {
                  "attention scores are scaled by 1/sqrt(head_dim)");
   r.require_flag("scale_attn_by_inverse_layer_idx", false, false,
                  "attention scores are not scaled by layer");
-  r.require_flag("tie_word_embeddings", true, true, "GPT-2's output projection is wte");
+  c.tie_embeddings = r.flag_or("tie_word_embeddings", true);
   return c;
 }
 
@@ -342,6 +342,7 @@ json hf_config_json(const ModelConfig& c, DType dtype) {
             {"n_inner", c.ffn() == 4 * c.d_model ? json(nullptr) : json(c.ffn())},
             {"activation_function", "gelu_new"},
             {"layer_norm_epsilon", kGpt2LayerNormEps},
+            {"tie_word_embeddings", c.tie_embeddings},
             {"resid_pdrop", 0.0},
             {"embd_pdrop", 0.0},
             {"attn_pdrop", 0.0},

@@ -33,7 +33,6 @@ void validate(const ModelConfig& config) {
         config.kv_heads());
   const MoeConfig& moe = config.moe;
   if (config.arch == Architecture::kGpt2) {
-    check(config.tie_embeddings, "model.tie_embeddings must be true for model.arch = \"gpt2\"");
     check(config.kv_heads() == config.n_head,
           "model.n_kv_head applies to model.arch = \"llama\" only");
     check(moe.n_experts == 0, "model.moe_experts needs model.arch = \"llama\"");

@@ -33,7 +33,7 @@ const Settings<ModelConfig>& model_settings() {
           setting("model.qk_norm", &M::qk_norm,
                   "RMSNorm of each query and key head before RoPE, as Qwen 3 (llama)"),
           setting("model.tie_embeddings", &M::tie_embeddings,
-                  "output projection shares the token embedding (always true for gpt2)"),
+                  "output projection shares the token embedding"),
       },
       nest(&M::rope_scaling,
            Settings<kernels::RopeScaling>{

@@ -107,7 +107,7 @@ fs::path import_hf_run(const fs::path& hf, const fs::path& out, const std::strin
 
 GgufRun import_gguf_run(const fs::path& gguf, const fs::path& out, const std::string& tokenizer) {
   const interop::GgufFile file(gguf);
-  GgufRun run{.imported = interop::import_gguf(file)};
+  GgufRun run{.step = {}, .imported = interop::import_gguf(file)};
   const nlohmann::json from = {{"gguf", fs::absolute(gguf).string()},
                                {"architecture", run.imported.architecture},
                                {"types", run.imported.types}};
