@@ -104,8 +104,9 @@ ModelConfig config_of(const GgufFile& f, std::string& arch) {
   c.qk_norm = arch == "qwen3";
   c.vocab_size = embedding->shape[0];
   c.d_model = size("embedding_length", embedding->shape[1]);
-  check(c.d_model == embedding->shape[1], "{}: {}embedding_length is {}, token_embd.weight rows {}",
-        f.source(), k, c.d_model, embedding->shape[1]);
+  check(c.d_model == embedding->shape[1],
+        "{}: {}embedding_length is {}, but token_embd.weight rows are {} wide", f.source(), k,
+        c.d_model, embedding->shape[1]);
   c.n_layer = size("block_count", int64_t(f.header().tensors.size()));
   c.n_head = size("attention.head_count", c.d_model);
   c.max_seq = size("context_length", int64_t(1) << 24);
