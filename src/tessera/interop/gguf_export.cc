@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/interop/gguf_names.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::interop {
@@ -61,10 +62,9 @@ class TensorAdder {
                          std::copy(src, src + rows * width, out.data());
                          return;
                        }
-                       const int64_t head = rows / permute_heads, half = head / 2;
+                       const int64_t head = rows / permute_heads;
                        for (int64_t r = 0; r < rows; ++r) {
-                         const int64_t h = r / head, j = (r % head) / 2, side = r % 2;
-                         const float* row = src + (h * head + side * half + j) * width;
+                         const float* row = src + gguf_rope_row(r, head) * width;
                          std::copy(row, row + width, out.data() + r * width);
                        }
                      });
@@ -88,35 +88,6 @@ class TensorAdder {
   GgufWeights weights_;
   GgufWriter& gguf_;
 };
-
-// Every parameter of `parts` as GGUF tensors: Tessera's names after `param_prefix`, GGUF's after
-// `gguf_prefix`. Norms and biases are vectors, the rest matrices.
-void add_parts(TensorAdder& t, const std::vector<model::Part>& parts,
-               const std::string& param_prefix, const std::string& gguf_prefix) {
-  for (const model::Part& p : parts) {
-    const std::string param = param_prefix + p.name;
-    for (const model::ExternalSlice& slice : p.external) {
-      check(!slice.gguf.empty() && p.stack == 1, "{}: GGUF has no tensor for it", param);
-    }
-    if (p.kind == model::PartKind::kNorm) {
-      t.vector(gguf_prefix + p.external[0].gguf + ".weight", param + ".weight");
-      if (p.bias) t.vector(gguf_prefix + p.external[0].gguf + ".bias", param + ".bias");
-      continue;
-    }
-    int64_t row = 0;
-    for (const model::ExternalSlice& slice : p.external) {
-      const int64_t rows = slice.rows > 0 ? slice.rows : p.out;
-      t.matrix(gguf_prefix + slice.gguf + ".weight", param + ".weight", row, rows,
-               slice.gguf_rope_heads);
-      row += rows;
-    }
-    if (p.bias) {
-      check(p.external.size() == 1, "{}: a part split into several GGUF tensors has no bias",
-            param);
-      t.vector(gguf_prefix + p.external[0].gguf + ".bias", param + ".bias");
-    }
-  }
-}
 
 void add_gpt2_keys(const ModelConfig& c, GgufWriter& gguf) {
   gguf.set("gpt2.context_length", uint32_t(c.max_seq));
@@ -193,12 +164,13 @@ std::string add_gguf_model(const ModelConfig& config, std::span<const float> par
   } else {
     add_llama_keys(config, arch, gguf);
   }
-  add_parts(tensors, spec.embedding, "", "");
-  for (int64_t l = 0; l < config.n_layer; ++l) {
-    add_parts(tensors, spec.block.parts, fmt::format("blocks.{}.", l),
-              fmt::format(fmt::runtime(spec.gguf_block_prefix), l));
+  for (const GgufSlice& s : gguf_slices(spec)) {
+    if (s.vector) {
+      tensors.vector(s.gguf, s.param);
+    } else {
+      tensors.matrix(s.gguf, s.param, s.row, s.rows, s.rope_heads);
+    }
   }
-  add_parts(tensors, spec.head, "", "");
   // Without output.weight llama.cpp's llama multiplies by the token embedding; its gpt2 always
   // reads output.weight, so a tied head is stored twice, as llama.cpp's converter does.
   if (spec.tied_head && spec.gguf_stores_tied_head) tensors.matrix("output.weight", "wte.weight");

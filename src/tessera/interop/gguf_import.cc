@@ -7,7 +7,7 @@
 #include <set>
 
 #include "tessera/core/error.h"
-#include "tessera/model/block_spec.h"
+#include "tessera/interop/gguf_names.h"
 #include "tessera/model/model_layout.h"
 
 namespace tessera::interop {
@@ -144,30 +144,6 @@ class ParamReader {
   ParamReader(const GgufFile& f, const model::ModelLayout& layout, float* params)
       : f_(f), layout_(layout), params_(params) {}
 
-  void parts(const std::vector<model::Part>& parts, const std::string& param_prefix,
-             const std::string& gguf_prefix) {
-    for (const model::Part& p : parts) {
-      const std::string param = param_prefix + p.name;
-      for (const model::ExternalSlice& slice : p.external) {
-        check(!slice.gguf.empty() && p.stack == 1, "{}: GGUF has no tensor for it", param);
-      }
-      const std::string first = gguf_prefix + p.external[0].gguf;
-      if (p.kind == model::PartKind::kNorm) {
-        rows(first + ".weight", param + ".weight");
-        if (p.bias) rows(first + ".bias", param + ".bias");
-        continue;
-      }
-      int64_t row = 0;
-      for (const model::ExternalSlice& slice : p.external) {
-        const int64_t n = slice.rows > 0 ? slice.rows : p.out;
-        rows(gguf_prefix + slice.gguf + ".weight", param + ".weight", row, n,
-             slice.gguf_rope_heads);
-        row += n;
-      }
-      if (p.bias) rows(first + ".bias", param + ".bias");
-    }
-  }
-
   // The tensors of the file no parameter took.
   std::vector<std::string> unread() const {
     std::vector<std::string> names;
@@ -178,32 +154,29 @@ class ParamReader {
   }
   void take(const std::string& name) { read_.insert(name); }
 
- private:
-  // GGUF tensor `name` into rows [row, row + n) of `param` (all of it when n < 0); `heads` > 0
-  // turns each head's interleaved q or k pairs back into rotate-half halves.
-  void rows(const std::string& name, const std::string& param, int64_t row = 0, int64_t n = -1,
-            int64_t heads = 0) {
-    const GgufTensor* t = f_.find(name);
-    check(t != nullptr, "{}: has no tensor {} (for {})", f_.source(), name, param);
-    const model::ParamInfo& p = layout_.params.find(param);
-    const int64_t width = p.shape.rank() == 1 ? p.shape.numel() : p.shape[p.shape.rank() - 1];
-    if (n < 0) n = p.shape.numel() / width;
+  // The slice's GGUF tensor into its rows of its parameter, each head's interleaved q or k
+  // pairs back in rotate-half order.
+  void read(const GgufSlice& s) {
+    const GgufTensor* t = f_.find(s.gguf);
+    check(t != nullptr, "{}: has no tensor {} (for {})", f_.source(), s.gguf, s.param);
+    const model::ParamInfo& p = layout_.params.find(s.param);
+    const int64_t width = s.vector ? p.shape.numel() : p.shape[p.shape.rank() - 1];
+    const int64_t n = s.rows < 0 ? p.shape.numel() / width : s.rows;
     const std::vector<int64_t> want =
-        p.shape.rank() == 1 ? std::vector<int64_t>{width} : std::vector<int64_t>{n, width};
-    check(t->shape == want, "{}: tensor {} has shape [{}], {} needs [{}]", f_.source(), name,
-          fmt::join(t->shape, ", "), param, fmt::join(want, ", "));
-    read_.insert(name);
+        s.vector ? std::vector<int64_t>{width} : std::vector<int64_t>{n, width};
+    check(t->shape == want, "{}: tensor {} has shape [{}], {} needs [{}]", f_.source(), s.gguf,
+          fmt::join(t->shape, ", "), s.param, fmt::join(want, ", "));
+    read_.insert(s.gguf);
     if (params_ == nullptr) return;
     const std::vector<float> values = f_.read(*t);
-    float* out = params_ + p.offset + row * width;
-    const int64_t head = heads > 0 ? n / heads : n, half = head / 2;
+    float* out = params_ + p.offset + s.row * width;
     for (int64_t r = 0; r < n; ++r) {
-      // File row r = h head + 2 j + side holds the model's row h head + side half + j.
-      const int64_t to = heads > 0 ? r / head * head + (r % 2) * half + (r % head) / 2 : r;
+      const int64_t to = s.rope_heads > 0 ? gguf_rope_row(r, n / s.rope_heads) : r;
       std::copy_n(values.data() + r * width, width, out + to * width);
     }
   }
 
+ private:
   const GgufFile& f_;
   const model::ModelLayout& layout_;
   float* params_;
@@ -219,22 +192,13 @@ std::string type_counts(const GgufFile& f) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // Every parameter's tensor into `params`, or with params null only checked; returns the tensors
 // of the file no parameter takes.
 std::vector<std::string> read_params(const GgufFile& file, const model::ModelLayout& layout,
                                      float* params) {
   ParamReader reader(file, layout, params);
   const model::ModelSpec& spec = layout.spec;
-  reader.parts(spec.embedding, "", "");
-  for (int64_t l = 0; l < spec.n_layer; ++l) {
-    reader.parts(spec.block.parts, fmt::format("blocks.{}.", l),
-                 fmt::format(fmt::runtime(spec.gguf_block_prefix), l));
-  }
-  reader.parts(spec.head, "", "");
+  for (const GgufSlice& s : gguf_slices(spec)) reader.read(s);
   if (spec.tied_head && spec.gguf_stores_tied_head) reader.take("output.weight");
   reader.take(kRopeFreqs);
   return reader.unread();
