@@ -93,43 +93,10 @@ void q6_k(const uint8_t* b, float* y) {
 }  // namespace
 
 std::optional<GgmlType> ggml_type(uint32_t id) {
-  switch (GgmlType(id)) {
-    case GgmlType::f32:
-    case GgmlType::f16:
-    case GgmlType::q4_0:
-    case GgmlType::q4_1:
-    case GgmlType::q8_0:
-    case GgmlType::q4_k:
-    case GgmlType::q5_k:
-    case GgmlType::q6_k:
-    case GgmlType::bf16:
-      return GgmlType(id);
+  for (const EnumName<GgmlType>& known : kGgmlTypeNames) {
+    if (uint32_t(known.value) == id) return known.value;
   }
   return std::nullopt;
-}
-
-std::string_view ggml_type_name(GgmlType type) {
-  switch (type) {
-    case GgmlType::f32:
-      return "F32";
-    case GgmlType::f16:
-      return "F16";
-    case GgmlType::q4_0:
-      return "Q4_0";
-    case GgmlType::q4_1:
-      return "Q4_1";
-    case GgmlType::q8_0:
-      return "Q8_0";
-    case GgmlType::q4_k:
-      return "Q4_K";
-    case GgmlType::q5_k:
-      return "Q5_K";
-    case GgmlType::q6_k:
-      return "Q6_K";
-    case GgmlType::bf16:
-      return "BF16";
-  }
-  return "unknown";
 }
 
 GgmlBlock ggml_block(GgmlType type) {
@@ -158,15 +125,14 @@ GgmlBlock ggml_block(GgmlType type) {
 uint64_t ggml_bytes(GgmlType type, int64_t numel) {
   const GgmlBlock block = ggml_block(type);
   check(numel % block.values == 0, "{} values are not a whole number of {} blocks of {}", numel,
-        ggml_type_name(type), block.values);
+        enum_name(type), block.values);
   return uint64_t(numel / block.values) * uint64_t(block.bytes);
 }
 
 void ggml_to_f32(GgmlType type, std::span<const uint8_t> encoded, std::span<float> values) {
   const GgmlBlock block = ggml_block(type);
   check(encoded.size() == ggml_bytes(type, int64_t(values.size())),
-        "{} bytes of {} do not hold {} values", encoded.size(), ggml_type_name(type),
-        values.size());
+        "{} bytes of {} do not hold {} values", encoded.size(), enum_name(type), values.size());
   const uint8_t* b = encoded.data();
   float* y = values.data();
   const int64_t blocks = int64_t(values.size()) / block.values;
@@ -208,7 +174,7 @@ void ggml_to_f32(GgmlType type, std::span<const uint8_t> encoded, std::span<floa
         q6_k(b, y);
         break;
       default:
-        fail("ggml type {} has no block decoder", ggml_type_name(type));
+        fail("ggml type {} has no block decoder", enum_name(type));
     }
   }
 }

@@ -14,7 +14,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <string_view>
+
+#include "tessera/core/enum_names.h"
 
 namespace tessera::interop {
 
@@ -30,14 +31,20 @@ enum class GgmlType : uint32_t {
   bf16 = 30,
 };
 
+// ggml's names of the types Tessera reads, as llama.cpp prints them.
+inline constexpr EnumName<GgmlType> kGgmlTypeNames[] = {
+    {GgmlType::f32, "F32"},   {GgmlType::f16, "F16"},   {GgmlType::bf16, "BF16"},
+    {GgmlType::q8_0, "Q8_0"}, {GgmlType::q4_0, "Q4_0"}, {GgmlType::q4_1, "Q4_1"},
+    {GgmlType::q4_k, "Q4_K"}, {GgmlType::q5_k, "Q5_K"}, {GgmlType::q6_k, "Q6_K"}};
+constexpr const auto& enum_names(GgmlType) { return kGgmlTypeNames; }
+
 // Values per block and bytes per block of an encoding (1 value for the plain floats).
 struct GgmlBlock {
   int64_t values, bytes;
 };
 
-// The type with ggml id `id`, if Tessera reads it.
+// The type with ggml id `id`, if Tessera reads it (kGgmlTypeNames lists it).
 std::optional<GgmlType> ggml_type(uint32_t id);
-std::string_view ggml_type_name(GgmlType type);
 GgmlBlock ggml_block(GgmlType type);
 // Bytes `numel` values take in `type`; numel must be a whole number of its blocks.
 uint64_t ggml_bytes(GgmlType type, int64_t numel);

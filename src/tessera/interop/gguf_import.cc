@@ -185,7 +185,7 @@ class ParamReader {
 
 std::string type_counts(const GgufFile& f) {
   std::map<std::string, int> counts;
-  for (const GgufTensor& t : f.header().tensors) ++counts[std::string(ggml_type_name(t.type))];
+  for (const GgufTensor& t : f.header().tensors) ++counts[std::string(enum_name(t.type))];
   std::string out;
   for (const auto& [name, n] : counts)
     out += fmt::format("{}{} x {}", out.empty() ? "" : ", ", name, n);

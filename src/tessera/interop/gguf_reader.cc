@@ -1,6 +1,7 @@
 #include "tessera/interop/gguf_reader.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@ class Cursor {
  public:
   Cursor(std::span<const uint8_t> file, const std::string& source) : file_(file), source_(source) {}
 
+  const std::string& source() const { return source_; }
   uint64_t at() const { return at_; }
   uint64_t left() const { return file_.size() - at_; }
 
@@ -78,14 +80,14 @@ uint64_t scalar_bytes(ValueType t) {
 
 bool is_float(ValueType t) { return t == ValueType::f32 || t == ValueType::f64; }
 
-ValueType value_type(Cursor& in, const std::string& key, const std::string& source) {
+ValueType value_type(Cursor& in, const std::string& key) {
   const uint32_t t = in.scalar<uint32_t>("a value type");
   check(t <= uint32_t(ValueType::f64), "{}: metadata key '{}' has value type {}, not one of GGUF's",
-        source, key, t);
+        in.source(), key, t);
   return ValueType(t);
 }
 
-int64_t read_integer(Cursor& in, ValueType t, const std::string& key, const std::string& source) {
+int64_t read_integer(Cursor& in, ValueType t, const std::string& key) {
   switch (t) {
     case ValueType::u8:
     case ValueType::boolean:
@@ -104,11 +106,12 @@ int64_t read_integer(Cursor& in, ValueType t, const std::string& key, const std:
       return in.scalar<int64_t>("a value");
     case ValueType::u64: {
       const uint64_t v = in.scalar<uint64_t>("a value");
-      check(v <= uint64_t(INT64_MAX), "{}: metadata key '{}' holds {}, too large", source, key, v);
+      check(v <= uint64_t(INT64_MAX), "{}: metadata key '{}' holds {}, too large", in.source(), key,
+            v);
       return int64_t(v);
     }
     default:
-      fail("{}: metadata key '{}' is not an integer", source, key);
+      fail("{}: metadata key '{}' is not an integer", in.source(), key);
   }
 }
 
@@ -120,19 +123,17 @@ double read_float(Cursor& in, ValueType t) {
   return std::isfinite(f) ? std::stod(fmt::format("{}", f)) : double(f);
 }
 
-GgufValue read_array(Cursor& in, const std::string& key, const std::string& source) {
-  const ValueType t = value_type(in, key, source);
+GgufValue read_array(Cursor& in, const std::string& key) {
+  const ValueType t = value_type(in, key);
   check(t != ValueType::array,
-        "{}: metadata key '{}' is an array of arrays, which GGUF models do "
-        "not use",
-        source, key);
+        "{}: metadata key '{}' is an array of arrays, which GGUF models do not use", in.source(),
+        key);
   const uint64_t n = in.scalar<uint64_t>("an array length");
   // Each element takes at least its scalar bytes, a string at least its 8-byte length.
   const uint64_t least = t == ValueType::string ? 8 : scalar_bytes(t);
   check(n <= in.left() / least,
-        "{}: metadata key '{}' claims {} elements, more than the {} bytes "
-        "left hold",
-        source, key, n, in.left());
+        "{}: metadata key '{}' claims {} elements, more than the {} bytes left hold", in.source(),
+        key, n, in.left());
   if (t == ValueType::string) {
     std::vector<std::string> v(static_cast<size_t>(n));
     for (std::string& s : v) s = in.string("an array string");
@@ -144,44 +145,43 @@ GgufValue read_array(Cursor& in, const std::string& key, const std::string& sour
     return v;
   }
   std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t& x : v) x = read_integer(in, t, key, source);
+  for (int64_t& x : v) x = read_integer(in, t, key);
   return v;
 }
 
-GgufValue read_value(Cursor& in, const std::string& key, const std::string& source) {
-  const ValueType t = value_type(in, key, source);
+GgufValue read_value(Cursor& in, const std::string& key) {
+  const ValueType t = value_type(in, key);
   if (t == ValueType::string) return in.string("a string value");
-  if (t == ValueType::array) return read_array(in, key, source);
+  if (t == ValueType::array) return read_array(in, key);
   if (is_float(t)) return read_float(in, t);
-  return read_integer(in, t, key, source);
+  return read_integer(in, t, key);
 }
 
-GgufTensor read_tensor_info(Cursor& in, const std::string& source) {
+GgufTensor read_tensor_info(Cursor& in) {
   GgufTensor t;
   t.name = in.string("a tensor name");
   const uint32_t dims = in.scalar<uint32_t>("a tensor's dimension count");
-  check(dims >= 1 && dims <= 4, "{}: tensor '{}' has {} dimensions (1 to 4 allowed)", source,
+  check(dims >= 1 && dims <= 4, "{}: tensor '{}' has {} dimensions (1 to 4 allowed)", in.source(),
         t.name, dims);
   t.shape.resize(dims);
   int64_t numel = 1;
   for (uint32_t d = 0; d < dims; ++d) {
     const uint64_t n = in.scalar<uint64_t>("a tensor dimension");
     check(n >= 1 && n <= uint64_t(kMaxNumel) && uint64_t(numel) <= uint64_t(kMaxNumel) / n,
-          "{}: tensor '{}' has dimension {} of {} values, out of range", source, t.name, d, n);
+          "{}: tensor '{}' has dimension {} of {} values, out of range", in.source(), t.name, d, n);
     numel *= int64_t(n);
     t.shape[dims - 1 - d] = int64_t(n);
   }
   const uint32_t type = in.scalar<uint32_t>("a tensor type");
   const std::optional<GgmlType> known = ggml_type(type);
   check(known.has_value(),
-        "{}: tensor '{}' has ggml type {}, which Tessera does not read (it reads F32, F16, BF16, "
-        "Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K)",
-        source, t.name, type);
+        "{}: tensor '{}' has ggml type {}, which Tessera does not read (it reads {})", in.source(),
+        t.name, type, fmt::join(enum_choices<GgmlType>(), ", "));
   t.type = *known;
   const GgmlBlock block = ggml_block(t.type);
   check(t.shape.back() % block.values == 0,
-        "{}: tensor '{}' has rows of {} values, not a whole number of {} blocks of {}", source,
-        t.name, t.shape.back(), ggml_type_name(t.type), block.values);
+        "{}: tensor '{}' has rows of {} values, not a whole number of {} blocks of {}", in.source(),
+        t.name, t.shape.back(), enum_name(t.type), block.values);
   t.bytes = ggml_bytes(t.type, numel);
   t.offset = in.scalar<uint64_t>("a tensor offset");
   return t;
@@ -204,9 +204,8 @@ void check_data(GgufHeader& h, uint64_t file_size, const std::string& source) {
   std::vector<const GgufTensor*> by_offset;
   for (const GgufTensor& t : h.tensors) {
     check(t.offset % alignment == 0,
-          "{}: tensor '{}' starts at offset {}, not a multiple of the "
-          "alignment {}",
-          source, t.name, t.offset, alignment);
+          "{}: tensor '{}' starts at offset {}, not a multiple of the alignment {}", source, t.name,
+          t.offset, alignment);
     check(t.offset <= section && t.bytes <= section - t.offset,
           "{}: tensor '{}' ({} bytes at offset {}) ends past the file's {} bytes of data", source,
           t.name, t.bytes, t.offset, section);
@@ -247,13 +246,13 @@ GgufHeader parse_gguf(std::span<const uint8_t> file, const std::string& source) 
         "{}: claims {} tensors, more than the file can hold", source, tensors);
   for (uint64_t i = 0; i < keys; ++i) {
     std::string key = in.string("a metadata key");
-    GgufValue value = read_value(in, key, source);
+    GgufValue value = read_value(in, key);
     check(h.metadata.emplace(key, std::move(value)).second, "{}: metadata key '{}' appears twice",
           source, key);
   }
   std::set<std::string> names;
   for (uint64_t i = 0; i < tensors; ++i) {
-    h.tensors.push_back(read_tensor_info(in, source));
+    h.tensors.push_back(read_tensor_info(in));
     check(names.insert(h.tensors.back().name).second, "{}: tensor '{}' appears twice", source,
           h.tensors.back().name);
   }

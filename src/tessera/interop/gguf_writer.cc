@@ -118,8 +118,7 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape,
   check(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions (1 to 4 allowed)",
         name, shape.size());
   check(type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::q8_0,
-        "GGUF tensor '{}': the writer encodes f32, f16 and q8_0, not {}", name,
-        ggml_type_name(type));
+        "GGUF tensor '{}': the writer encodes f32, f16 and q8_0, not {}", name, enum_name(type));
   check(type != GgmlType::q8_0 || shape.back() % kQ8BlockSize == 0,
         "GGUF tensor '{}': rows of {} values cannot be split into q8_0 blocks of {}", name,
         shape.back(), kQ8BlockSize);
@@ -169,7 +168,7 @@ void GgufWriter::write(const fs::path& path) const {
         quantize_q8_0(values, encoded);
         break;
       default:
-        fail("GGUF tensor '{}': the writer cannot encode {}", t.name, ggml_type_name(t.type));
+        fail("GGUF tensor '{}': the writer cannot encode {}", t.name, enum_name(t.type));
     }
     out.bytes(encoded.data(), encoded.size());
     out.pad_to(data_start + aligned(out.written() - data_start));
