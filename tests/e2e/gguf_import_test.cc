@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/q8_0.h"
@@ -109,16 +107,9 @@ TEST_F(GgufImportCli, LlamaWithGqaUntiedHeadAndRopeScalingComesBack) {
   round_trip("qwen3", kLlama + " --set model.qk_norm=true", "f32");
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST_F(GgufImportCli, FilesThatAreNoModelTesseraRunsAreRefusedInOneLine) {
   ASSERT_NO_FATAL_FAILURE(round_trip("gpt2", "", "f32"));
-  const std::string good = read_text(dir / "gpt2-f32.gguf");
+  const std::string good = read_all(dir / "gpt2-f32.gguf");
   const auto bad = [&](const std::string& name, std::string bytes) {
     write_file(dir / name, bytes);
     return run_cli("convert import --gguf " + (dir / name) + " --out " + (dir / (name + "-run")));

@@ -39,17 +39,6 @@ const std::string kUnseenText =
 // activations can order them either way.
 constexpr double kNearTie = 0.1;
 
-// The log-softmax of `V` logits.
-std::vector<double> log_softmax(const float* logits, int64_t V) {
-  double top = logits[0];
-  for (int64_t v = 1; v < V; ++v) top = std::max(top, double(logits[v]));
-  double sum = 0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(double(logits[v]) - top);
-  std::vector<double> out(static_cast<size_t>(V));
-  for (int64_t v = 0; v < V; ++v) out[size_t(v)] = double(logits[v]) - top - std::log(sum);
-  return out;
-}
-
 class GgufQuantized : public ::testing::Test {
  protected:
   void SetUp() override {

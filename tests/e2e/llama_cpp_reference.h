@@ -32,23 +32,26 @@ struct Continuation {
   std::vector<std::vector<int32_t>> prompt_greedy;  // greedy tokens after each extra prompt
 };
 
+// The log-softmax of `V` logits, in double.
+inline std::vector<double> log_softmax(const float* logits, int64_t V) {
+  double top = logits[0];
+  for (int64_t v = 1; v < V; ++v) top = std::max(top, double(logits[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(double(logits[v]) - top);
+  std::vector<double> out(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) out[size_t(v)] = double(logits[v]) - top - std::log(sum);
+  return out;
+}
+
 // Log-probability of each next token, then greedy tokens, from Tessera's forward pass.
 inline Continuation tessera_continuation(const Checkpoint& c, std::vector<int32_t> tokens) {
   const int64_t V = c.config.vocab_size;
   model::Transformer m(c.config, 1, kScored + kGreedy, /*training=*/false);
   std::copy(c.params.begin(), c.params.end(), m.params().begin());
-  auto log_softmax_at = [&](int64_t row, int32_t token) {
-    const float* logits = m.logits() + row * V;
-    double top = logits[0];
-    for (int64_t v = 1; v < V; ++v) top = std::max(top, double(logits[v]));
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(logits[v]) - top);
-    return double(logits[token]) - top - std::log(sum);
-  };
   Continuation out;
   m.forward(tokens.data(), nullptr, 1, kScored);
   for (int64_t t = 0; t + 1 < kScored; ++t)
-    out.logprobs.push_back(log_softmax_at(t, tokens[t + 1]));
+    out.logprobs.push_back(log_softmax(m.logits() + t * V, V)[size_t(tokens[t + 1])]);
   for (int64_t i = 0; i < kGreedy; ++i) {
     const int64_t T = int64_t(tokens.size());
     m.forward(tokens.data(), nullptr, 1, T);
