@@ -51,7 +51,9 @@ struct Format {
 };
 
 Format format_named(const std::string& name) {
-  if (name == "int8") return {name, {.weights = model::WeightFormat::kInt8}};
+  if (name == "int8" || name == "q4_0") {
+    return {name, {.weights = enum_from_name<model::WeightFormat>(name, "format")}};
+  }
   return {name, {.precision = enum_from_name<model::Precision>(name, "format")}};
 }
 

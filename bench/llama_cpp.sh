@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Tessera beside llama.cpp on the same weights: trains one step of an 85M-parameter Llama
-# (12 x 768, ffn 2048, byte vocabulary) so that a real checkpoint exists, exports it as GGUF f32,
-# f16 and q8_0, and times batch-1 decode and a 512-token prefill in Tessera (bench/decode_bench
-# --checkpoint: f32, bf16 and int8 weights) and in llama.cpp's own llama-bench on the GGUF files.
-# llama-bench is compiled from the llama.cpp source that the npm package node-llama-cpp (pinned in
-# tests/llama_cpp) bundles, against the CPU libraries it ships (tests/llama_cpp/build_tool.sh), and
+# (12 x 768, ffn 2048, byte vocabulary; N_LAYER, D_MODEL, N_HEAD and FFN choose another size) so
+# that a real checkpoint exists, exports it as GGUF f32, f16 and q8_0 and has llama.cpp's own
+# llama-quantize make Q4_0 of the f32 file, and times batch-1 decode and a 512-token prefill in
+# Tessera (bench/decode_bench --checkpoint: f32, bf16, int8 and q4_0 weights) and in llama.cpp's
+# own llama-bench on the GGUF files. It prints the last-level cache beside the 4-bit weights:
+# decoding a model that fits in it measures the cache, not memory.
+# llama-bench and llama-quantize are compiled from the llama.cpp source that the npm package
+# node-llama-cpp (pinned in tests/llama_cpp) bundles, against the CPU libraries it ships
+# (tests/llama_cpp/build_tool.sh), and
 # runs with llama.cpp's defaults (f16 KV cache, flash attention as it chooses) at 1 and THREADS
 # threads; each figure keeps its better thread count. Each side runs REPEATS rounds (default 3),
 # alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench),
@@ -15,7 +19,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
 steps="${STEPS:-64}" threads="${THREADS:-2}"
-n_layer=12 d_model=768 n_head=12 ffn=2048 prefill=512
+n_layer="${N_LAYER:-12}" d_model="${D_MODEL:-768}" n_head="${N_HEAD:-12}" ffn="${FFN:-2048}"
+prefill=512
 [[ "${SMOKE:-0}" == 1 ]] && n_layer=2 d_model=64 n_head=2 ffn=128 prefill=64
 [[ "${INSTALL:-1}" == 0 ]] || bash "$root/scripts/setup.sh" --bench
 [[ -x "$build/tessera" && -x "$build/bench/decode_bench" ]] ||
@@ -24,7 +29,8 @@ n_layer=12 d_model=768 n_head=12 ffn=2048 prefill=512
 # llama-bench from the package's own source and libraries.
 modules="$root/tests/llama_cpp/node_modules"
 peer=1
-if ! llama_bench=$(bash "$root/tests/llama_cpp/build_tool.sh" llama-bench "$build/llama.cpp"); then
+tool() { bash "$root/tests/llama_cpp/build_tool.sh" "$1" "$build/llama.cpp"; }
+if ! llama_bench=$(tool llama-bench) || ! llama_quantize=$(tool llama-quantize); then
   peer=0
   echo "llama.cpp left out: $modules has no node-llama-cpp" \
     "(scripts/setup.sh --bench installs it); only Tessera is measured"
@@ -41,14 +47,15 @@ for dtype in f32 f16 q8_0; do
   "$build/tessera" convert export --format gguf --dtype "$dtype" --checkpoint "$work/run" \
     --out "$work/model-$dtype.gguf" >/dev/null
 done
+((peer)) && "$llama_quantize" "$work/model-f32.gguf" "$work/model-q4_0.gguf" Q4_0 >/dev/null 2>&1
 
 results="$work/results"
 for ((i = 0; i < ${REPEATS:-3}; i++)); do
-  "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8 --prompt 8 \
+  "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8,q4_0 --prompt 8 \
     --steps "$steps" --prefill "$prefill" --repeats 2 --threads "$threads" |
     sed -n 's/^RESULT /ours /p' >>"$results"
   ((peer)) || continue
-  for dtype in f32 f16 q8_0; do
+  for dtype in f32 f16 q8_0 q4_0; do
     "$llama_bench" -m "$work/model-$dtype.gguf" -t "1,$threads" -p "$prefill" -n "$steps" -r 2 \
       -o jsonl 2>/dev/null | sed "s/^/peer $dtype /" >>"$results"
   done
@@ -62,9 +69,9 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
   "require('$modules/node-llama-cpp/package.json').version")'s bundled source" \
   "($(node -p "require('$modules/node-llama-cpp/llama/llama.cpp.info.json').tag")), its CPU" \
   "backend: $(sed -n 's/.*"cpu_info": *"\([^"]*\)".*/\1/p' "$results" | head -1)"
-python3 - "$results" "$steps" "$prefill" <<'PY'
+python3 - "$results" "$steps" "$prefill" "$(lscpu | sed -n 's/^L3 cache: *//p')" <<'PY'
 import json, sys
-path, steps, prefill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, steps, prefill, llc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ours, peer, read, params = {}, {}, 0, 0
 for line in open(path):
     side, rest = line.split(" ", 1)
@@ -84,10 +91,11 @@ for line in open(path):
         best[kind] = max(best[kind], (r["avg_ts"], r["n_threads"]))
 print(f"{params / 1e6:.3g}M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
       "tokens/s, best of each side; llama.cpp's thread count in brackets; read bandwidth "
-      f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token)")
+      f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token); last-level cache "
+      f"{llc}, q4_0 weights {ours['q4_0']['bytes'] / 2**20:.1f} MiB")
 print(f"{'Tessera':<8} {'llama.cpp':<10} {'decode ours':>11} {'bound':>7} {'llama.cpp':>13} "
       f"{'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
-for name, dtype in (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0")):
+for name, dtype in (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0"), ("q4_0", "q4_0")):
     o, p = ours[name], peer.get(dtype)
     theirs = lambda kind: (f"{p[kind][0]:9.1f} [{p[kind][1]}] {o[kind] / p[kind][0]:6.2f}" if p
                            else f"{'-':>13} {'-':>6}")

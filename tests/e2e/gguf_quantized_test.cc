@@ -7,13 +7,17 @@
 //   type's tolerance below (0.05 for Q8_0, 0.1 for the 4-bit files). llama.cpp multiplies these
 //   blocks by activations it first quantizes itself (to q8_0 or q8_K, 8 bits a value), Tessera
 //   by the f32 activations, so the two differ by that rounding; on text the model finds unlikely
-//   its logits are large and the rounding's effect on a log-probability reaches 0.02-0.03;
+//   its logits are large and the rounding's effect on a log-probability reaches 0.02-0.03.
+//   On the Q4_0 file Tessera also runs with q4_0 weights (--quantize q4_0), which re-quantise the
+//   decoded weights into the very blocks of the file and multiply them by activations quantised
+//   per block as llama.cpp's q8_0 does;
 // - their perplexity agrees within 1%;
 // - greedy continuations of 8 prompts are identical, or where they first differ Tessera's
 //   model finds the two tokens within a near-tie of each other.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <memory>
 
 #include "tessera/ckpt/checkpoint.h"
@@ -75,8 +79,10 @@ class GgufQuantized : public ::testing::Test {
     ASSERT_EQ(e.exit_code, 0) << e.output;
   }
 
-  // Quantizes the f32 file to `type` with llama-quantize, imports it, and compares.
-  void expect_agreement(const std::string& type, double tolerance) {
+  // Quantizes the f32 file to `type` with llama-quantize, imports it, and compares, with the
+  // imported weights in f32 and in each of `weights`.
+  void expect_agreement(const std::string& type, double tolerance,
+                        std::initializer_list<model::WeightFormat> weights = {}) {
     SCOPED_TRACE(type);
     const std::string file = dir / (type + ".gguf"), run = dir / ("run-" + type);
     const CliResult q =
@@ -101,7 +107,18 @@ class GgufQuantized : public ::testing::Test {
     const Continuation theirs =
         llama_cpp_continuation(file, scored, dir.path(), prompts, kPromptGreedy);
     ASSERT_EQ(theirs.logprobs.size(), size_t(kScored - 1));
-    const Continuation mine = tessera_continuation(ours, scored);
+    compare(type, ours, scored, prompts, theirs, tolerance, model::WeightFormat::kDense);
+    for (const model::WeightFormat w : weights) {
+      compare(type, ours, scored, prompts, theirs, tolerance, w);
+    }
+  }
+
+  void compare(const std::string& type, const Checkpoint& ours, const std::vector<int32_t>& scored,
+               const std::vector<std::vector<int32_t>>& prompts, const Continuation& theirs,
+               double tolerance, model::WeightFormat weights) {
+    SCOPED_TRACE(enum_name(weights));
+    const model::ModelOptions options{.weights = weights};
+    const Continuation mine = tessera_continuation(ours, scored, options);
     double worst = 0, nll_ours = 0, nll_theirs = 0;
     for (size_t t = 0; t < mine.logprobs.size(); ++t) {
       worst = std::max(worst, std::abs(mine.logprobs[t] - theirs.logprobs[t]));
@@ -112,23 +129,25 @@ class GgufQuantized : public ::testing::Test {
     const double n = double(mine.logprobs.size());
     const double ppl_ours = std::exp(nll_ours / n), ppl_theirs = std::exp(nll_theirs / n);
     EXPECT_NEAR(ppl_ours / ppl_theirs, 1.0, 0.01);
-    const int identical = expect_greedy_agrees(ours, prompts, theirs.prompt_greedy);
+    const int identical = expect_greedy_agrees(ours, prompts, theirs.prompt_greedy, options);
     std::printf(
-        "%s: largest |log p difference| %.4f over %zu tokens (tolerance %.2f); perplexity %.4f "
-        "(Tessera) against %.4f (llama.cpp), ratio %.5f; %d of %d greedy continuations "
-        "identical\n",
-        type.c_str(), worst, mine.logprobs.size(), tolerance, ppl_ours, ppl_theirs,
-        ppl_ours / ppl_theirs, identical, kPrompts);
+        "%s, Tessera's weights %s: largest |log p difference| %.4f over %zu tokens (tolerance "
+        "%.2f); perplexity %.4f (Tessera) against %.4f (llama.cpp), ratio %.5f; %d of %d greedy "
+        "continuations identical\n",
+        type.c_str(), weights == model::WeightFormat::kDense ? "f32" : enum_name(weights).data(),
+        worst, mine.logprobs.size(), tolerance, ppl_ours, ppl_theirs, ppl_ours / ppl_theirs,
+        identical, kPrompts);
   }
 
   // Tessera's greedy continuation of each prompt against llama.cpp's: identical, or at the first
   // difference the two tokens within kNearTie in Tessera's log-probabilities. Returns how many are
   // identical.
   int expect_greedy_agrees(const Checkpoint& c, const std::vector<std::vector<int32_t>>& prompts,
-                           const std::vector<std::vector<int32_t>>& theirs) {
+                           const std::vector<std::vector<int32_t>>& theirs,
+                           const model::ModelOptions& options) {
     EXPECT_EQ(theirs.size(), prompts.size());
     const int64_t V = c.config.vocab_size;
-    model::Transformer m(c.config, 1, kPromptTokens + kPromptGreedy, /*training=*/false);
+    model::Transformer m(c.config, 1, kPromptTokens + kPromptGreedy, /*training=*/false, options);
     std::copy(c.params.begin(), c.params.end(), m.params().begin());
     int identical = 0;
     for (size_t p = 0; p < std::min(prompts.size(), theirs.size()); ++p) {
@@ -164,14 +183,14 @@ TEST_F(GgufQuantized, LlamaQuantizedByLlamaCppAgrees) {
       train(" --set model.arch=llama --set model.n_kv_head=2 --set model.tie_embeddings=false"
             " --set model.ffn_hidden=512"));
   expect_agreement("Q8_0", 0.05);
-  expect_agreement("Q4_0", 0.1);
+  expect_agreement("Q4_0", 0.1, {model::WeightFormat::kQ4_0});
   expect_agreement("Q4_K_M", 0.1);
 }
 
 TEST_F(GgufQuantized, Gpt2QuantizedByLlamaCppAgrees) {
   ASSERT_NO_FATAL_FAILURE(train(""));
   expect_agreement("Q8_0", 0.05);
-  expect_agreement("Q4_0", 0.1);
+  expect_agreement("Q4_0", 0.1, {model::WeightFormat::kQ4_0});
   expect_agreement("Q4_K_M", 0.1);
 }
 

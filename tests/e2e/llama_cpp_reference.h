@@ -44,9 +44,10 @@ inline std::vector<double> log_softmax(const float* logits, int64_t V) {
 }
 
 // Log-probability of each next token, then greedy tokens, from Tessera's forward pass.
-inline Continuation tessera_continuation(const Checkpoint& c, std::vector<int32_t> tokens) {
+inline Continuation tessera_continuation(const Checkpoint& c, std::vector<int32_t> tokens,
+                                         const model::ModelOptions& options = {}) {
   const int64_t V = c.config.vocab_size;
-  model::Transformer m(c.config, 1, kScored + kGreedy, /*training=*/false);
+  model::Transformer m(c.config, 1, kScored + kGreedy, /*training=*/false, options);
   std::copy(c.params.begin(), c.params.end(), m.params().begin());
   Continuation out;
   m.forward(tokens.data(), nullptr, 1, kScored);

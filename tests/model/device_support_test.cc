@@ -15,9 +15,14 @@ using kernels::DeviceKind;
 using testing::expect_error;
 
 TEST(DeviceSupport, TheCpuRunsEveryPart) {
-  EXPECT_NO_THROW(check_device_runs(
-      DeviceKind::kCpu,
-      {.tp = 2, .pp = 2, .ep = 2, .moe = true, .int8_weights = true, .qk_norm = true}, "cpu"));
+  EXPECT_NO_THROW(check_device_runs(DeviceKind::kCpu,
+                                    {.tp = 2,
+                                     .pp = 2,
+                                     .ep = 2,
+                                     .moe = true,
+                                     .quantized_weights = WeightFormat::kInt8,
+                                     .qk_norm = true},
+                                    "cpu"));
 }
 
 TEST(DeviceSupport, ACudaDeviceRefusesWhatItsTableLacksByName) {
@@ -37,10 +42,16 @@ TEST(DeviceSupport, ACudaDeviceRefusesWhatItsTableLacksByName) {
        "mixtures of experts (model.moe)", "host memory", "they run on the CPU"});
   expect_error(
       [] {
-        check_device_runs(DeviceKind::kCuda, {.int8_weights = true},
+        check_device_runs(DeviceKind::kCuda, {.quantized_weights = WeightFormat::kInt8},
                           "--device cuda with --quantize int8");
       },
       {"--device cuda with --quantize int8", "int8 weights", "no linear_forward_int8 kernel"});
+  expect_error(
+      [] {
+        check_device_runs(DeviceKind::kCuda, {.quantized_weights = WeightFormat::kQ4_0},
+                          "--device cuda with --quantize q4_0");
+      },
+      {"--device cuda with --quantize q4_0", "q4_0 weights", "no linear_forward_q4 kernel"});
   expect_error(
       [] { check_device_runs(DeviceKind::kCuda, {.qk_norm = true}, "train.device = cuda"); },
       {"train.device = cuda", "QK-norm (model.qk_norm)", "no head_rmsnorm_forward kernel"});

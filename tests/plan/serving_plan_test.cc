@@ -32,7 +32,8 @@ TEST(ServingPlan, MemoryIsWhatTheServerAllocates) {
     const model::ModelConfig config = shipped_model(file);
     for (const Format f : {Format{model::Precision::kF32, model::WeightFormat::kDense},
                            Format{model::Precision::kBf16, model::WeightFormat::kDense},
-                           Format{model::Precision::kF32, model::WeightFormat::kInt8}}) {
+                           Format{model::Precision::kF32, model::WeightFormat::kInt8},
+                           Format{model::Precision::kF32, model::WeightFormat::kQ4_0}}) {
       SCOPED_TRACE(file + " " + std::string(enum_name(f.precision)) + " weights " +
                    std::string(enum_name(f.weights)));
       const ServingWorkload w{.context = config.max_seq,

@@ -289,10 +289,11 @@ TEST(Engine, SampledSpeculationFollowsTheTargetDistribution) {
   }
 }
 
-TEST(Engine, ServesBf16AndInt8Weights) {
+TEST(Engine, ServesBf16Int8AndQ4Weights) {
   for (const model::ModelOptions options :
        {model::ModelOptions{.precision = model::Precision::kBf16},
-        model::ModelOptions{.weights = model::WeightFormat::kInt8}}) {
+        model::ModelOptions{.weights = model::WeightFormat::kInt8},
+        model::ModelOptions{.weights = model::WeightFormat::kQ4_0}}) {
     ServedModel served = small_model(64, 96, options);
     ServeMetrics metrics;
     Engine engine(served, {.max_running = 8, .max_step_tokens = 64}, metrics);

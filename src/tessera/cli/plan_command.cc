@@ -63,7 +63,7 @@ Settings<plan::ServingWorkload> serving_flags() {
            "with --serve: tokens of each prompt; 0: half the context", at_least(0)),
       flag("--output-tokens", "N", &S::output_tokens, "with --serve: tokens generated per request",
            at_least(1)),
-      flag("--quantize", "", &S::weights, "with --serve: int8 weight-only matmuls, as serve's"),
+      flag("--quantize", "", &S::weights, "with --serve: int8 or q4_0 matmul weights, as serve's"),
       flag("--max-running", "N", &S::max_running,
            "with --serve: sequences a replica decodes together, as serve's", at_least(1)),
       flag("--max-step-tokens", "N", &S::max_step_tokens,

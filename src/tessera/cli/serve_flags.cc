@@ -70,7 +70,8 @@ Settings<serve::ServingFormat> serving_format_flags() {
   using F = serve::ServingFormat;
   return join<F>({
       {flag("--precision", "f32|bf16", &F::precision, "matmul precision"),
-       flag("--quantize", "", &F::weights, "int8: int8 weight-only matmuls"),
+       flag("--quantize", "", &F::weights,
+            "int8 or q4_0: matmul weights in int8, or in 4-bit blocks of 32"),
        flag("--tp", "N", &F::tp,
             "tensor-parallel ranks that split the model, each holding a shard of every weight "
             "and of the KV cache: run under mpirun -n N (x --pp x --ep)",

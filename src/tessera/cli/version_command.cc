@@ -10,6 +10,7 @@
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
+#include "tessera/kernels/q4_linear.h"
 
 namespace tessera::cli {
 namespace {
@@ -96,10 +97,10 @@ int version_command() {
     std::printf("warning: this CPU lacks%s, which this build uses: rebuild on this machine\n",
                 missing.c_str());
   }
-  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s; int8 prefill %s\n", dnnl->major,
-              dnnl->minor, dnnl->patch,
+  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s; int8 prefill %s; q4_0 %s\n",
+              dnnl->major, dnnl->minor, dnnl->patch,
               kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str(),
-              kernels::int8_prefill_path());
+              kernels::int8_prefill_path(), kernels::q4_linear_path());
   std::printf("CUDA:         %s\n", cuda_line().c_str());
   return 0;
 }

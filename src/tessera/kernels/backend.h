@@ -1,9 +1,9 @@
 // A backend is the table of the kernels one kind of device runs, as llama.cpp's ggml_backend_i:
-// one function pointer per op of ops.h, low_precision.h, paged_attention.h and int8_linear.h, in
-// float (the CPU keeps ops.h's in double too, for the gradient checks). Each entry's type is taken
-// from its op's one declaration. An entry a backend leaves null is an op its device lacks: a call
-// to it is refused by name, and the layers above ask the table before they build what would call
-// it (model/device_support.h).
+// one function pointer per op of ops.h, low_precision.h, paged_attention.h, int8_linear.h and
+// q4_linear.h, in float (the CPU keeps ops.h's in double too, for the gradient checks). Each
+// entry's type is taken from its op's one declaration. An entry a backend leaves null is an op its
+// device lacks: a call to it is refused by name, and the layers above ask the table before they
+// build what would call it (model/device_support.h).
 //
 // kernels/cpu and kernels/cuda each fill one table and never include each other; backend.cc picks
 // a device's table, and each public op calls its context's entry (dispatch.cc): one indirect call.
@@ -16,6 +16,7 @@
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/paged_attention.h"
+#include "tessera/kernels/q4_linear.h"
 
 namespace tessera::kernels {
 
@@ -76,6 +77,8 @@ struct Backend {
   decltype(&kernels::paged_attention_forward) paged_attention_forward = nullptr;
   // int8_linear.h
   decltype(&kernels::linear_forward_int8) linear_forward_int8 = nullptr;
+  // q4_linear.h
+  decltype(&kernels::linear_forward_q4) linear_forward_q4 = nullptr;
 };
 
 // The backend of a kind of device; null for CUDA in a build without the CUDA backend.

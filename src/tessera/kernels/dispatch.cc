@@ -1,6 +1,6 @@
-// The definitions of the public ops (ops.h, low_precision.h, paged_attention.h, int8_linear.h):
-// each takes its kernel from the backend of its context's device (backend.h) and calls it, or
-// refuses the call, naming the op and the device, where that backend has none.
+// The definitions of the public ops (ops.h, low_precision.h, paged_attention.h, int8_linear.h,
+// q4_linear.h): each takes its kernel from the backend of its context's device (backend.h) and
+// calls it, or refuses the call, naming the op and the device, where that backend has none.
 #include <string_view>
 #include <type_traits>
 
@@ -388,6 +388,13 @@ void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w
                          float* y, int64_t M, float* scratch) {
   kernel_for(ctx, &Backend::linear_forward_int8, "linear_forward_int8")(ctx, x, w, b, y, M,
                                                                         scratch);
+}
+
+// q4_linear.h
+
+void linear_forward_q4(const Context& ctx, const float* x, const Q4Matrix& w, const float* b,
+                       float* y, int64_t M, float* scratch) {
+  kernel_for(ctx, &Backend::linear_forward_q4, "linear_forward_q4")(ctx, x, w, b, y, M, scratch);
 }
 
 }  // namespace tessera::kernels

@@ -5,6 +5,7 @@
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/paged_attention.h"
+#include "tessera/kernels/q4_linear.h"
 #include "tessera/model/moe_layer.h"
 
 namespace tessera::model {
@@ -157,8 +158,11 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
     if (o.training) ws.lora_du = a.floats(N * lora.down);
     if (o.training && (x.low || x.spec.lora_dropout > 0)) ws.lora_x = a.floats(N * lora.input);
   }
-  if (o.weights == WeightFormat::kInt8) {
-    ws.int8_scratch = a.floats(kernels::int8_linear_scratch_size(std::max({C, HD, F}), N));
+  if (o.weights != WeightFormat::kDense) {
+    // A q4_0 model's head multiplies in int8.
+    const int64_t widest = std::max({C, HD, F});
+    ws.int8_scratch = a.floats(std::max(kernels::int8_linear_scratch_size(widest, N),
+                                        kernels::q4_linear_scratch_size(widest, N)));
   }
   ParallelScratch& ps = ws.parallel;
   if (x.sp) {

@@ -29,10 +29,13 @@ void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::
           "activations in host memory");
     }
   }
-  if (needs.int8_weights && backend->linear_forward_int8 == nullptr) {
-    refused.push_back("int8 weights");
-    reasons.push_back(
-        fmt::format("the {} backend has no linear_forward_int8 kernel", backend->device));
+  const bool int8 = needs.quantized_weights == WeightFormat::kInt8;
+  const bool q4 = needs.quantized_weights == WeightFormat::kQ4_0;
+  if ((int8 && backend->linear_forward_int8 == nullptr) ||
+      (q4 && backend->linear_forward_q4 == nullptr)) {
+    refused.push_back(fmt::format("{} weights", enum_name(needs.quantized_weights)));
+    reasons.push_back(fmt::format("the {} backend has no {} kernel", backend->device,
+                                  int8 ? "linear_forward_int8" : "linear_forward_q4"));
   }
   if (needs.qk_norm && backend->ops.head_rmsnorm_forward == nullptr) {
     refused.push_back("QK-norm (model.qk_norm)");

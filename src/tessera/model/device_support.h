@@ -7,15 +7,16 @@
 #include <string_view>
 
 #include "tessera/kernels/context.h"
+#include "tessera/model/execution.h"
 
 namespace tessera::model {
 
 // The parts of a run that not every device runs.
 struct DeviceNeeds {
-  int64_t tp = 1, pp = 1, ep = 1, cp = 1;  // mesh.tp, mesh.pp, mesh.ep, mesh.cp
-  bool moe = false;                        // model.moe: a mixture of experts
-  bool int8_weights = false;               // linear layers multiplied in int8 (serving)
-  bool qk_norm = false;                    // model.qk_norm
+  int64_t tp = 1, pp = 1, ep = 1, cp = 1;                 // mesh.tp, mesh.pp, mesh.ep, mesh.cp
+  bool moe = false;                                       // model.moe: a mixture of experts
+  WeightFormat quantized_weights = WeightFormat::kDense;  // serving with --quantize
+  bool qk_norm = false;                                   // model.qk_norm
 };
 
 // Throws when a device of `kind` cannot run every part of `needs`, naming each part it cannot run

@@ -26,13 +26,16 @@ constexpr const auto& enum_names(Recompute) { return kRecomputeNames; }
 // How an inference model holds the weights its matmuls read. dense: as the precision says. int8:
 // every linear layer's weight matrix, the head included, as int8 with one f32 scale per output
 // row (symmetric, max|row| / 127), multiplied by the activations quantised per row the same way,
-// with exact integer sums (kernels/int8_linear.h); the f32 parameters stay resident for the
-// embeddings, norms and biases and as the source of the int8 copy. int8 needs precision f32,
-// dense MLPs, training=false and no parameter store.
+// with exact integer sums (kernels/int8_linear.h). q4_0: the same matrices in ggml's Q4_0 blocks
+// of 32 weights with an f16 scale each, multiplied by activations quantised to int8 per block
+// (kernels/q4_linear.h); their input widths must be multiples of 32, and the head stays int8. In
+// both, the f32 parameters
+// stay resident for the embeddings, norms and biases and as the source of the quantised copy;
+// both need precision f32, dense MLPs, training=false and no parameter store.
 // The names are those of the --quantize flag: "none" is dense.
-enum class WeightFormat { kDense, kInt8 };
-inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {{WeightFormat::kDense, "none"},
-                                                                {WeightFormat::kInt8, "int8"}};
+enum class WeightFormat { kDense, kInt8, kQ4_0 };
+inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {
+    {WeightFormat::kDense, "none"}, {WeightFormat::kInt8, "int8"}, {WeightFormat::kQ4_0, "q4_0"}};
 constexpr const auto& enum_names(WeightFormat) { return kWeightFormatNames; }
 
 // The matmul operand format of a low precision (bf16 or f16).

@@ -5,10 +5,11 @@
 #include <cstdint>
 
 #include "tessera/kernels/context.h"
-#include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 
 namespace tessera::model {
+
+class QuantizedWeights;
 
 // A matmul input: f32, and in low precision also its low-precision copy, which is what the
 // matmul reads and what is kept for backward; there the f32 buffer is transient working space.
@@ -26,8 +27,9 @@ class ParamAccess {
   virtual const uint16_t* low(int64_t offset) const = 0;
   // Null for a frozen parameter, whose gradient is not computed.
   virtual float* grad(int64_t offset) const = 0;
-  virtual kernels::Int8Matrix int8(int64_t offset) const = 0;
-  virtual bool int8_weights() const = 0;
+  // The quantised copy of the weight matrices, in an inference model with quantised weights;
+  // null otherwise.
+  virtual const QuantizedWeights* quantized() const = 0;
 };
 
 // The matmul format of a run: f32, or bf16/f16 operands with f32 accumulation.

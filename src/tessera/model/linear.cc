@@ -4,6 +4,7 @@
 
 #include "tessera/kernels/device.h"
 #include "tessera/kernels/ops.h"
+#include "tessera/model/quantized_weights.h"
 
 namespace tessera::model {
 
@@ -36,8 +37,8 @@ Linear::Linear(const kernels::Context& ctx, int64_t in, int64_t out, PartOffsets
 void Linear::forward(const ParamAccess& p, const MatmulInput& x, float* y, int64_t N,
                      bool with_bias) const {
   const float* bias = with_bias && params_.bias >= 0 ? p.f32(params_.bias) : nullptr;
-  if (p.int8_weights()) {
-    k::linear_forward_int8(ctx_, x.f32, p.int8(params_.weight), bias, y, N, int8_scratch_);
+  if (const QuantizedWeights* quantized = p.quantized()) {
+    quantized->forward(ctx_, params_.weight, x.f32, bias, y, N, int8_scratch_);
   } else if (format_.low) {
     k::linear_forward_low(ctx_, x.low, p.low(params_.weight), bias, y, N, in_, out_,
                           format_.precision);

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "tessera/model/block.h"
+#include "tessera/model/quantized_weights.h"
 
 namespace tessera::model {
 
@@ -18,26 +18,11 @@ int64_t inference_max_batch(const ModelConfig& config, int64_t max_step_tokens) 
   return std::max<int64_t>(1, (max_step_tokens + config.max_seq - 1) / config.max_seq);
 }
 
-namespace {
-
-// Bytes of the int8 matrices and their row scales.
-int64_t int8_bytes(const ModelLayout& layout) {
-  const std::vector<int64_t> offsets = linear_weight_offsets(layout);
-  const std::unordered_set<int64_t> matrices(offsets.begin(), offsets.end());
-  int64_t bytes = 0;
-  for (const ParamInfo& p : layout.params.entries()) {
-    if (matrices.contains(p.offset)) bytes += p.shape[0] * (p.shape[1] + int64_t(sizeof(float)));
-  }
-  return bytes;
-}
-
-}  // namespace
-
 int64_t resident_weight_bytes(const ModelLayout& layout, Precision precision,
                               WeightFormat weights) {
   const int64_t total = layout.params.total();
   return int64_t(sizeof(float)) * total + (precision != Precision::kF32 ? 2 * total : 0) +
-         (weights == WeightFormat::kInt8 ? int8_bytes(layout) : 0);
+         (weights != WeightFormat::kDense ? QuantizedWeights::bytes(layout, weights) : 0);
 }
 
 double MatmulWeightReads::per_step(double tokens) const {
@@ -68,8 +53,8 @@ MatmulWeightReads matmul_weight_reads(const ModelLayout& layout, Precision preci
       }
     }
   }
-  if (weights == WeightFormat::kInt8) {
-    reads.dense += double(int8_bytes(layout));
+  if (weights != WeightFormat::kDense) {
+    reads.dense += double(QuantizedWeights::bytes(layout, weights));
   } else {
     const double head = layout.has_head ? elements.at(layout.head_weight()) : 0;
     reads.dense += dense_bytes * (dense + head);

@@ -29,8 +29,8 @@ KvRows kv_rows(const ModelLayout& layout);
 int64_t inference_max_batch(const ModelConfig& config, int64_t max_step_tokens);
 
 // Bytes of the parameters an inference model of this layout keeps: all of them in f32, their
-// low-precision copy when it multiplies in bf16 or f16, and with int8 weights every linear matrix
-// (linear_weight_offsets) in int8 with an f32 scale per row.
+// low-precision copy when it multiplies in bf16 or f16, and with quantised weights every linear
+// matrix (linear_weight_offsets) in int8 or q4_0 with its scales (QuantizedWeights).
 int64_t resident_weight_bytes(const ModelLayout& layout, Precision precision, WeightFormat weights);
 
 // Bytes of weight matrices the layout's matmuls read: the dense ones (attention, dense MLPs, the

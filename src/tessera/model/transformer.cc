@@ -11,7 +11,6 @@
 #include "tessera/core/error.h"
 #include "tessera/core/trace.h"
 #include "tessera/kernels/device.h"
-#include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/low_precision.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/device_support.h"
@@ -40,8 +39,8 @@ ModelParallel with_defaults(const ModelParallel* p, Collectives* alone) {
 constexpr int64_t kExactTokenFloats = int64_t(1) << 24;
 
 // What the options allow: micro-batches in flight, a split backward, packed documents and context
-// parallelism for training, int8 weights for a dense f32 inference model that keeps its own
-// parameters.
+// parallelism for training, quantised weights for a dense f32 inference model that keeps its
+// own parameters.
 void check_options(const ModelConfig& config, const ModelOptions& options, bool training) {
   check(options.in_flight >= 1 && (training || options.in_flight == 1),
         "a model holds 1 or more micro-batches in flight, and only for training; got {}",
@@ -69,17 +68,8 @@ void check_options(const ModelConfig& config, const ModelOptions& options, bool 
           "model.vocab_size is {}",
           kExactTokenFloats, config.vocab_size);
   }
-  if (options.weights != WeightFormat::kInt8) return;
-  check(!training, "int8 weights are for inference: build the model with training=false");
-  check(!config.is_moe(),
-        "int8 weights need dense MLPs, but the model has {} experts (model.moe.n_experts)",
-        config.moe.n_experts);
-  check(options.precision == Precision::kF32,
-        "int8 weights multiply f32 activations: use precision f32 with them, not {}",
-        enum_name(options.precision));
-  check(options.store == nullptr,
-        "int8 weights are quantised from parameters the model keeps itself: build it without a "
-        "parameter store");
+  QuantizedWeights::check_model(config, options.weights, options.precision, training,
+                                options.store != nullptr);
 }
 
 }  // namespace
@@ -122,17 +112,11 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
                     {.tp = tp_.ranks(),
                      .cp = split_.ranks,
                      .moe = config_.is_moe(),
-                     .int8_weights = options_.weights == WeightFormat::kInt8,
+                     .quantized_weights = options_.weights,
                      .qk_norm = config_.qk_norm},
                     fmt::format("a model built on {} device {}", enum_name(ctx_.device.kind),
                                 ctx_.device.ordinal));
-  if (options_.weights == WeightFormat::kInt8) int8_ = std::make_unique<Int8Weights>(layout_);
-  if (store_ == nullptr) {
-    std::optional<k::LowPrecision> low;
-    if (format_.low) low = format_.precision;
-    resident_ = std::make_unique<ResidentParameters>(ctx_, layout_, low, training_);
-    store_ = resident_.get();
-  }
+  hold_parameters();
   scratch_threads_ = omp_get_max_threads();
   if (split_.active() && options_.document_separator) {
     sequence_tokens_.resize(size_t(2 * split_.full_length(N)));
@@ -206,6 +190,18 @@ Transformer::Transformer(const ModelConfig& config, int64_t max_batch, int64_t m
 
 Transformer::~Transformer() = default;
 
+void Transformer::hold_parameters() {
+  if (store_ == nullptr) {
+    std::optional<k::LowPrecision> low;
+    if (format_.low) low = format_.precision;
+    resident_ = std::make_unique<ResidentParameters>(ctx_, layout_, low, training_);
+    store_ = resident_.get();
+  }
+  if (options_.weights != WeightFormat::kDense) {
+    quantized_ = std::make_unique<QuantizedWeights>(layout_, options_.weights);
+  }
+}
+
 int64_t Transformer::num_parameters() const { return count_parameters(config_).total; }
 
 int64_t Transformer::matmul_weight_bytes_per_token() const {
@@ -215,7 +211,8 @@ int64_t Transformer::matmul_weight_bytes_per_token() const {
 int64_t Transformer::resident_parameter_bytes() const {
   if (resident_ == nullptr) return 0;
   const int64_t total = layout_.params.total();
-  return 4 * total + (format_.low ? 2 * total : 0) + (int8_ != nullptr ? int8_->bytes() : 0);
+  return 4 * total + (format_.low ? 2 * total : 0) +
+         (quantized_ != nullptr ? quantized_->bytes() : 0);
 }
 
 ResidentParameters& Transformer::resident() {
@@ -224,7 +221,7 @@ ResidentParameters& Transformer::resident() {
 }
 
 std::span<float> Transformer::params() {
-  if (int8_ != nullptr) int8_->mark_stale();
+  if (quantized_ != nullptr) quantized_->mark_stale();
   return resident().params();
 }
 std::span<float> Transformer::grads() {
@@ -239,7 +236,7 @@ void Transformer::init_weights(uint64_t seed) {
 
 void Transformer::acquire(int64_t unit) {
   weights_[unit] = store_->acquire(unit);
-  if (int8_ != nullptr) int8_->refresh(unit, weights_[unit].f32);
+  if (quantized_ != nullptr) quantized_->refresh(unit, weights_[unit].f32);
 }
 
 void Transformer::release(int64_t unit) {

@@ -18,11 +18,11 @@
 #include "tessera/model/embedding.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/head.h"
-#include "tessera/model/int8_weights.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/moe_layer.h"
 #include "tessera/model/parameter_store.h"
+#include "tessera/model/quantized_weights.h"
 #include "tessera/model/tensor_parallel.h"
 
 namespace tessera::model {
@@ -182,6 +182,8 @@ class Transformer {
 
   // Host tokens where the kernels read them: on another device, copied to device_tokens_ + at.
   const int32_t* tokens_for_kernels(const int32_t* tokens, int64_t n, int64_t at);
+  // Builds the parameters the model keeps itself (without a store) and their quantised copy.
+  void hold_parameters();
   ResidentParameters& resident();
   void acquire(int64_t unit);
   void release(int64_t unit);
@@ -221,7 +223,7 @@ class Transformer {
   ModelActivations acts_;
   ActivationBytes activation_bytes_;
   std::unique_ptr<ResidentParameters> resident_;
-  std::unique_ptr<Int8Weights> int8_;  // WeightFormat::kInt8 only
+  std::unique_ptr<QuantizedWeights> quantized_;  // quantised weight formats only
   ParameterStore* store_;
   std::vector<ParameterStore::Weights> weights_;  // of acquired units
   std::vector<float*> unit_grads_;                // of units in backward

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/int8_linear.h"
 #include "tessera/model/transformer.h"
 
 namespace tessera::model {
@@ -29,8 +28,7 @@ class Transformer::Access final : public ParamAccess {
     float* unit = m_.unit_grads_[u];
     return unit == nullptr ? nullptr : unit + (offset - m_.layout_.units[u].begin);
   }
-  kernels::Int8Matrix int8(int64_t offset) const override { return m_.int8_->matrix(offset); }
-  bool int8_weights() const override { return m_.int8_ != nullptr; }
+  const QuantizedWeights* quantized() const override { return m_.quantized_.get(); }
 
  private:
   int64_t unit_of(int64_t offset) const {

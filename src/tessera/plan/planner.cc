@@ -261,8 +261,9 @@ std::string serve_report(const model::ModelConfig& model, const HardwareCatalog&
   w.context = query.seq_len.value_or(model.max_seq);
   if (w.prompt_tokens == 0) w.prompt_tokens = w.context / 2;
   w.precision = query.workload.precision;
-  check(w.weights != model::WeightFormat::kInt8 || w.precision == model::Precision::kF32,
-        "tessera plan --serve: --quantize int8 needs --precision f32, as serve's does");
+  check(w.weights == model::WeightFormat::kDense || w.precision == model::Precision::kF32,
+        "tessera plan --serve: --quantize {} needs --precision f32, as serve's does",
+        enum_name(w.weights));
   const int64_t chips = counts.empty() ? 0 : counts.front();
   return serving_report(model, catalog, names, chips, w, query.top, query.json);
 }

@@ -18,7 +18,8 @@ std::string dollars(const std::optional<double>& usd) {
 std::string workload_summary(const model::ModelConfig& m, const ServingWorkload& w) {
   const model::ParameterCount n = model::count_parameters(m);
   std::string weights =
-      w.weights == model::WeightFormat::kInt8 ? "int8 matmul weights (beside the f32 parameters)"
+      w.weights != model::WeightFormat::kDense
+          ? fmt::format("{} matmul weights (beside the f32 parameters)", enum_name(w.weights))
       : w.precision == model::Precision::kF32
           ? "f32 weights"
           : fmt::format("{} matmul weights (beside the f32 parameters)", enum_name(w.precision));

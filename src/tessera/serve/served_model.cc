@@ -21,17 +21,17 @@ namespace fs = std::filesystem;
 
 void check_serving_format(const ServingFormat& format) {
   using model::Precision;
-  const bool int8 = format.weights == model::WeightFormat::kInt8;
+  const bool quantized = format.weights != model::WeightFormat::kDense;
   const bool cuda = format.device.kind == kernels::DeviceKind::kCuda;
   check(format.precision != Precision::kF16, "--precision must be f32 or bf16, not 'f16'");
-  check(!int8 || format.precision == Precision::kF32,
-        "--quantize int8 multiplies int8 weights with f32 activations; drop --precision {}",
-        enum_name(format.precision));
+  check(!quantized || format.precision == Precision::kF32,
+        "--quantize {} multiplies quantised weights with f32 activations; drop --precision {}",
+        enum_name(format.weights), enum_name(format.precision));
   check(!cuda || kernels::cuda_device_count() > 0, "--device cuda, but {}",
         kernels::cuda_unavailable_reason());
-  model::check_device_runs(format.device.kind, {.int8_weights = int8},
+  model::check_device_runs(format.device.kind, {.quantized_weights = format.weights},
                            fmt::format("--device {} with --quantize {}",
-                                       enum_name(format.device.kind), int8 ? "int8" : "none"));
+                                       enum_name(format.device.kind), enum_name(format.weights)));
 }
 
 const float* on_host(const kernels::Context& ctx, const float* values, int64_t n,
@@ -43,7 +43,7 @@ const float* on_host(const kernels::Context& ctx, const float* values, int64_t n
 }
 
 std::string serving_format_name(const ServingFormat& format) {
-  if (format.weights == model::WeightFormat::kInt8) return "int8";
+  if (format.weights != model::WeightFormat::kDense) return std::string(enum_name(format.weights));
   return std::string(enum_name(format.precision));
 }
 

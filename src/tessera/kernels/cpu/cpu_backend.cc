@@ -31,6 +31,7 @@ const Tables& tables() {
     add_low_precision_linear_kernels(t.backend);
     add_paged_attention_kernels(t.backend);
     add_int8_linear_kernels(t.backend);
+    add_q4_linear_kernels(t.backend);
     return t;
   }();
   return filled;
