@@ -1,9 +1,9 @@
 // GGUF in, end to end: models Tessera exported to GGUF import back with `convert import --gguf`
 // as the same model: every hyperparameter (RoPE scaling and QK-norm included), the BPE
 // tokenizer, and parameters bit-identical in f32 and rounded as the file rounds them in f16 and
-// q8_0; the imported run generates the same text. Files that are not a model Tessera runs, or
-// are damaged, are refused in one line. (The block decoders: tests/interop/ggml_types_test.cc;
-// the container: tests/interop/gguf_reader_test.cc.)
+// q8_0; the imported run, and the f32 file read in place, generate the same text. Files that are
+// not a model Tessera runs, or are damaged, are refused in one line. (The block decoders:
+// tests/interop/ggml_types_test.cc; the container: tests/interop/gguf_reader_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -83,6 +83,9 @@ class GgufImportCli : public ::testing::Test {
     const CliResult b = run_cli("generate --checkpoint " + back + sample);
     ASSERT_EQ(b.exit_code, 0) << b.output;
     EXPECT_EQ(a.output, b.output);
+    const CliResult in_place = run_cli("generate --checkpoint " + file + sample);
+    ASSERT_EQ(in_place.exit_code, 0) << in_place.output;
+    EXPECT_EQ(a.output, in_place.output) << "the GGUF file read in place";
   }
 
   TempDir dir{"tessera-gguf-import"};

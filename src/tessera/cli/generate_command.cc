@@ -22,9 +22,9 @@ Settings<GenerateFlags> generate_flags() {
   using P = serve::SamplerParams;
   return join<G>({
       {
-          required(flag("--checkpoint", "DIR", &G::checkpoint,
-                        "a run directory, one checkpoint step directory or a Hugging Face model "
-                        "folder")),
+          required(flag("--checkpoint", "PATH", &G::checkpoint,
+                        "a run directory, one checkpoint step directory, a Hugging Face model "
+                        "folder or a GGUF file")),
           required(flag("--prompt", "TEXT", &G::prompt, "text to continue")),
           flag("--allow-special", "", &G::allow_special,
                "special tokens spelled in the prompt (<|endoftext|>, ...) are those tokens"),

@@ -49,7 +49,8 @@ int64_t connection_cap(int64_t max_connections) {
 
 std::string default_model_name(const std::string& checkpoint) {
   const fs::path p = fs::path(checkpoint).lexically_normal();
-  const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
+  const fs::path last = (p.has_filename() ? p : p.parent_path()).filename();
+  const std::string name = (last.extension() == ".gguf" ? last.stem() : last).string();
   return name.empty() || name == "." ? "tessera" : name;
 }
 

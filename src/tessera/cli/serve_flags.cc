@@ -107,9 +107,9 @@ Settings<ServeFlags> serve_flags() {
   using S = ServeFlags;
   return join<S>({
       {
-          required(flag("--checkpoint", "DIR", &S::checkpoint,
-                        "a run directory, one checkpoint step directory or a Hugging Face model "
-                        "folder")),
+          required(flag("--checkpoint", "PATH", &S::checkpoint,
+                        "a run directory, one checkpoint step directory, a Hugging Face model "
+                        "folder or a GGUF file")),
           flag("--api-key", "KEY", &S::api_key,
                "require 'Authorization: Bearer KEY' on every route but /health (default: the "
                "TESSERA_API_KEY environment variable, else none)"),

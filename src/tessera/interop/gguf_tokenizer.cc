@@ -103,4 +103,20 @@ std::optional<tokenizer::BpeVocab> import_gguf_vocab(const GgufFile& f) {
   return vocab;
 }
 
+nlohmann::json gguf_tokenizer_config(const GgufFile& f) {
+  nlohmann::json config = nlohmann::json::object();
+  if (f.has("tokenizer.chat_template")) config["chat_template"] = f.text("tokenizer.chat_template");
+  if (!f.has("tokenizer.ggml.tokens")) return config;
+  const std::vector<std::string>& tokens = f.texts("tokenizer.ggml.tokens");
+  for (const char* name : {"bos", "eos"}) {
+    const std::string key = fmt::format("tokenizer.ggml.{}_token_id", name);
+    if (!f.has(key)) continue;
+    const int64_t id = f.integer(key);
+    check(id >= 0 && id < int64_t(tokens.size()), "{}: {} is {}, outside the {} tokens", f.source(),
+          key, id, tokens.size());
+    config[fmt::format("{}_token", name)] = tokens[size_t(id)];
+  }
+  return config;
+}
+
 }  // namespace tessera::interop

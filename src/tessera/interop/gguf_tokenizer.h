@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "tessera/interop/gguf_reader.h"
@@ -21,5 +22,10 @@ void add_gguf_tokenizer(const tokenizer::BpeVocab& vocab, int64_t n_vocab, GgufW
 // or Llama 3 pre-tokenizer); a file without one gives none. Any other tokenizer is an error naming
 // it.
 std::optional<tokenizer::BpeVocab> import_gguf_vocab(const GgufFile& file);
+
+// What a tokenizer_config.json would say of the file's tokenizer: its chat template
+// (tokenizer.chat_template) and the texts of its bos and eos tokens (tokenizer.ggml.bos_token_id,
+// eos_token_id), each where the file has it. An id outside the vocabulary is an error naming it.
+nlohmann::json gguf_tokenizer_config(const GgufFile& file);
 
 }  // namespace tessera::interop

@@ -3,16 +3,20 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/core/json_file.h"
 #include "tessera/core/text_corpus.h"
+#include "tessera/interop/gguf_import.h"
+#include "tessera/interop/gguf_tokenizer.h"
 #include "tessera/interop/hf_convert.h"
 #include "tessera/model/device_support.h"
 #include "tessera/model/lora_merge.h"
 #include "tessera/model/serving_memory.h"
+#include "tessera/tokenizer/bpe_tokenizer.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 
 namespace tessera::serve {
@@ -126,19 +130,34 @@ ServedModel load_hf_folder(const fs::path& dir, int64_t max_step_tokens,
   return served;
 }
 
+// A GGUF file read in place: its weights decoded to f32 (quantised again as `format` says) and
+// its tokenizer, or bytes where it has none.
+ServedModel load_gguf_file(const interop::GgufFile& file, int64_t max_step_tokens,
+                           const ServingFormat& format) {
+  const interop::GgufImport imported = interop::import_gguf(file);
+  ServedModel served;
+  served.step_dir = file.source();
+  build_inference_model(imported.config, max_step_tokens, format, served);
+  place_whole_params(model::model_layout(imported.config).params, imported.params, file.source(),
+                     *served.model);
+  std::optional<tokenizer::BpeVocab> vocab = interop::import_gguf_vocab(file);
+  if (!vocab) spdlog::info("{} holds no tokenizer: reading text as bytes", file.source());
+  served.tokenizer =
+      vocab ? std::make_unique<tokenizer::BpeTokenizer>(std::move(*vocab), "gguf", file.source())
+            : tokenizer::load_tokenizer("byte");
+  return served;
+}
+
 std::optional<nlohmann::json> read_json_if_present(const fs::path& path) {
   if (!is_file(path)) return std::nullopt;
   return read_json_file(path);
 }
 
-// The chat template and the tokens that end a turn, from the tokenizer's folder (`tokenizer_dir`,
-// empty for bytes) and the model folder's generation_config.json.
-void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir,
-                        const fs::path& chat_template_file, ServedModel& served) {
-  const std::optional<nlohmann::json> config =
-      tokenizer_dir.empty()
-          ? std::nullopt
-          : read_json_if_present(tokenizer_dir / tokenizer::kHfTokenizerConfigFile);
+// The chat template and the tokens that end a turn, from the tokenizer's config (read from
+// `config_file`; none for bytes) and the model folder's generation_config.json (none for a file).
+void read_chat_settings(const std::optional<nlohmann::json>& config, const fs::path& config_file,
+                        const fs::path& model_dir, const fs::path& chat_template_file,
+                        ServedModel& served) {
   std::vector<int32_t>& stops = served.stop_tokens;
   if (config && config->is_object()) {
     const std::string eos = jinja::special_token_text(*config, "eos_token");
@@ -146,7 +165,9 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
       if (!eos.empty() && spelled == eos) stops.push_back(id);
     }
   }
-  if (auto generation = read_json_if_present(model_dir / "generation_config.json");
+  if (auto generation = model_dir.empty()
+                            ? std::nullopt
+                            : read_json_if_present(model_dir / "generation_config.json");
       generation && generation->is_object() && generation->contains("eos_token_id")) {
     const nlohmann::json& eos = (*generation)["eos_token_id"];
     for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
@@ -156,8 +177,15 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
       }
     }
   }
-  served.chat_template = jinja::load_chat_template(
-      config, tokenizer_dir / tokenizer::kHfTokenizerConfigFile, chat_template_file);
+  served.chat_template = jinja::load_chat_template(config, config_file, chat_template_file);
+}
+
+// The first bytes of a GGUF file.
+bool is_gguf_file(const fs::path& path) {
+  if (!fs::is_regular_file(path)) return false;
+  char magic[4] = {};
+  std::ifstream(path, std::ios::binary).read(magic, sizeof magic);
+  return std::string_view(magic, sizeof magic) == "GGUF";
 }
 
 }  // namespace
@@ -165,8 +193,14 @@ void read_chat_settings(const fs::path& tokenizer_dir, const fs::path& model_dir
 ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_tokens,
                               const ServingFormat& format, const fs::path& chat_template_file) {
   ServedModel served;
-  fs::path tokenizer_dir, model_dir;
-  if (interop::is_hf_model_folder(checkpoint)) {
+  std::optional<nlohmann::json> tokenizer_config;
+  fs::path config_file, model_dir, tokenizer_dir;
+  if (is_gguf_file(checkpoint)) {
+    const interop::GgufFile file(checkpoint);
+    served = load_gguf_file(file, max_step_tokens, format);
+    tokenizer_config = interop::gguf_tokenizer_config(file);
+    config_file = checkpoint;
+  } else if (interop::is_hf_model_folder(checkpoint)) {
     served = load_hf_folder(checkpoint, max_step_tokens, format);
     model_dir = checkpoint;
     if (tokenizer::holds_tokenizer(checkpoint)) tokenizer_dir = checkpoint;
@@ -192,7 +226,11 @@ ServedModel load_served_model(const fs::path& checkpoint, int64_t max_step_token
     served.tokenizer = tokenizer::load_tokenizer(tokenizer);
     if (tokenizer != "byte") tokenizer_dir = model_dir = tokenizer;
   }
-  read_chat_settings(tokenizer_dir, model_dir, chat_template_file, served);
+  if (!tokenizer_dir.empty()) {
+    config_file = tokenizer_dir / tokenizer::kHfTokenizerConfigFile;
+    tokenizer_config = read_json_if_present(config_file);
+  }
+  read_chat_settings(tokenizer_config, config_file, model_dir, chat_template_file, served);
   check(served.tokenizer->vocab_size() <= served.config().vocab_size,
         "{}: the tokenizer has {} tokens but the model only {} (model.vocab_size)",
         served.step_dir.string(), served.tokenizer->vocab_size(), served.config().vocab_size);
