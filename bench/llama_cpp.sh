@@ -26,24 +26,14 @@ prefill=512
 [[ -x "$build/tessera" && -x "$build/bench/decode_bench" ]] ||
   bash "$root/scripts/build.sh" tessera_cli decode_bench >/dev/null
 
-# llama-bench from the package's own source and libraries.
+source "$root/bench/llama_cpp_peer.bash"
 modules="$root/tests/llama_cpp/node_modules"
-peer=1
-tool() { bash "$root/tests/llama_cpp/build_tool.sh" "$1" "$build/llama.cpp"; }
-if ! llama_bench=$(tool llama-bench) || ! llama_quantize=$(tool llama-quantize); then
-  peer=0
-  echo "llama.cpp left out: $modules has no node-llama-cpp" \
-    "(scripts/setup.sh --bench installs it); only Tessera is measured"
-fi
+find_llama_cpp llama-bench llama-quantize
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cat "$root/README.md" "$root"/docs/*.md >"$work/corpus.txt"
-"$build/tessera" train --data "$work/corpus.txt" --out "$work/run" --set model.arch=llama \
-  --set model.n_layer=$n_layer --set model.n_head=$n_head --set model.d_model=$d_model \
-  --set model.ffn_hidden=$ffn --set model.max_seq=1024 --set train.batch_size=1 \
-  --set train.seq_len=64 --set train.steps=1 --set train.eval_every=0 >/dev/null
-for dtype in f32 f16 q8_0; do
+one_step_llama "$work" 1024
+for dtype in f16 q8_0; do
   "$build/tessera" convert export --format gguf --dtype "$dtype" --checkpoint "$work/run" \
     --out "$work/model-$dtype.gguf" >/dev/null
 done

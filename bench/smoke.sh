@@ -110,6 +110,16 @@ case "$name" in
     row "f32 f32 # # $theirs # $theirs"
     row "bf16 f16 # # $theirs # $theirs"
     row "int8 q8_0 # # $theirs # $theirs"
+    row "q4_0 q4_0 # # $theirs # $theirs"
+    ;;
+  kv_cache)
+    bench SMOKE=1 REPEATS=1
+    theirs='# #'
+    left_out "llama.cpp" '^llama.cpp left out: ' && theirs='- -'
+    row "2 x 64 Llama, batch-1 decode of 8 tokens after a 128-token prompt, tokens/s, *"
+    row "cache ours ratio to f32 llama.cpp cache llama.cpp ours/llama.cpp"
+    row "f32 # # f16 [512] $theirs (ours [1024])"
+    row "q8_0 # # q8_0 [272] $theirs (ours [272])"
     ;;
   mfu_check)
     bench CONFIG="$tiny" STEPS=8 BATCH=4 SEQ=64

@@ -155,7 +155,7 @@ class PagedPool {
  private:
   int64_t block_tokens_;
   DeviceArray<float> storage_;
-  std::vector<float*> k_, v_;
+  std::vector<void*> k_, v_;
   std::vector<int32_t> table_;
 };
 

@@ -46,7 +46,7 @@ class Cache {
 
  private:
   std::vector<float> storage_;
-  std::vector<float*> k_, v_;
+  std::vector<void*> k_, v_;
   std::vector<int32_t> tables_[kSequences];
 };
 

@@ -28,7 +28,7 @@ std::string bible(const std::string& range) {
   return r.output;
 }
 
-const std::vector<std::string> kPrompts = {
+const std::vector<std::string> kAdapterPrompts = {
     "In the beginning",    "And God said", "And the LORD", "Blessed is the man",
     "The earth was",       "Let there be", "And Moses",    "O LORD",
     "And it came to pass", "Praise ye",    "The heavens",  "And he said"};
@@ -135,24 +135,24 @@ void check_runtime_adapters(const TempDir& dir, const std::vector<std::string>& 
 
   std::vector<std::pair<std::string, std::string>> asks;
   for (const std::string& m : {"exodus", "hf:counting"}) {
-    for (const std::string& p : kPrompts) asks.push_back({m, p});
+    for (const std::string& p : kAdapterPrompts) asks.push_back({m, p});
   }
   asks.push_back({"exodus", kLongPrompt});
   const std::vector<std::string> texts = complete(server.port(), asks);
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    EXPECT_EQ(texts[i], mixed[kPrompts.size() + i]) << "exodus: " << kPrompts[i];
-    EXPECT_EQ(texts[kPrompts.size() + i], mixed[3 * kPrompts.size() + i])
-        << "counting: " << kPrompts[i];
+  for (size_t i = 0; i < kAdapterPrompts.size(); ++i) {
+    EXPECT_EQ(texts[i], mixed[kAdapterPrompts.size() + i]) << "exodus: " << kAdapterPrompts[i];
+    EXPECT_EQ(texts[kAdapterPrompts.size() + i], mixed[3 * kAdapterPrompts.size() + i])
+        << "counting: " << kAdapterPrompts[i];
   }
   // Unloaded while a request may still run with it: the request ends as usual, new ones find no
   // adapter,
   // and its slot takes another adapter once the request is done.
   auto running = std::async(std::launch::async, [&] {
-    return complete(server.port(), {{"exodus", kPrompts[0]}})[0];
+    return complete(server.port(), {{"exodus", kAdapterPrompts[0]}})[0];
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(post(client, unload, {{"lora_name", "exodus"}}), 200);
-  EXPECT_EQ(running.get(), mixed[kPrompts.size()]);
+  EXPECT_EQ(running.get(), mixed[kAdapterPrompts.size()]);
   EXPECT_EQ(
       post(client, "/v1/completions", {{"model", "exodus"}, {"prompt", "a"}, {"max_tokens", 1}}),
       404);
@@ -166,10 +166,10 @@ void check_runtime_adapters(const TempDir& dir, const std::vector<std::string>& 
   EXPECT_EQ(complete(server.port(), {{"psalms", kLongPrompt}})[0], psalms_long)
       << "the slot's last adapter's cached prompt answered for the new one";
   std::vector<std::pair<std::string, std::string>> psalms;
-  for (const std::string& p : kPrompts) psalms.push_back({"psalms", p});
+  for (const std::string& p : kAdapterPrompts) psalms.push_back({"psalms", p});
   const std::vector<std::string> sung = complete(server.port(), psalms);
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    EXPECT_EQ(sung[i], mixed[2 * kPrompts.size() + i]) << "psalms: " << kPrompts[i];
+  for (size_t i = 0; i < kAdapterPrompts.size(); ++i) {
+    EXPECT_EQ(sung[i], mixed[2 * kAdapterPrompts.size() + i]) << "psalms: " << kAdapterPrompts[i];
   }
 }
 
@@ -185,15 +185,16 @@ void check_adapters_across_ranks(const TempDir& dir, const std::map<std::string,
                         4);
     std::vector<std::pair<std::string, std::string>> asks;
     for (const std::string& m : {"exodus", "psalms"}) {
-      for (const std::string& p : kPrompts) asks.push_back({m, p});
+      for (const std::string& p : kAdapterPrompts) asks.push_back({m, p});
     }
     const std::vector<std::string> texts = complete(split.port(), asks);
     for (size_t i = 0; i < asks.size(); ++i) {
-      EXPECT_EQ(texts[i], mixed[kPrompts.size() + i]) << asks[i].first << ": " << asks[i].second;
+      EXPECT_EQ(texts[i], mixed[kAdapterPrompts.size() + i])
+          << asks[i].first << ": " << asks[i].second;
     }
   }
   std::vector<std::pair<std::string, std::string>> asks;
-  for (const std::string& p : kPrompts) asks.push_back({"exodus", p});
+  for (const std::string& p : kAdapterPrompts) asks.push_back({"exodus", p});
   std::vector<std::string> merged;
   {
     ServerProcess one("--checkpoint " + path.at("exodus") + " --threads 1");
@@ -209,7 +210,7 @@ TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::vector<std::pair<std::string, std::string>> asks;  // 48: every prompt with each model
   for (const std::string& m : {"hf", "exodus", "hf:psalms", "counting"}) {
-    for (const std::string& p : kPrompts) asks.push_back({m, p});
+    for (const std::string& p : kAdapterPrompts) asks.push_back({m, p});
   }
   std::vector<std::string> mixed;
   std::string psalms_long;
@@ -256,16 +257,16 @@ TEST(ServeLora, MixedAdaptersAnswerAsEachAlone) {
     const std::string lora = m == "hf" ? "" : " --lora " + m + "=" + path.at(m);
     ServerProcess alone("--checkpoint " + (dir / "hf") + " --threads 1" + lora);
     std::vector<std::pair<std::string, std::string>> own;
-    for (const std::string& p : kPrompts) own.push_back({name, p});
+    for (const std::string& p : kAdapterPrompts) own.push_back({name, p});
     const std::vector<std::string> texts = complete(alone.port(), own);
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
+    for (size_t i = 0; i < kAdapterPrompts.size(); ++i) {
       const size_t at = (m == "hf"       ? 0
                          : m == "exodus" ? 1
                          : m == "psalms" ? 2
                                          : 3) *
-                            kPrompts.size() +
+                            kAdapterPrompts.size() +
                         i;
-      EXPECT_EQ(mixed[at], texts[i]) << m << ": " << kPrompts[i];
+      EXPECT_EQ(mixed[at], texts[i]) << m << ": " << kAdapterPrompts[i];
       if (m != "hf" && texts[i] != mixed[i]) ++differ;
     }
   }

@@ -83,7 +83,7 @@ class OneSequenceCache {
 
  private:
   std::vector<float> storage_;
-  std::vector<float*> k_, v_;
+  std::vector<void*> k_, v_;
   std::vector<int32_t> table_;
 };
 

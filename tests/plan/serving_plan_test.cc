@@ -27,24 +27,29 @@ TEST(ServingPlan, MemoryIsWhatTheServerAllocates) {
   struct Format {
     model::Precision precision;
     model::WeightFormat weights;
+    kernels::KvDtype kv = kernels::KvDtype::kF32;
   };
   for (const std::string file : {"tiny.toml", "llama-tiny.toml"}) {
     const model::ModelConfig config = shipped_model(file);
-    for (const Format f : {Format{model::Precision::kF32, model::WeightFormat::kDense},
-                           Format{model::Precision::kBf16, model::WeightFormat::kDense},
-                           Format{model::Precision::kF32, model::WeightFormat::kInt8},
-                           Format{model::Precision::kF32, model::WeightFormat::kQ4_0}}) {
+    for (const Format f :
+         {Format{model::Precision::kF32, model::WeightFormat::kDense},
+          Format{model::Precision::kBf16, model::WeightFormat::kDense},
+          Format{model::Precision::kF32, model::WeightFormat::kInt8},
+          Format{model::Precision::kF32, model::WeightFormat::kQ4_0},
+          Format{model::Precision::kF32, model::WeightFormat::kDense, kernels::KvDtype::kQ8_0}}) {
       SCOPED_TRACE(file + " " + std::string(enum_name(f.precision)) + " weights " +
-                   std::string(enum_name(f.weights)));
+                   std::string(enum_name(f.weights)) + " KV cache " + std::string(enum_name(f.kv)));
       const ServingWorkload w{.context = config.max_seq,
                               .prompt_tokens = config.max_seq / 2,
                               .precision = f.precision,
-                              .weights = f.weights};
+                              .weights = f.weights,
+                              .kv_dtype = f.kv};
       serve::ServedModel served;
       served.model = std::make_unique<model::Transformer>(
           config, model::inference_max_batch(config, w.max_step_tokens), config.max_seq, false,
           model::ModelOptions{.precision = f.precision, .weights = f.weights});
       served.tokenizer = tokenizer::load_tokenizer("byte");
+      served.kv_dtype = f.kv;
       serve::ServeMetrics metrics;
       const serve::Engine engine(served, {}, metrics);
       const ServingMemory planned = serving_memory(config, 1, 1, 0, w, num_threads(), 0);

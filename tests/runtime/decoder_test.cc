@@ -50,7 +50,7 @@ class InterleavedBlocks {
 
  private:
   std::vector<float> storage_;
-  std::vector<float*> k_, v_;
+  std::vector<void*> k_, v_;
   std::vector<std::vector<int32_t>> tables_;
   std::vector<int64_t> lengths_;
 };

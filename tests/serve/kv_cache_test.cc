@@ -88,7 +88,7 @@ TEST(PagedKvCache, RowsOfDifferentPositionsAndLayersDoNotOverlap) {
   ASSERT_TRUE(cache.reserve(a, 6));
   ASSERT_TRUE(cache.reserve(b, 6));
   const int64_t width = 8;
-  std::set<float*> rows;
+  std::set<uint8_t*> rows;
   for (int64_t l = 0; l < 2; ++l) {
     for (int64_t seq : {a, b}) {
       for (int64_t p = 0; p < 6; ++p) {
@@ -98,7 +98,7 @@ TEST(PagedKvCache, RowsOfDifferentPositionsAndLayersDoNotOverlap) {
     }
   }
   EXPECT_EQ(rows.size(), 2u * 2 * 2 * 6);
-  EXPECT_EQ(cache.k_row(0, a, 1) - cache.k_row(0, a, 0), width);
+  EXPECT_EQ(cache.k_row(0, a, 1) - cache.k_row(0, a, 0), width * int64_t(sizeof(float)));
   const runtime::KvCacheView view = cache.view();
   EXPECT_EQ(view.k.size(), 2u);
   EXPECT_EQ(view.block_tokens, 4);

@@ -64,6 +64,8 @@ Settings<plan::ServingWorkload> serving_flags() {
       flag("--output-tokens", "N", &S::output_tokens, "with --serve: tokens generated per request",
            at_least(1)),
       flag("--quantize", "", &S::weights, "with --serve: int8 or q4_0 matmul weights, as serve's"),
+      flag("--kv-cache-dtype", "", &S::kv_dtype,
+           "with --serve: the KV cache in f32 or q8_0, as serve's"),
       flag("--max-running", "N", &S::max_running,
            "with --serve: sequences a replica decodes together, as serve's", at_least(1)),
       flag("--max-step-tokens", "N", &S::max_step_tokens,

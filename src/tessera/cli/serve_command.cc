@@ -74,11 +74,12 @@ void print_banner(const ServeFlags& flags, const serve::ServedModel& served,
           : "the CPU",
       num_threads());
   const serve::PagedKvCache& cache = engine.cache();
-  std::printf("KV cache: %lld blocks of %lld tokens = %lld tokens, %.1f MiB, prefix caching %s\n",
-              static_cast<long long>(cache.blocks_total()),
-              static_cast<long long>(cache.block_tokens()),
-              static_cast<long long>(cache.blocks_total() * cache.block_tokens()),
-              double(cache.bytes()) / (1 << 20), flags.engine.prefix_caching ? "on" : "off");
+  std::printf(
+      "KV cache: %lld blocks of %lld tokens = %lld tokens, %.1f MiB in %s, prefix caching %s\n",
+      static_cast<long long>(cache.blocks_total()), static_cast<long long>(cache.block_tokens()),
+      static_cast<long long>(cache.blocks_total() * cache.block_tokens()),
+      double(cache.bytes()) / (1 << 20), std::string(enum_name(cache.dtype())).c_str(),
+      flags.engine.prefix_caching ? "on" : "off");
   if (served.adapters != nullptr) {
     for (const std::string& name : served.adapters->names()) {
       std::printf("LoRA adapter '%s' (model '%s:%s')\n", name.c_str(), limits.model_name.c_str(),

@@ -72,6 +72,9 @@ Settings<serve::ServingFormat> serving_format_flags() {
       {flag("--precision", "f32|bf16", &F::precision, "matmul precision"),
        flag("--quantize", "", &F::weights,
             "int8 or q4_0: matmul weights in int8, or in 4-bit blocks of 32"),
+       flag("--kv-cache-dtype", "", &F::kv_dtype,
+            "q8_0: the KV cache in blocks of 32 int8 values with an f16 scale, 3.8x the tokens "
+            "in the same bytes"),
        flag("--tp", "N", &F::tp,
             "tensor-parallel ranks that split the model, each holding a shard of every weight "
             "and of the KV cache: run under mpirun -n N (x --pp x --ep)",

@@ -1,19 +1,34 @@
 // Attention over keys and values kept in a paged cache, for serving: each sequence's earlier
 // tokens sit in fixed-size blocks listed by its block table, so sequences grow a block at a time
-// and never move. Forward only; f32 only.
+// and never move. Forward only; the cache in f32 or in q8_0 blocks.
 #pragma once
 
 #include <cstdint>
 
+#include "tessera/core/enum_names.h"
 #include "tessera/kernels/context.h"
 
 namespace tessera::kernels {
 
-// Keys and values of one layer: k and v are [blocks][block_tokens][kv_heads * head_dim], row p of
-// a sequence living in block block_table[p / block_tokens] at slot p % block_tokens.
+// How the cache holds a row of keys or values: f32, or ggml's q8_0 (blocks of 32 values, each an
+// f16 scale, max|x| / 127, and 32 int8 values rounded to nearest; 34 bytes for 128 in f32), each
+// head's head_dim values (a multiple of 32) in blocks of its own. Attention reads a q8_0 row block
+// by block, never widening more than the row it multiplies.
+enum class KvDtype { kF32, kQ8_0 };
+inline constexpr EnumName<KvDtype> kKvDtypeNames[] = {{KvDtype::kF32, "f32"},
+                                                      {KvDtype::kQ8_0, "q8_0"}};
+constexpr const auto& enum_names(KvDtype) { return kKvDtypeNames; }
+
+// Bytes of a row of `width` keys or values (kv_heads * head_dim) held as `dtype`.
+int64_t kv_row_bytes(KvDtype dtype, int64_t width);
+
+// Keys and values of one layer: k and v are [blocks][block_tokens] rows of kv_heads * head_dim
+// values held as dtype, row p of a sequence living in block block_table[p / block_tokens] at slot
+// p % block_tokens.
 struct PagedKv {
-  float *k, *v;
+  void *k, *v;
   int64_t block_tokens, kv_heads, head_dim;
+  KvDtype dtype = KvDtype::kF32;
 };
 
 // One sequence's chunk of n new tokens at positions [start, start + n): its queries are rows

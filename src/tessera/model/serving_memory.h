@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/paged_attention.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_layout.h"
 
@@ -20,7 +21,10 @@ inline constexpr int64_t kDefaultKvBlockTokens = 16;
 // its kv heads (those of this tensor-parallel rank) in every block, in f32.
 struct KvRows {
   int64_t layers = 0, row_width = 0;
-  int64_t bytes_per_token() const { return 2 * layers * row_width * int64_t(sizeof(float)); }
+  // A token's keys and values in every layer, held as `dtype`.
+  int64_t bytes_per_token(kernels::KvDtype dtype = kernels::KvDtype::kF32) const {
+    return 2 * layers * kernels::kv_row_bytes(dtype, row_width);
+  }
 };
 KvRows kv_rows(const ModelLayout& layout);
 

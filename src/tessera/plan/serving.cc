@@ -39,7 +39,7 @@ ServingMemory memory_of(const model::ModelConfig& config, const model::ModelLayo
   ServingMemory m;
   m.weights = double(model::resident_weight_bytes(layout, w.precision, w.weights));
   m.activations = double(model::activation_bytes(config, layout, o).total);
-  m.kv_per_token = double(model::kv_rows(layout).bytes_per_token());
+  m.kv_per_token = double(model::kv_rows(layout).bytes_per_token(w.kv_dtype));
   m.usable = usable_bytes;
   return m;
 }

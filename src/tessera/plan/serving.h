@@ -25,7 +25,8 @@ struct ServingWorkload {
   int64_t output_tokens = 256;
   model::Precision precision = model::Precision::kBf16;
   model::WeightFormat weights = model::WeightFormat::kDense;
-  int64_t max_running = model::kDefaultMaxRunning;  // sequences a replica decodes together
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;  // how the KV cache holds keys and values
+  int64_t max_running = model::kDefaultMaxRunning;     // sequences a replica decodes together
   int64_t max_step_tokens = model::kDefaultMaxStepTokens;
   double itl_bound_s = 0;          // the longest time between two tokens; 0: none
   double ttft_bound_s = 0;         // the longest time to a first token; 0: none

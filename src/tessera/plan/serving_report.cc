@@ -26,10 +26,10 @@ std::string workload_summary(const model::ModelConfig& m, const ServingWorkload&
   std::string out = fmt::format(
       "model: {} parameters ({} layers, d_model {}, {} heads, {} kv heads){}\n"
       "serving: prompts of {} tokens, {} generated, room for {} per sequence; {}, KV cache in "
-      "f32, as the engine holds them; up to {} sequences per replica",
+      "{}, as the engine holds them; up to {} sequences per replica",
       human_count(double(n.total)), m.n_layer, m.d_model, m.n_head, m.kv_heads(),
       m.is_moe() ? fmt::format(", {} active", human_count(double(n.active))) : "", w.prompt_tokens,
-      w.output_tokens, w.context, weights, w.max_running);
+      w.output_tokens, w.context, weights, enum_name(w.kv_dtype), w.max_running);
   if (w.itl_bound_s > 0)
     out += fmt::format("; at most {:.0f} ms between tokens", 1e3 * w.itl_bound_s);
   if (w.ttft_bound_s > 0)

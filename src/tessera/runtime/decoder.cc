@@ -80,7 +80,7 @@ const float* Decoder::decode(const KvCacheView& cache, std::span<const DecodeChu
   }
   const int64_t kv_heads = model::kv_rows(model_.model_layout()).row_width / c.head_dim();
   for (size_t l = 0; l < kv_.size(); ++l) {
-    kv_[l] = {cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim()};
+    kv_[l] = {cache.k[l], cache.v[l], cache.block_tokens, kv_heads, c.head_dim(), cache.dtype};
   }
   const std::span<const int32_t> adapters =
       model_.options().adapters != nullptr

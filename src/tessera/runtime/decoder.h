@@ -12,11 +12,12 @@
 namespace tessera::runtime {
 
 // Keys and values of earlier tokens, one k and one v pointer per layer of the model, each laid
-// out as kernels::PagedKv describes. The serving layer's cache owns the storage and the block
-// tables.
+// out as kernels::PagedKv describes for `dtype`. The serving layer's cache owns the storage and
+// the block tables.
 struct KvCacheView {
-  std::span<float*const> k, v;
+  std::span<void*const> k, v;
   int64_t block_tokens = 0;
+  kernels::KvDtype dtype = kernels::KvDtype::kF32;
 };
 
 // One sequence's next n tokens, at positions [start, start + n): start is how many of its tokens

@@ -192,8 +192,8 @@ void DecodeRanks::follow(const runtime::KvCacheView& cache) {
 void follow_leader(ServedModel& served, const EngineOptions& options) {
   DecodeRanks ranks(served, max_logit_rows(options));
   PagedKvCache cache(served.context(), served.model->model_layout(),
-                     ranks.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
-                     options.block_tokens);
+                     ranks.leaders_pool_tokens(kv_pool_tokens(options, served)),
+                     options.block_tokens, /*prefix_caching=*/false, served.kv_dtype);
   ranks.follow(cache.view());
 }
 

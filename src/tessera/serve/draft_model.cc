@@ -9,7 +9,7 @@ DraftModel::DraftModel(ServedModel& served, int64_t pool_tokens, int64_t max_ste
     : served_(served),
       max_step_tokens_(max_step_tokens),
       cache_(served.context(), served.model->model_layout(), pool_tokens, block_tokens,
-             /*prefix_caching=*/false),
+             /*prefix_caching=*/false, served.kv_dtype),
       decoder_(*served.model) {}
 
 void DraftModel::draft(std::span<const Job> jobs) {

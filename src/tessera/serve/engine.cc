@@ -133,10 +133,11 @@ int64_t max_logit_rows(const EngineOptions& options) {
          std::min(options.max_step_tokens, options.max_running * options.draft_tokens);
 }
 
-int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& model) {
-  const model::ModelConfig& config = model.config();
+int64_t kv_pool_tokens(const EngineOptions& options, const ServedModel& served) {
+  const model::ModelConfig& config = served.config();
   if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
-  const int64_t per_token = PagedKvCache::bytes_per_token(model.model_layout());
+  const int64_t per_token =
+      PagedKvCache::bytes_per_token(served.model->model_layout(), served.kv_dtype);
   if (options.kv_cache_bytes > 0) {
     check(options.kv_cache_bytes >= per_token,
           "a KV cache of {} bytes cannot hold one token, which takes {} bytes",
@@ -155,8 +156,8 @@ Engine::Engine(ServedModel& served, const EngineOptions& options, ServeMetrics& 
       context_(served.config().max_seq),
       ranks_(served, max_logit_rows(options)),
       cache_(served.context(), served.model->model_layout(),
-             ranks_.leaders_pool_tokens(kv_pool_tokens(options, *served.model)),
-             options.block_tokens, options.prefix_caching) {
+             ranks_.leaders_pool_tokens(kv_pool_tokens(options, served)), options.block_tokens,
+             options.prefix_caching, served.kv_dtype) {
   check(options.max_running >= 1, "max running sequences must be at least 1, not {}",
         options.max_running);
   check(options.max_step_tokens >= options.max_running,

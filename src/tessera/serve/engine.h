@@ -138,9 +138,9 @@ class RequestStream {
 };
 
 // The KV pool's tokens: options.kv_cache_tokens, else as many as options.kv_cache_bytes holds of
-// the model's key/value rows (this rank's heads), else a context per running sequence within
-// EngineOptions::kDefaultKvCacheBytes.
-int64_t kv_pool_tokens(const EngineOptions& options, const model::Transformer& model);
+// the model's key/value rows (this rank's heads, as served.kv_dtype holds them), else a context
+// per running sequence within EngineOptions::kDefaultKvCacheBytes.
+int64_t kv_pool_tokens(const EngineOptions& options, const ServedModel& served);
 
 // Refused for want of room in the queue; the client should retry later.
 class QueueFull : public Error {

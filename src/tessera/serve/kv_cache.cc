@@ -10,8 +10,8 @@
 
 namespace tessera::serve {
 
-int64_t PagedKvCache::bytes_per_token(const model::ModelLayout& layout) {
-  return model::kv_rows(layout).bytes_per_token();
+int64_t PagedKvCache::bytes_per_token(const model::ModelLayout& layout, kernels::KvDtype dtype) {
+  return model::kv_rows(layout).bytes_per_token(dtype);
 }
 
 namespace {
@@ -29,13 +29,16 @@ int64_t checked_blocks(int64_t capacity_tokens, int64_t block_tokens) {
 }  // namespace
 
 PagedKvCache::PagedKvCache(const kernels::Context& ctx, const model::ModelLayout& layout,
-                           int64_t capacity_tokens, int64_t block_tokens, bool prefix_caching)
+                           int64_t capacity_tokens, int64_t block_tokens, bool prefix_caching,
+                           kernels::KvDtype dtype)
     : rows_(model::kv_rows(layout)),
+      dtype_(dtype),
+      row_bytes_(kernels::kv_row_bytes(dtype, rows_.row_width)),
       block_tokens_(block_tokens),
       num_blocks_(checked_blocks(capacity_tokens, block_tokens)),
       pool_(num_blocks_, block_tokens, prefix_caching) {
-  const int64_t per_tensor = num_blocks_ * block_tokens_ * rows_.row_width;
-  storage_ = kernels::DeviceArray<float>(ctx, 2 * rows_.layers * per_tensor);
+  const int64_t per_tensor = num_blocks_ * block_tokens_ * row_bytes_;
+  storage_ = kernels::DeviceArray<uint8_t>(ctx, 2 * rows_.layers * per_tensor);
   for (int64_t l = 0; l < rows_.layers; ++l) {
     k_layers_.push_back(storage_.data() + 2 * l * per_tensor);
     v_layers_.push_back(storage_.data() + (2 * l + 1) * per_tensor);
@@ -139,17 +142,17 @@ int64_t PagedKvCache::row_offset(int64_t seq, int64_t position) const {
         "KV cache: position {} is outside sequence {}'s {} reserved tokens", position, seq,
         int64_t(s.blocks.size()) * block_tokens_);
   return (int64_t(s.blocks[position / block_tokens_]) * block_tokens_ + position % block_tokens_) *
-         rows_.row_width;
+         row_bytes_;
 }
 
-float* PagedKvCache::k_row(int64_t layer, int64_t seq, int64_t position) {
+uint8_t* PagedKvCache::k_row(int64_t layer, int64_t seq, int64_t position) {
   check(layer >= 0 && layer < rows_.layers, "KV cache: layer {} of {}", layer, rows_.layers);
-  return k_layers_[layer] + row_offset(seq, position);
+  return static_cast<uint8_t*>(k_layers_[layer]) + row_offset(seq, position);
 }
 
-float* PagedKvCache::v_row(int64_t layer, int64_t seq, int64_t position) {
+uint8_t* PagedKvCache::v_row(int64_t layer, int64_t seq, int64_t position) {
   check(layer >= 0 && layer < rows_.layers, "KV cache: layer {} of {}", layer, rows_.layers);
-  return v_layers_[layer] + row_offset(seq, position);
+  return static_cast<uint8_t*>(v_layers_[layer]) + row_offset(seq, position);
 }
 
 }  // namespace tessera::serve

@@ -14,10 +14,10 @@
 namespace tessera::serve {
 
 // The keys and values of every sequence being served, in one pool of fixed-size blocks
-// allocated up front: each layer has K and V storage of [blocks][block_tokens][kv_heads *
-// head_dim] f32. A sequence owns a block table (its blocks in position order) that grows a block
-// at a time, so sequences of any length share the pool without copying and a finished one hands
-// its blocks straight to the next.
+// allocated up front: each layer has K and V storage of [blocks][block_tokens] rows of kv_heads *
+// head_dim values, in f32 or q8_0 (kernels::KvDtype). A sequence owns a block table (its blocks in
+// position order) that grows a block at a time, so sequences of any length share the pool without
+// copying and a finished one hands its blocks straight to the next.
 //
 // With prefix caching, every block a sequence fills is published under the key of its tokens and
 // all before them; a new sequence whose prompt starts the same way takes those blocks into its
@@ -33,10 +33,10 @@ class PagedKvCache {
   // (the model's).
   PagedKvCache(const kernels::Context& ctx, const model::ModelLayout& layout,
                int64_t capacity_tokens, int64_t block_tokens = kDefaultBlockTokens,
-               bool prefix_caching = false);
+               bool prefix_caching = false, kernels::KvDtype dtype = kernels::KvDtype::kF32);
 
   // Bytes one cached token takes: its keys and values in every layer.
-  static int64_t bytes_per_token(const model::ModelLayout& layout);
+  static int64_t bytes_per_token(const model::ModelLayout& layout, kernels::KvDtype dtype);
 
   // A new, empty sequence; ids are never reused. `adapter`: the slot of the served LoRA adapter
   // it runs with (-1: none), whose keys and values are its own: its blocks are published and
@@ -64,10 +64,10 @@ class PagedKvCache {
   // The sequence's next chunk of tokens, to run through runtime::Decoder::decode after reserve.
   runtime::DecodeChunk chunk(int64_t seq, std::span<const int32_t> tokens) const;
   // What runtime::Decoder::decode reads and writes.
-  runtime::KvCacheView view() const { return {k_layers_, v_layers_, block_tokens_}; }
-  // Key and value rows (kv_heads * head_dim floats) of a cached position.
-  float* k_row(int64_t layer, int64_t seq, int64_t position);
-  float* v_row(int64_t layer, int64_t seq, int64_t position);
+  runtime::KvCacheView view() const { return {k_layers_, v_layers_, block_tokens_, dtype_}; }
+  // Key and value rows (kv_heads * head_dim values, as dtype holds them) of a cached position.
+  uint8_t* k_row(int64_t layer, int64_t seq, int64_t position);
+  uint8_t* v_row(int64_t layer, int64_t seq, int64_t position);
 
   int64_t block_tokens() const { return block_tokens_; }
   int64_t blocks_total() const { return num_blocks_; }
@@ -77,7 +77,8 @@ class PagedKvCache {
   int64_t blocks_used() const { return num_blocks_ - blocks_free(); }
   int64_t blocks_cached() const { return pool_.cached(); }
   bool prefix_caching() const { return pool_.prefix_caching(); }
-  int64_t bytes() const { return storage_.size() * int64_t(sizeof(float)); }
+  int64_t bytes() const { return storage_.size(); }
+  kernels::KvDtype dtype() const { return dtype_; }
 
  private:
   struct Sequence {
@@ -92,9 +93,10 @@ class PagedKvCache {
   int64_t row_offset(int64_t seq, int64_t position) const;
 
   model::KvRows rows_;
-  int64_t block_tokens_, num_blocks_;
-  kernels::DeviceArray<float> storage_;
-  std::vector<float*> k_layers_, v_layers_;
+  kernels::KvDtype dtype_;
+  int64_t row_bytes_, block_tokens_, num_blocks_;
+  kernels::DeviceArray<uint8_t> storage_;
+  std::vector<void*> k_layers_, v_layers_;
   BlockPool pool_;
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;

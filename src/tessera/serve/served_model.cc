@@ -33,6 +33,10 @@ void check_serving_format(const ServingFormat& format) {
         enum_name(format.weights), enum_name(format.precision));
   check(!cuda || kernels::cuda_device_count() > 0, "--device cuda, but {}",
         kernels::cuda_unavailable_reason());
+  check(!cuda || format.kv_dtype == kernels::KvDtype::kF32,
+        "--kv-cache-dtype {} is read by the CPU's attention; the CUDA backend holds the cache in "
+        "f32: drop one of --device cuda and --kv-cache-dtype",
+        enum_name(format.kv_dtype));
   model::check_device_runs(format.device.kind, {.quantized_weights = format.weights},
                            fmt::format("--device {} with --quantize {}",
                                        enum_name(format.device.kind), enum_name(format.weights)));
@@ -58,6 +62,7 @@ namespace {
 void build_inference_model(const model::ModelConfig& mc, int64_t max_step_tokens,
                            const ServingFormat& format, ServedModel& served) {
   served.device = std::make_unique<kernels::DeviceContext>(format.device);
+  served.kv_dtype = format.kv_dtype;
   model::ModelOptions options;
   options.context = &served.context();
   options.precision = format.precision;

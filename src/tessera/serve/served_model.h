@@ -33,11 +33,13 @@ struct ServingFormat {
   // max_lora_rank; 0 serves the model alone.
   int64_t lora_slots = 0;
   int64_t max_lora_rank = 64;
+  // How the KV cache holds keys and values (--kv-cache-dtype).
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
 };
 // Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
-// --quantize (none, int8) or --device (cpu, cuda).
+// --quantize (none, int8, q4_0), --kv-cache-dtype (f32, q8_0) or --device (cpu, cuda).
 void check_serving_format(const ServingFormat& format);
-std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16" or "int8"
+std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16", "int8", "q4_0"
 
 // A checkpoint made ready to answer requests: the inference model built for chunks of up to
 // max_step_tokens tokens at once (and at least one full context), its parameters read, and the
@@ -64,6 +66,8 @@ struct ServedModel {
   // Tokens that end a generation besides the tokenizer's end of text: the eos tokens of the
   // tokenizer_config.json and generation_config.json, such as Llama 3's <|eot_id|>.
   std::vector<int32_t> stop_tokens;
+  // How its KV caches hold keys and values.
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
 
   const model::ModelConfig& config() const { return model->config(); }
   const kernels::Context& context() const {

@@ -29,7 +29,8 @@ class CachedSequence {
 
 TextGenerator::TextGenerator(const fs::path& checkpoint, const ServingFormat& format)
     : served_(load_served_model(checkpoint, 1, format)),
-      cache_(served_.context(), served_.model->model_layout(), served_.config().max_seq),
+      cache_(served_.context(), served_.model->model_layout(), served_.config().max_seq,
+             PagedKvCache::kDefaultBlockTokens, /*prefix_caching=*/false, served_.kv_dtype),
       ranks_(served_, 1) {}
 
 TextGenerator::~TextGenerator() { ranks_.finish(); }

@@ -7,7 +7,13 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/core/q8_0.h"
 #include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/vec_math.h"
 #include "tessera/kernels/op_profile.h"
@@ -16,34 +22,134 @@ namespace tessera::kernels {
 
 int64_t paged_attention_scratch_size(int64_t max_context) { return max_context; }
 
+int64_t kv_row_bytes(KvDtype dtype, int64_t width) {
+  if (dtype == KvDtype::kF32) return width * int64_t(sizeof(float));
+  check(width % kQ8BlockSize == 0, "a q8_0 KV cache holds rows of whole blocks of {}, not {}",
+        kQ8BlockSize, width);
+  return width / kQ8BlockSize * kQ8BlockBytes;
+}
+
 namespace cpu {
 
 namespace {
 
 int64_t row_width(const PagedKv& kv) { return kv.kv_heads * kv.head_dim; }
 
-// Offset of position p's row within a layer's k or v storage.
-int64_t row_offset(const PagedKv& kv, const int32_t* block_table, int64_t p) {
-  return (int64_t(block_table[p / kv.block_tokens]) * kv.block_tokens + p % kv.block_tokens) *
-         row_width(kv);
+// Position p's row of a layer's k or v storage.
+uint8_t* row_at(void* storage, const PagedKv& kv, const int32_t* block_table, int64_t p) {
+  const int64_t slot =
+      int64_t(block_table[p / kv.block_tokens]) * kv.block_tokens + p % kv.block_tokens;
+  return static_cast<uint8_t*>(storage) + slot * kv_row_bytes(kv.dtype, row_width(kv));
 }
+
+// How attention reads head g of a cached row (`row`: the row's first byte).
+struct F32Rows {
+  static const float* head(const uint8_t* row, int64_t g, int64_t hd) {
+    return reinterpret_cast<const float*>(row) + g * hd;
+  }
+  static float dot(const float* q, const uint8_t* row, int64_t g, int64_t hd) {
+    const float* k = head(row, g, hd);
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < hd; ++d) dot += q[d] * k[d];
+    return dot;
+  }
+  static void add(float* out, float p, const uint8_t* row, int64_t g, int64_t hd) {
+    const float* v = head(row, g, hd);
+#pragma omp simd
+    for (int64_t d = 0; d < hd; ++d) out[d] += p * v[d];
+  }
+};
+
+// A q8_0 row: per block, attention multiplies the block's int8 values, widened in registers, by
+// the query scaled by the block's scale, and reduces once per position (a reduction per block
+// and a call per f16 scale made the q8_0 cache decode 22% slower than f32 at 2048 positions).
+struct Q8Rows {
+  static const uint8_t* block(const uint8_t* row, int64_t g, int64_t hd, int64_t b) {
+    return row + (g * hd / kQ8BlockSize + b) * kQ8BlockBytes;
+  }
+  static float scale(const uint8_t* block) {
+    uint16_t half;
+    std::memcpy(&half, block, sizeof half);
+#ifdef __F16C__
+    return _cvtsh_ss(half);
+#else
+    return f16_to_f32(half);
+#endif
+  }
+  static const int8_t* values(const uint8_t* block) {
+    return reinterpret_cast<const int8_t*>(block + 2);
+  }
+#ifdef __AVX512F__
+  static __m512 widened(const int8_t* v) {
+    // Masked forms: GCC 12 reports the unmasked ones' pass-through lanes as uninitialised.
+    const __m512i wide =
+        _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(v)));
+    return _mm512_maskz_cvtepi32_ps(0xffff, wide);
+  }
+  static float dot(const float* q, const uint8_t* row, int64_t g, int64_t hd) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
+      const uint8_t* k = block(row, g, hd, b);
+      const __m512 d = _mm512_set1_ps(scale(k));
+      for (int64_t i = 0; i < kQ8BlockSize; i += 16) {
+        const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + b * kQ8BlockSize + i), d);
+        acc = _mm512_fmadd_ps(qs, widened(values(k) + i), acc);
+      }
+    }
+    return _mm512_reduce_add_ps(acc);
+  }
+  static void add(float* out, float p, const uint8_t* row, int64_t g, int64_t hd) {
+    for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
+      const uint8_t* v = block(row, g, hd, b);
+      const __m512 weight = _mm512_set1_ps(p * scale(v));
+      for (int64_t i = 0; i < kQ8BlockSize; i += 16) {
+        float* o = out + b * kQ8BlockSize + i;
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(weight, widened(values(v) + i), _mm512_loadu_ps(o)));
+      }
+    }
+  }
+#else
+  static float dot(const float* q, const uint8_t* row, int64_t g, int64_t hd) {
+    float dot = 0;
+    for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
+      const uint8_t* k = block(row, g, hd, b);
+      const int8_t* kv = values(k);
+      const float* qb = q + b * kQ8BlockSize;
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t d = 0; d < kQ8BlockSize; ++d) sum += qb[d] * float(kv[d]);
+      dot += scale(k) * sum;
+    }
+    return dot;
+  }
+  static void add(float* out, float p, const uint8_t* row, int64_t g, int64_t hd) {
+    for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
+      const uint8_t* v = block(row, g, hd, b);
+      const int8_t* vv = values(v);
+      const float weight = p * scale(v);
+      float* ob = out + b * kQ8BlockSize;
+#pragma omp simd
+      for (int64_t d = 0; d < kQ8BlockSize; ++d) ob[d] += weight * float(vv[d]);
+    }
+  }
+#endif
+};
 
 // Causal attention of one query over positions [0, context) of key/value head g; S holds the
 // scores while it runs.
+template <typename Rows>
 void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_table,
             int64_t context, int64_t g, float* S) {
-  const int64_t hd = kv.head_dim, W = row_width(kv), bt = kv.block_tokens;
+  const int64_t hd = kv.head_dim, bt = kv.block_tokens;
+  const int64_t row_bytes = kv_row_bytes(kv.dtype, row_width(kv));
   const float scale = 1.0f / std::sqrt(float(hd));
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t p0 = 0; p0 < context; p0 += bt) {
-    const float* k = kv.k + int64_t(block_table[p0 / bt]) * bt * W + g * hd;
+    const uint8_t* k = row_at(kv.k, kv, block_table, p0);
     const int64_t m = std::min(bt, context - p0);
     for (int64_t j = 0; j < m; ++j) {
-      const float* kj = k + j * W;
-      float dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < hd; ++d) dot += q[d] * kj[d];
-      S[p0 + j] = scale * dot;
+      S[p0 + j] = scale * Rows::dot(q, k + j * row_bytes, g, hd);
       max = std::max(max, S[p0 + j]);
     }
   }
@@ -55,14 +161,9 @@ void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_
   }
   std::memset(out, 0, sizeof(float) * hd);
   for (int64_t p0 = 0; p0 < context; p0 += bt) {
-    const float* v = kv.v + int64_t(block_table[p0 / bt]) * bt * W + g * hd;
+    const uint8_t* v = row_at(kv.v, kv, block_table, p0);
     const int64_t m = std::min(bt, context - p0);
-    for (int64_t j = 0; j < m; ++j) {
-      const float* vj = v + j * W;
-      const float p = S[p0 + j];
-#pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) out[d] += p * vj[d];
-    }
+    for (int64_t j = 0; j < m; ++j) Rows::add(out, S[p0 + j], v + j * row_bytes, g, hd);
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
@@ -71,11 +172,17 @@ void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_
 
 void paged_kv_write(const Context&, const float* k, const float* v, int64_t ld, const PagedKv& kv,
                     const PagedChunk& chunk) {
-  const int64_t W = row_width(kv);
+  const int64_t W = row_width(kv), bytes = kv_row_bytes(kv.dtype, W);
   for (int64_t i = 0; i < chunk.n; ++i) {
-    const int64_t at = row_offset(kv, chunk.block_table, chunk.start + i);
-    std::memcpy(kv.k + at, k + i * ld, sizeof(float) * W);
-    std::memcpy(kv.v + at, v + i * ld, sizeof(float) * W);
+    uint8_t* k_row = row_at(kv.k, kv, chunk.block_table, chunk.start + i);
+    uint8_t* v_row = row_at(kv.v, kv, chunk.block_table, chunk.start + i);
+    if (kv.dtype == KvDtype::kQ8_0) {
+      quantize_q8_0({k + i * ld, size_t(W)}, {k_row, size_t(bytes)});
+      quantize_q8_0({v + i * ld, size_t(W)}, {v_row, size_t(bytes)});
+    } else {
+      std::memcpy(k_row, k + i * ld, size_t(bytes));
+      std::memcpy(v_row, v + i * ld, size_t(bytes));
+    }
   }
 }
 
@@ -84,6 +191,9 @@ void paged_attention_forward(const Context&, const float* q, int64_t ldq, float*
                              int64_t H, float* scratch, int64_t max_context) {
   check(kv.kv_heads > 0 && H % kv.kv_heads == 0,
         "paged attention: {} query heads cannot share {} key/value heads evenly", H, kv.kv_heads);
+  check(kv.dtype == KvDtype::kF32 || kv.head_dim % kQ8BlockSize == 0,
+        "paged attention: a q8_0 cache needs heads of whole blocks of {} values, not {}",
+        kQ8BlockSize, kv.head_dim);
   for (int64_t c = 0; c < num_chunks; ++c) {
     check(chunks[c].start + chunks[c].n <= max_context,
           "paged attention: chunk {} reaches position {}, past the scratch's context of {}", c,
@@ -102,8 +212,10 @@ void paged_attention_forward(const Context&, const float* q, int64_t ldq, float*
     float* S = scratch + omp_get_thread_num() * paged_attention_scratch_size(max_context);
     for (int64_t i = 0; i < chunk.n; ++i) {
       const int64_t r = chunk.row + i;
-      attend(q + r * ldq + h * hd, out + r * ldo + h * hd, kv, chunk.block_table,
-             chunk.start + i + 1, h / group, S);
+      (kv.dtype == KvDtype::kQ8_0 ? attend<Q8Rows>
+                                  : attend<F32Rows>)(q + r * ldq + h * hd, out + r * ldo + h * hd,
+                                                     kv, chunk.block_table, chunk.start + i + 1,
+                                                     h / group, S);
     }
   }
 }

@@ -169,6 +169,7 @@ void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t 
   const int64_t n = chunk.n, W = kv.kv_heads * kv.head_dim, bt = kv.block_tokens;
   if (n == 0 || W == 0) return;
   require(bt > 0, "paged_kv_write: block_tokens must be positive");
+  require(kv.dtype == KvDtype::kF32, "paged_kv_write: the CUDA backend holds the KV cache in f32");
   std::vector<int64_t>& words = host_words(ctx, n);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = chunk.start + i;
@@ -176,7 +177,8 @@ void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t 
   }
   send_words(ctx, words, n, "paged_kv_write: the chunk's row offsets must fit in the CUDA scratch");
   paged_kv_write_kernel<<<kGrid.per_row(n), kBlockThreads, 0, stream_of(ctx)>>>(
-      k, v, ld, kv.k, kv.v, static_cast<const int64_t*>(ctx.cuda->scratch), n, W);
+      k, v, ld, static_cast<float*>(kv.k), static_cast<float*>(kv.v),
+      static_cast<const int64_t*>(ctx.cuda->scratch), n, W);
   check_launch("paged_kv_write_kernel");
 }
 
@@ -188,6 +190,8 @@ void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, fl
   require(kv.kv_heads > 0 && H % kv.kv_heads == 0,
           "paged_attention_forward: the query heads must share the key/value heads evenly");
   require(kv.block_tokens > 0, "paged_attention_forward: block_tokens must be positive");
+  require(kv.dtype == KvDtype::kF32,
+          "paged_attention_forward: the CUDA backend holds the KV cache in f32");
   int64_t described = 0, queries = 0, table_entries = 0;
   for (int64_t c = 0; c < num_chunks; ++c) {
     const PagedChunk& chunk = chunks[c];
@@ -227,8 +231,8 @@ void paged_attention_forward(const Context& ctx, const float* q, int64_t ldq, fl
   const int64_t* device_chunks = static_cast<const int64_t*>(ctx.cuda->scratch);
   const auto* device_tables =
       reinterpret_cast<const int32_t*>(device_chunks + described * kChunkWords);
-  const Cache cache{kv.k,
-                    kv.v,
+  const Cache cache{static_cast<const float*>(kv.k),
+                    static_cast<const float*>(kv.v),
                     kv.block_tokens,
                     kv.kv_heads * kv.head_dim,
                     int(kv.head_dim),
