@@ -1,15 +1,17 @@
 // GGUF in, end to end: models Tessera exported to GGUF import back with `convert import --gguf`
 // as the same model: every hyperparameter (RoPE scaling and QK-norm included), the BPE
-// tokenizer, and parameters bit-identical in f32 and rounded as the file rounds them in f16 and
-// q8_0; the imported run, and the f32 file read in place, generate the same text. Files that are
-// not a model Tessera runs, or are damaged, are refused in one line. (The block decoders:
+// tokenizer, and parameters bit-identical in f32 and rounded as the file rounds them in f16, q8_0
+// and q4_0; the imported run, and the f32 file read in place, generate the same text. Files that
+// are not a model Tessera runs, or are damaged, are refused in one line. (The block decoders:
 // tests/interop/ggml_types_test.cc; the container: tests/interop/gguf_reader_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "tessera/core/dtype.h"
+#include "tessera/core/q4_0.h"
 #include "tessera/core/q8_0.h"
+#include "tessera/interop/ggml_types.h"
 #include "tests/e2e/cli_runner.h"
 #include "tests/e2e/run_checkpoint.h"
 
@@ -23,7 +25,8 @@ const std::string kLlama =
     " --set model.tie_embeddings=false --set model.ffn_hidden=48";
 
 // What a parameter of `shape` reads back as from a GGUF file of weights `dtype`: matrices in
-// that type (q8_0 where their rows split into its blocks, else f16), vectors in f32.
+// that type (q8_0 or q4_0 where their rows split into its blocks, else f16; a q4_0 file's head
+// in q8_0), vectors in f32.
 std::vector<float> as_stored(const std::string& dtype, const model::ModelLayout& layout,
                              std::vector<float> params) {
   if (dtype == "f32") return params;
@@ -31,7 +34,12 @@ std::vector<float> as_stored(const std::string& dtype, const model::ModelLayout&
     if (p.shape.rank() < 2) continue;
     const int64_t width = p.shape[p.shape.rank() - 1];
     const std::span<float> values(params.data() + p.offset, size_t(p.shape.numel()));
-    if (dtype == "q8_0" && width % kQ8BlockSize == 0) {
+    const bool head = layout.has_head && p.offset == layout.head_weight();
+    if (dtype == "q4_0" && !head && width % kQ4_0BlockSize == 0) {
+      std::vector<uint8_t> blocks(values.size() / kQ4_0BlockSize * kQ4_0BlockBytes);
+      quantize_q4_0(values, blocks);
+      interop::ggml_to_f32(interop::GgmlType::q4_0, blocks, values);
+    } else if (dtype != "f16" && width % kQ8BlockSize == 0) {
       std::vector<uint8_t> blocks(values.size() / kQ8BlockSize * kQ8BlockBytes);
       quantize_q8_0(values, blocks);
       dequantize_q8_0(blocks, values);
@@ -92,11 +100,11 @@ class GgufImportCli : public ::testing::Test {
 };
 
 TEST_F(GgufImportCli, Gpt2ComesBackAsTheSameModel) {
-  for (const std::string dtype : {"f32", "f16", "q8_0"}) round_trip("gpt2", "", dtype);
+  for (const std::string dtype : {"f32", "f16", "q8_0", "q4_0"}) round_trip("gpt2", "", dtype);
 }
 
 TEST_F(GgufImportCli, LlamaWithGqaUntiedHeadAndRopeScalingComesBack) {
-  for (const std::string dtype : {"f32", "q8_0"}) round_trip("llama", kLlama, dtype);
+  for (const std::string dtype : {"f32", "q8_0", "q4_0"}) round_trip("llama", kLlama, dtype);
   round_trip("llama3-rope",
              kLlama +
                  " --set model.rope_scaling=llama3 --set model.rope_scaling_factor=8"

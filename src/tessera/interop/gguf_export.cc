@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/core/q4_0.h"
 #include "tessera/interop/gguf_names.h"
 #include "tessera/model/model_layout.h"
 
@@ -23,6 +24,8 @@ uint32_t file_type(GgufWeights weights) {
       return 1;
     case GgufWeights::q8_0:
       return 7;
+    case GgufWeights::q4_0:
+      return 2;
   }
   return 0;
 }
@@ -56,7 +59,8 @@ class TensorAdder {
     const int64_t width = p.shape[p.shape.rank() - 1];
     if (rows < 0) rows = p.shape.numel() / width;
     const float* src = params_.data() + p.offset + row_begin * width;
-    gguf_.add_tensor(name, {rows, width}, matrix_type(width),
+    const bool head = layout_.has_head && p.offset == layout_.head_weight();
+    gguf_.add_tensor(name, {rows, width}, matrix_type(width, head),
                      [src, rows, width, permute_heads](std::span<float> out) {
                        if (permute_heads == 0) {
                          std::copy(src, src + rows * width, out.data());
@@ -71,7 +75,7 @@ class TensorAdder {
   }
 
  private:
-  GgmlType matrix_type(int64_t width) const {
+  GgmlType matrix_type(int64_t width, bool head) const {
     switch (weights_) {
       case GgufWeights::f32:
         return GgmlType::f32;
@@ -79,6 +83,9 @@ class TensorAdder {
         return GgmlType::f16;
       case GgufWeights::q8_0:
         return width % kQ8BlockSize == 0 ? GgmlType::q8_0 : GgmlType::f16;
+      case GgufWeights::q4_0:
+        if (width % kQ4_0BlockSize != 0) return GgmlType::f16;
+        return head ? GgmlType::q8_0 : GgmlType::q4_0;
     }
     return GgmlType::f32;
   }

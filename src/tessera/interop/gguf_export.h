@@ -13,10 +13,14 @@
 namespace tessera::interop {
 
 // The element type of the weights llama.cpp multiplies by; norms, biases and rows too narrow
-// for q8_0 blocks are kept wider, as llama.cpp's own converter keeps them.
-enum class GgufWeights { f32, f16, q8_0 };
-inline constexpr EnumName<GgufWeights> kGgufWeightsNames[] = {
-    {GgufWeights::f32, "f32"}, {GgufWeights::f16, "f16"}, {GgufWeights::q8_0, "q8_0"}};
+// for q8_0 or q4_0 blocks are kept wider, as llama.cpp's own converter keeps them. In q4_0 the
+// head (output.weight, or a tied token_embd.weight) is q8_0, as `--quantize q4_0` serves it int8
+// (llama-quantize keeps it in Q6_K, which this writer does not encode).
+enum class GgufWeights { f32, f16, q8_0, q4_0 };
+inline constexpr EnumName<GgufWeights> kGgufWeightsNames[] = {{GgufWeights::f32, "f32"},
+                                                              {GgufWeights::f16, "f16"},
+                                                              {GgufWeights::q8_0, "q8_0"},
+                                                              {GgufWeights::q4_0, "q4_0"}};
 constexpr const auto& enum_names(GgufWeights) { return kGgufWeightsNames; }
 
 // Adds general.*, <arch>.* and the tensors of `params`, the flat buffer model_layout(config)

@@ -9,6 +9,7 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/core/q4_0.h"
 #include "tessera/interop/gguf_format.h"
 
 namespace tessera::interop {
@@ -117,11 +118,13 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape,
   for (const Tensor& t : tensors_) check(t.name != name, "GGUF tensor '{}' is added twice", name);
   check(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions (1 to 4 allowed)",
         name, shape.size());
-  check(type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::q8_0,
-        "GGUF tensor '{}': the writer encodes f32, f16 and q8_0, not {}", name, enum_name(type));
-  check(type != GgmlType::q8_0 || shape.back() % kQ8BlockSize == 0,
-        "GGUF tensor '{}': rows of {} values cannot be split into q8_0 blocks of {}", name,
-        shape.back(), kQ8BlockSize);
+  check(type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::q8_0 ||
+            type == GgmlType::q4_0,
+        "GGUF tensor '{}': the writer encodes f32, f16, q8_0 and q4_0, not {}", name,
+        enum_name(type));
+  check(shape.back() % ggml_block(type).values == 0,
+        "GGUF tensor '{}': rows of {} values cannot be split into {} blocks of {}", name,
+        shape.back(), enum_name(type), ggml_block(type).values);
   tensors_.push_back({name, std::move(shape), type, std::move(fill)});
 }
 
@@ -166,6 +169,9 @@ void GgufWriter::write(const fs::path& path) const {
         break;
       case GgmlType::q8_0:
         quantize_q8_0(values, encoded);
+        break;
+      case GgmlType::q4_0:
+        quantize_q4_0(values, encoded);
         break;
       default:
         fail("GGUF tensor '{}': the writer cannot encode {}", t.name, enum_name(t.type));

@@ -20,7 +20,7 @@
 
 namespace tessera::kernels {
 
-inline constexpr int64_t kQ4BlockColumns = 32;
+inline constexpr int64_t kQ4BlockColumns = 32;  // core/q4_0.h's kQ4_0BlockSize
 inline constexpr int64_t kQ4GroupRows = 16;
 
 // w[r][c] is approximately d (q - 8) for the block and nibble that hold it, as above.
@@ -34,8 +34,8 @@ struct Q4Matrix {
 int64_t q4_nibble_bytes(int64_t rows, int64_t cols);
 int64_t q4_scale_count(int64_t rows, int64_t cols);
 
-// Quantises w[rows, cols] (finite values, cols a multiple of 32) as ggml's quantize_row_q4_0 does,
-// into the repacked layout.
+// Quantises w[rows, cols] (finite values, cols a multiple of 32) block by block as ggml's
+// quantize_row_q4_0 does (core/q4_0.h), into the repacked layout.
 void quantize_q4_rows(const float* w, int64_t rows, int64_t cols, uint8_t* nibbles,
                       uint16_t* scales);
 // The values w holds, d (q - 8), into out[w.rows, w.cols].

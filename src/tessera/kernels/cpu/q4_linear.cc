@@ -5,6 +5,7 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/core/q4_0.h"
 #include "tessera/kernels/cpu/cpu_backend.h"
 #include "tessera/kernels/cpu/q4_lanes.h"
 #include "tessera/kernels/op_profile.h"
@@ -13,6 +14,8 @@ namespace tessera::kernels {
 
 namespace {
 
+// The header, which CUDA's C++17 reads too, cannot include core/q4_0.h.
+static_assert(kQ4BlockColumns == kQ4_0BlockSize);
 constexpr int64_t kChunkBytes = 64;
 constexpr int64_t kBlockBytes = 4 * kChunkBytes;
 // Groups of weight rows a thread multiplies by each tile of x rows while they are in L1 (4 x 16
@@ -25,24 +28,6 @@ constexpr int64_t kPrefetchBytes = 32 << 10;
 
 int64_t blocks_of(int64_t cols) { return (cols + kQ4BlockColumns - 1) / kQ4BlockColumns; }
 int64_t groups_of(int64_t rows) { return (rows + kQ4GroupRows - 1) / kQ4GroupRows; }
-
-// ggml's quantize_row_q4_0 for one block: q[j] in [0, 15], and the block's scale.
-float quantize_block(const float* x, uint8_t q[kQ4BlockColumns]) {
-  float largest = 0, extreme = 0;
-  for (int64_t j = 0; j < kQ4BlockColumns; ++j) {
-    if (largest < std::fabs(x[j])) {
-      largest = std::fabs(x[j]);
-      extreme = x[j];
-    }
-  }
-  const float d = extreme / -8.0f;
-  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-  // A fused multiply-add, so that every machine rounds the same (as ggml's builds contract it).
-  for (int64_t j = 0; j < kQ4BlockColumns; ++j) {
-    q[j] = uint8_t(std::min(15, int(int8_t(std::fma(x[j], inverse, 8.5f)))));
-  }
-  return d;
-}
 
 // Where the nibble of row l (in its group) and column j (in its block) lies within a block.
 int64_t nibble_byte(int64_t l, int64_t j) { return (j / 8) * kChunkBytes + 4 * l + j % 4; }
@@ -178,7 +163,8 @@ void quantize_q4_rows(const float* w, int64_t rows, int64_t cols, uint8_t* nibbl
       for (int64_t l = 0; l < kQ4GroupRows; ++l) {
         const int64_t r = g * kQ4GroupRows + l;
         uint8_t q[kQ4BlockColumns] = {};
-        const float d = r < rows ? quantize_block(w + r * cols + k * kQ4BlockColumns, q) : 0.0f;
+        const float d =
+            r < rows ? quantize_q4_0_block(w + r * cols + k * kQ4BlockColumns, q) : 0.0f;
         scales[(g * blocks + k) * kQ4GroupRows + l] = f32_to_f16(d);
         for (int64_t j = 0; j < kQ4BlockColumns; ++j) {
           block[nibble_byte(l, j)] |= uint8_t(q[j] << nibble_shift(j));
