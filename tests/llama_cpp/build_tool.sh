@@ -21,8 +21,12 @@ if [[ ! -d "$libs" ]]; then
   echo "build_tool.sh: $modules has no node-llama-cpp (scripts/setup.sh --test installs it)" >&2
   exit 1
 fi
+mkdir -p "$out"
+# Tests that need the same tool build it at once; the first to take the lock builds, the rest
+# wait for it and reuse its result.
+exec {lock}>"$out/.build.lock"
+flock "$lock"
 if [[ ! -x "$out/$tool" ]]; then
-  mkdir -p "$out"
   src="$out/src"
   [[ -d "$src" ]] || git clone -q "$modules/node-llama-cpp/llama/gitRelease.bundle" "$src" 2>/dev/null
   g++ -std=c++17 -O2 -DNDEBUG -I"$src/include" -I"$src/ggml/include" -I"$src/common" \
@@ -33,4 +37,5 @@ if [[ ! -x "$out/$tool" ]]; then
     [[ -e "$out/$(basename "$backend")" ]] || ln -s "$backend" "$out/"
   done
 fi
+flock -u "$lock"
 echo "$out/$tool"
