@@ -52,7 +52,7 @@ struct Format {
 };
 
 Format format_named(const std::string& name) {
-  if (name == "int8" || name == "q4_0") {
+  if (name == "int8" || name == "q4_0" || name == "q4_k") {
     return {name, {.weights = enum_from_name<model::WeightFormat>(name, "format")}};
   }
   return {name, {.precision = enum_from_name<model::Precision>(name, "format")}};

@@ -2,9 +2,11 @@
 # Tessera beside llama.cpp on the same weights: trains one step of an 85M-parameter Llama
 # (12 x 768, ffn 2048, byte vocabulary; N_LAYER, D_MODEL, N_HEAD and FFN choose another size) so
 # that a real checkpoint exists, exports it as GGUF f32, f16 and q8_0 and has llama.cpp's own
-# llama-quantize make Q4_0 of the f32 file, and times batch-1 decode and a 512-token prefill in
-# Tessera (bench/decode_bench --checkpoint: f32, bf16, int8 and q4_0 weights) and in llama.cpp's
-# own llama-bench on the GGUF files. It prints the last-level cache beside the 4-bit weights:
+# llama-quantize make Q4_0 and Q4_K_M of the f32 file, and times batch-1 decode and a 512-token
+# prefill in Tessera (bench/decode_bench --checkpoint: f32, bf16, int8, q4_0 and q4_k weights) and
+# in llama.cpp's own llama-bench on the GGUF files. Q4_K_M keeps the output matrix and some of
+# the value and MLP output matrices in Q6_K; Tessera's q4_k keeps its head in int8 and the rest in
+# Q4_K, and the table prints the weight bytes a token reads on each side. It prints the last-level cache beside the 4-bit weights:
 # decoding a model that fits in it measures the cache, not memory.
 # llama-bench and llama-quantize are compiled from the llama.cpp source that the npm package
 # node-llama-cpp (pinned in tests/llama_cpp) bundles, against the CPU libraries it ships
@@ -37,15 +39,19 @@ for dtype in f16 q8_0; do
   "$build/tessera" convert export --format gguf --dtype "$dtype" --checkpoint "$work/run" \
     --out "$work/model-$dtype.gguf" >/dev/null
 done
-((peer)) && "$llama_quantize" "$work/model-f32.gguf" "$work/model-q4_0.gguf" Q4_0 >/dev/null 2>&1
+if ((peer)); then
+  for type in Q4_0 Q4_K_M; do
+    "$llama_quantize" "$work/model-f32.gguf" "$work/model-${type,,}.gguf" "$type" >/dev/null 2>&1
+  done
+fi
 
 results="$work/results"
 for ((i = 0; i < ${REPEATS:-3}; i++)); do
-  "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8,q4_0 --prompt 8 \
+  "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8,q4_0,q4_k --prompt 8 \
     --steps "$steps" --prefill "$prefill" --repeats 2 --threads "$threads" |
     sed -n 's/^RESULT /ours /p' >>"$results"
   ((peer)) || continue
-  for dtype in f32 f16 q8_0 q4_0; do
+  for dtype in f32 f16 q8_0 q4_0 q4_k_m; do
     "$llama_bench" -m "$work/model-$dtype.gguf" -t "1,$threads" -p "$prefill" -n "$steps" -r 2 \
       -o jsonl 2>/dev/null | sed "s/^/peer $dtype /" >>"$results"
   done
@@ -77,18 +83,21 @@ for line in open(path):
         dtype, payload = rest.split(" ", 1)
         r = json.loads(payload)
         kind = "prefill" if r["n_prompt"] else "decode"
-        best = peer.setdefault(dtype, {"decode": (0, 0), "prefill": (0, 0)})
+        best = peer.setdefault(dtype, {"decode": (0, 0), "prefill": (0, 0), "bytes": r["model_size"]})
         best[kind] = max(best[kind], (r["avg_ts"], r["n_threads"]))
 print(f"{params / 1e6:.3g}M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
       "tokens/s, best of each side; llama.cpp's thread count in brackets; read bandwidth "
       f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token); last-level cache "
-      f"{llc}, q4_0 weights {ours['q4_0']['bytes'] / 2**20:.1f} MiB")
-print(f"{'Tessera':<8} {'llama.cpp':<10} {'decode ours':>11} {'bound':>7} {'llama.cpp':>13} "
-      f"{'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
-for name, dtype in (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0"), ("q4_0", "q4_0")):
+      f"{llc}, q4_0 weights {ours['q4_0']['bytes'] / 2**20:.1f} MiB; MiB: the matmul weights a "
+      "token reads in Tessera, the file's tensors in llama.cpp")
+print(f"{'Tessera':<8} {'llama.cpp':<10} {'MiB':>13} {'decode ours':>11} {'bound':>7} "
+      f"{'llama.cpp':>13} {'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
+rows = (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0"), ("q4_0", "q4_0"), ("q4_k", "q4_k_m"))
+for name, dtype in rows:
     o, p = ours[name], peer.get(dtype)
     theirs = lambda kind: (f"{p[kind][0]:9.1f} [{p[kind][1]}] {o[kind] / p[kind][0]:6.2f}" if p
                            else f"{'-':>13} {'-':>6}")
-    print(f"{name:<8} {dtype:<10} {o['decode']:11.1f} {read / o['bytes']:7.1f} {theirs('decode')} "
-          f"{o['prefill']:12.1f} {theirs('prefill')}")
+    size = f"{o['bytes'] / 2**20:6.1f}/" + (f"{p['bytes'] / 2**20:<6.1f}" if p else f"{'-':<6}")
+    print(f"{name:<8} {dtype:<10} {size:>13} {o['decode']:11.1f} {read / o['bytes']:7.1f} "
+          f"{theirs('decode')} {o['prefill']:12.1f} {theirs('prefill')}")
 PY

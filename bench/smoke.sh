@@ -99,18 +99,19 @@ case "$name" in
     ;;
   llama_cpp)
     bench SMOKE=1 STEPS=8 REPEATS=1
-    theirs='# [#] #'
+    theirs='# [#] #' size='#/#'
     if left_out "llama.cpp" '^llama.cpp left out: '; then
-      theirs='- -'
+      theirs='- -' size='#/-'
     else
       row "llama.cpp: llama-bench built from node-llama-cpp *"
     fi
     row "#M Llama, batch-1 decode (8 tokens) and a 64-token prefill, tokens/s, *"
-    row "Tessera llama.cpp decode ours bound llama.cpp ratio prefill ours llama.cpp ratio"
-    row "f32 f32 # # $theirs # $theirs"
-    row "bf16 f16 # # $theirs # $theirs"
-    row "int8 q8_0 # # $theirs # $theirs"
-    row "q4_0 q4_0 # # $theirs # $theirs"
+    row "Tessera llama.cpp MiB decode ours bound llama.cpp ratio prefill ours llama.cpp ratio"
+    row "f32 f32 $size # # $theirs # $theirs"
+    row "bf16 f16 $size # # $theirs # $theirs"
+    row "int8 q8_0 $size # # $theirs # $theirs"
+    row "q4_0 q4_0 $size # # $theirs # $theirs"
+    row "q4_k q4_k_m $size # # $theirs # $theirs"
     ;;
   kv_cache)
     bench SMOKE=1 REPEATS=1

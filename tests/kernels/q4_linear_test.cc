@@ -1,7 +1,6 @@
 #include "tessera/kernels/q4_linear.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include "tessera/core/dtype.h"
 #include "tests/expect_error.h"
 #include "tests/kernels/gradient_check.h"
+#include "tests/kernels/quantized_linear_checks.h"
 
 namespace tessera::kernels {
 namespace {
@@ -98,17 +98,8 @@ TEST(LinearForwardQ4, AgreesWithTheDequantisedProductWithinTheActivationsRoundin
   const Quantized q = quantize(w, out, in);
   const std::vector<float> values = dequantized(q.matrix);
   const std::vector<float> y = forward(x, q.matrix, b.data(), M);
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = 0; n < out; ++n) {
-      double exact = b[n], magnitude = 0;
-      for (int64_t k = 0; k < in; ++k) {
-        exact += double(x[m * in + k]) * values[n * in + k];
-        magnitude += std::fabs(double(x[m * in + k]) * values[n * in + k]);
-      }
-      // Each activation moves by at most half of its block's step, max|x| / 254.
-      EXPECT_NEAR(y[m * out + n], exact, 0.01 * magnitude + 1e-5) << m << ", " << n;
-    }
-  }
+  // Each activation moves by at most half of its block's step, max|x| / 254.
+  testing::expect_near_dequantised_product(x, values, b, y, M, in, out, 0.01);
 }
 
 TEST(LinearForwardQ4, SumsEachBlockExactlyAndScalesItOnceInColumnOrder) {
@@ -142,17 +133,9 @@ TEST(LinearForwardQ4, ARowGetsTheSameBitsAloneAsInABatchAndOnAnyThreadCount) {
   const std::vector<float> x = random_vector<float>(M * in, 31);
   const Quantized q = quantize(random_vector<float>(out * in, 32), out, in);
   const std::vector<float> b = random_vector<float>(out, 33);
-  const std::vector<float> batch = forward(x, q.matrix, b.data(), M);
-  for (int64_t m = 0; m < M; ++m) {
-    const std::vector<float> row(x.begin() + m * in, x.begin() + (m + 1) * in);
-    const std::vector<float> alone = forward(row, q.matrix, b.data(), 1);
-    for (int64_t n = 0; n < out; ++n) ASSERT_EQ(alone[n], batch[m * out + n]) << m << ", " << n;
-  }
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one_thread = forward(x, q.matrix, b.data(), M);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(one_thread, batch);
+  testing::expect_rows_independent(x, M, in, out, [&](const std::vector<float>& rows, int64_t n) {
+    return forward(rows, q.matrix, b.data(), n);
+  });
 }
 
 TEST(LinearForwardQ4, RefusesColumnsThatAreNotWholeBlocks) {

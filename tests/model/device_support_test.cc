@@ -53,6 +53,12 @@ TEST(DeviceSupport, ACudaDeviceRefusesWhatItsTableLacksByName) {
       },
       {"--device cuda with --quantize q4_0", "q4_0 weights", "no linear_forward_q4 kernel"});
   expect_error(
+      [] {
+        check_device_runs(DeviceKind::kCuda, {.quantized_weights = WeightFormat::kQ4_K},
+                          "--device cuda with --quantize q4_k");
+      },
+      {"--device cuda with --quantize q4_k", "q4_k weights", "no linear_forward_q4k kernel"});
+  expect_error(
       [] { check_device_runs(DeviceKind::kCuda, {.qk_norm = true}, "train.device = cuda"); },
       {"train.device = cuda", "QK-norm (model.qk_norm)", "no head_rmsnorm_forward kernel"});
 }

@@ -36,6 +36,7 @@ TEST(ServingPlan, MemoryIsWhatTheServerAllocates) {
           Format{model::Precision::kBf16, model::WeightFormat::kDense},
           Format{model::Precision::kF32, model::WeightFormat::kInt8},
           Format{model::Precision::kF32, model::WeightFormat::kQ4_0},
+          Format{model::Precision::kF32, model::WeightFormat::kQ4_K},
           Format{model::Precision::kF32, model::WeightFormat::kDense, kernels::KvDtype::kQ8_0}}) {
       SCOPED_TRACE(file + " " + std::string(enum_name(f.precision)) + " weights " +
                    std::string(enum_name(f.weights)) + " KV cache " + std::string(enum_name(f.kv)));

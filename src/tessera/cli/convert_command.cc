@@ -69,7 +69,7 @@ int export_checkpoint(int argc, char** argv) {
       flag("--format", "", &F::format,
            "a Hugging Face folder, one GGUF file, or a PEFT adapter folder"),
       flag("--dtype", "D", &F::dtype,
-           "stored weights: f32 or bf16 for hf, f32, f16, q8_0 or q4_0 for gguf"),
+           "stored weights: f32 or bf16 for hf, f32, f16, q8_0, q4_0 or q4_k_m for gguf"),
   };
   if (!command.flags(rows, flags).parse(argc, argv)) return 0;
   const bool gguf = flags.format == ExportFormat::kGguf;

@@ -63,7 +63,7 @@ Settings<plan::ServingWorkload> serving_flags() {
            "with --serve: tokens of each prompt; 0: half the context", at_least(0)),
       flag("--output-tokens", "N", &S::output_tokens, "with --serve: tokens generated per request",
            at_least(1)),
-      flag("--quantize", "", &S::weights, "with --serve: int8 or q4_0 matmul weights, as serve's"),
+      flag("--quantize", "", &S::weights, "with --serve: int8, q4_0 or q4_k matmul weights, as serve's"),
       flag("--kv-cache-dtype", "", &S::kv_dtype,
            "with --serve: the KV cache in f32 or q8_0, as serve's"),
       flag("--max-running", "N", &S::max_running,

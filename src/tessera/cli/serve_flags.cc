@@ -71,7 +71,8 @@ Settings<serve::ServingFormat> serving_format_flags() {
   return join<F>({
       {flag("--precision", "f32|bf16", &F::precision, "matmul precision"),
        flag("--quantize", "", &F::weights,
-            "int8 or q4_0: matmul weights in int8, or in 4-bit blocks of 32"),
+            "int8, q4_0 or q4_k: matmul weights in int8, or in 4 bits, in ggml's blocks of 32 "
+            "(q4_0) or super-blocks of 256 (q4_k)"),
        flag("--kv-cache-dtype", "", &F::kv_dtype,
             "q8_0: the KV cache in blocks of 32 int8 values with an f16 scale, 3.8x the tokens "
             "in the same bytes"),

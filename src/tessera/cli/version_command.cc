@@ -97,7 +97,7 @@ int version_command() {
     std::printf("warning: this CPU lacks%s, which this build uses: rebuild on this machine\n",
                 missing.c_str());
   }
-  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s; int8 prefill %s; q4_0 %s\n",
+  std::printf("matmuls:      f32 oneDNN %d.%d.%d sgemm; bf16 %s; int8 prefill %s; q4_0 and q4_k %s\n",
               dnnl->major, dnnl->minor, dnnl->patch,
               kernels::low_precision_gemm_path(kernels::LowPrecision::kBf16).c_str(),
               kernels::int8_prefill_path(), kernels::q4_linear_path());

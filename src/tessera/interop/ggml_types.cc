@@ -4,6 +4,7 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/core/q4_k.h"
 #include "tessera/core/q8_0.h"
 
 namespace tessera::interop {
@@ -33,26 +34,15 @@ void q4_1(const uint8_t* b, float* y) {
   }
 }
 
-// Sub-block j's 6-bit scale and min of a q4_k / q5_k block's 12 packed bytes.
-void scale_min(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    min = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 // q4_k (high == nullptr) and q5_k (high: the fifth bits) share their scales and layout.
 void k_quant(const uint8_t* b, const uint8_t* high, const uint8_t* q, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
-  const uint8_t* scales = b + 4;
+  const Q4KBlockView scales{b};
   uint8_t bit_low = 1, bit_high = 2;
   for (int j = 0; j < 8; j += 2) {
     uint8_t s1, m1, s2, m2;
-    scale_min(j, scales, s1, m1);
-    scale_min(j + 1, scales, s2, m2);
+    scales.scale_min(j, s1, m1);
+    scales.scale_min(j + 1, s2, m2);
     for (int l = 0; l < 32; ++l) {
       const int fifth_low = high != nullptr && (high[l] & bit_low) ? 16 : 0;
       const int fifth_high = high != nullptr && (high[l] & bit_high) ? 16 : 0;
@@ -113,7 +103,7 @@ GgmlBlock ggml_block(GgmlType type) {
     case GgmlType::q8_0:
       return {kQ8BlockSize, kQ8BlockBytes};
     case GgmlType::q4_k:
-      return {kSuperBlock, 144};
+      return {kQ4KBlockSize, kQ4KBlockBytes};
     case GgmlType::q5_k:
       return {kSuperBlock, 176};
     case GgmlType::q6_k:

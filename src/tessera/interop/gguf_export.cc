@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string_view>
 
 #include "tessera/core/error.h"
 #include "tessera/core/q4_0.h"
+#include "tessera/core/q4_k.h"
 #include "tessera/interop/gguf_names.h"
 #include "tessera/model/model_layout.h"
 
@@ -26,8 +29,21 @@ uint32_t file_type(GgufWeights weights) {
       return 7;
     case GgufWeights::q4_0:
       return 2;
+    case GgufWeights::q4_k_m:
+      return 15;
   }
   return 0;
+}
+
+// Whether llama-quantize's Q4_K_M gives tensor `name` more bits: attn_v and ffn_down in the first
+// and last eighth of the layers and every third layer between, as its use_more_bits chooses.
+bool more_bits(const std::string& name, int64_t n_layer) {
+  int layer = 0;
+  char kind[16] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%15[a-z_]", &layer, kind) != 2) return false;
+  if (std::string_view(kind) != "attn_v" && std::string_view(kind) != "ffn_down") return false;
+  const int64_t eighth = n_layer / 8;
+  return layer < eighth || layer >= 7 * n_layer / 8 || (layer - eighth) % 3 == 2;
 }
 
 // Adds tensors that are rows of Tessera parameters, read from the flat buffer when written.
@@ -60,7 +76,7 @@ class TensorAdder {
     if (rows < 0) rows = p.shape.numel() / width;
     const float* src = params_.data() + p.offset + row_begin * width;
     const bool head = layout_.has_head && p.offset == layout_.head_weight();
-    gguf_.add_tensor(name, {rows, width}, matrix_type(width, head),
+    gguf_.add_tensor(name, {rows, width}, matrix_type(width, head, name),
                      [src, rows, width, permute_heads](std::span<float> out) {
                        if (permute_heads == 0) {
                          std::copy(src, src + rows * width, out.data());
@@ -75,7 +91,7 @@ class TensorAdder {
   }
 
  private:
-  GgmlType matrix_type(int64_t width, bool head) const {
+  GgmlType matrix_type(int64_t width, bool head, const std::string& name) const {
     switch (weights_) {
       case GgufWeights::f32:
         return GgmlType::f32;
@@ -86,6 +102,10 @@ class TensorAdder {
       case GgufWeights::q4_0:
         if (width % kQ4_0BlockSize != 0) return GgmlType::f16;
         return head ? GgmlType::q8_0 : GgmlType::q4_0;
+      case GgufWeights::q4_k_m:
+        if (width % kQ4_0BlockSize != 0) return GgmlType::f16;
+        if (head || more_bits(name, int64_t(layout_.blocks.size()))) return GgmlType::q8_0;
+        return width % kQ4KBlockSize == 0 ? GgmlType::q4_k : GgmlType::q4_0;
     }
     return GgmlType::f32;
   }

@@ -277,10 +277,13 @@ const GgufTensor* GgufFile::find(const std::string& name) const {
   return nullptr;
 }
 
+std::span<const uint8_t> GgufFile::encoded(const GgufTensor& tensor) const {
+  return bytes_.subspan(header_.data_start + tensor.offset, tensor.bytes);
+}
+
 std::vector<float> GgufFile::read(const GgufTensor& tensor) const {
   std::vector<float> values(size_t(tensor.numel()));
-  ggml_to_f32(tensor.type, bytes_.subspan(header_.data_start + tensor.offset, tensor.bytes),
-              values);
+  ggml_to_f32(tensor.type, encoded(tensor), values);
   return values;
 }
 

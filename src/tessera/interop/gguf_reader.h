@@ -58,7 +58,8 @@ class GgufFile {
   const GgufHeader& header() const { return header_; }
   // The tensor called `name`, or null.
   const GgufTensor* find(const std::string& name) const;
-  // Its values as f32, row-major.
+  // Its bytes as the file encodes them, and its values as f32, row-major.
+  std::span<const uint8_t> encoded(const GgufTensor& tensor) const;
   std::vector<float> read(const GgufTensor& tensor) const;
 
   // Metadata, each getter naming the key and the file when it is missing or of another type.

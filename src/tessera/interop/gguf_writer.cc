@@ -10,6 +10,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/core/q4_0.h"
+#include "tessera/core/q4_k.h"
 #include "tessera/interop/gguf_format.h"
 
 namespace tessera::interop {
@@ -119,8 +120,8 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> shape,
   check(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions (1 to 4 allowed)",
         name, shape.size());
   check(type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::q8_0 ||
-            type == GgmlType::q4_0,
-        "GGUF tensor '{}': the writer encodes f32, f16, q8_0 and q4_0, not {}", name,
+            type == GgmlType::q4_0 || type == GgmlType::q4_k,
+        "GGUF tensor '{}': the writer encodes f32, f16, q8_0, q4_0 and q4_k, not {}", name,
         enum_name(type));
   check(shape.back() % ggml_block(type).values == 0,
         "GGUF tensor '{}': rows of {} values cannot be split into {} blocks of {}", name,
@@ -172,6 +173,9 @@ void GgufWriter::write(const fs::path& path) const {
         break;
       case GgmlType::q4_0:
         quantize_q4_0(values, encoded);
+        break;
+      case GgmlType::q4_k:
+        quantize_q4_k(values, encoded);
         break;
       default:
         fail("GGUF tensor '{}': the writer cannot encode {}", t.name, enum_name(t.type));

@@ -17,6 +17,7 @@
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/kernels/q4_linear.h"
+#include "tessera/kernels/q4k_linear.h"
 
 namespace tessera::kernels {
 
@@ -77,8 +78,9 @@ struct Backend {
   decltype(&kernels::paged_attention_forward) paged_attention_forward = nullptr;
   // int8_linear.h
   decltype(&kernels::linear_forward_int8) linear_forward_int8 = nullptr;
-  // q4_linear.h
+  // q4_linear.h, q4k_linear.h
   decltype(&kernels::linear_forward_q4) linear_forward_q4 = nullptr;
+  decltype(&kernels::linear_forward_q4k) linear_forward_q4k = nullptr;
 };
 
 // The backend of a kind of device; null for CUDA in a build without the CUDA backend.

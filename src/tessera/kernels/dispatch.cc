@@ -390,11 +390,16 @@ void linear_forward_int8(const Context& ctx, const float* x, const Int8Matrix& w
                                                                         scratch);
 }
 
-// q4_linear.h
+// q4_linear.h, q4k_linear.h
 
 void linear_forward_q4(const Context& ctx, const float* x, const Q4Matrix& w, const float* b,
                        float* y, int64_t M, float* scratch) {
   kernel_for(ctx, &Backend::linear_forward_q4, "linear_forward_q4")(ctx, x, w, b, y, M, scratch);
+}
+
+void linear_forward_q4k(const Context& ctx, const float* x, const Q4KMatrix& w, const float* b,
+                        float* y, int64_t M, float* scratch) {
+  kernel_for(ctx, &Backend::linear_forward_q4k, "linear_forward_q4k")(ctx, x, w, b, y, M, scratch);
 }
 
 }  // namespace tessera::kernels

@@ -6,6 +6,7 @@
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/paged_attention.h"
 #include "tessera/kernels/q4_linear.h"
+#include "tessera/kernels/q4k_linear.h"
 #include "tessera/model/moe_layer.h"
 
 namespace tessera::model {
@@ -159,10 +160,11 @@ void allocate_outside_blocks(const ModelConfig& c, const ModelLayout& layout, co
     if (o.training && (x.low || x.spec.lora_dropout > 0)) ws.lora_x = a.floats(N * lora.input);
   }
   if (o.weights != WeightFormat::kDense) {
-    // A q4_0 model's head multiplies in int8.
+    // A 4-bit model's head multiplies in int8, and a q4_k model's narrow matrices in q4_0.
     const int64_t widest = std::max({C, HD, F});
-    ws.int8_scratch = a.floats(std::max(kernels::int8_linear_scratch_size(widest, N),
-                                        kernels::q4_linear_scratch_size(widest, N)));
+    ws.int8_scratch = a.floats(std::max({kernels::int8_linear_scratch_size(widest, N),
+                                         kernels::q4_linear_scratch_size(widest, N),
+                                         kernels::q4k_linear_scratch_size(widest, N)}));
   }
   ParallelScratch& ps = ws.parallel;
   if (x.sp) {

@@ -11,6 +11,24 @@
 
 namespace tessera::model {
 
+namespace {
+
+// The kernel a format's matrices need that the backend lacks, if any: a 4-bit model's head
+// multiplies in int8, and a q4_k model's narrow matrices in q4_0.
+const char* weight_kernel_missing(const kernels::Backend& backend, WeightFormat format) {
+  const bool q4 = format == WeightFormat::kQ4_0 || format == WeightFormat::kQ4_K;
+  if (format == WeightFormat::kQ4_K && backend.linear_forward_q4k == nullptr) {
+    return "linear_forward_q4k";
+  }
+  if (q4 && backend.linear_forward_q4 == nullptr) return "linear_forward_q4";
+  if (format != WeightFormat::kDense && backend.linear_forward_int8 == nullptr) {
+    return "linear_forward_int8";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::string_view asked) {
   const kernels::Backend* backend = kernels::backend_of(kind);
   check(backend != nullptr, "{}, but this build has no CUDA backend", asked);
@@ -29,13 +47,9 @@ void check_device_runs(kernels::DeviceKind kind, const DeviceNeeds& needs, std::
           "activations in host memory");
     }
   }
-  const bool int8 = needs.quantized_weights == WeightFormat::kInt8;
-  const bool q4 = needs.quantized_weights == WeightFormat::kQ4_0;
-  if ((int8 && backend->linear_forward_int8 == nullptr) ||
-      (q4 && backend->linear_forward_q4 == nullptr)) {
+  if (const char* kernel = weight_kernel_missing(*backend, needs.quantized_weights)) {
     refused.push_back(fmt::format("{} weights", enum_name(needs.quantized_weights)));
-    reasons.push_back(fmt::format("the {} backend has no {} kernel", backend->device,
-                                  int8 ? "linear_forward_int8" : "linear_forward_q4"));
+    reasons.push_back(fmt::format("the {} backend has no {} kernel", backend->device, kernel));
   }
   if (needs.qk_norm && backend->ops.head_rmsnorm_forward == nullptr) {
     refused.push_back("QK-norm (model.qk_norm)");

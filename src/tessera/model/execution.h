@@ -28,14 +28,18 @@ constexpr const auto& enum_names(Recompute) { return kRecomputeNames; }
 // row (symmetric, max|row| / 127), multiplied by the activations quantised per row the same way,
 // with exact integer sums (kernels/int8_linear.h). q4_0: the same matrices in ggml's Q4_0 blocks
 // of 32 weights with an f16 scale each, multiplied by activations quantised to int8 per block
-// (kernels/q4_linear.h); their input widths must be multiples of 32, and the head stays int8. In
-// both, the f32 parameters
-// stay resident for the embeddings, norms and biases and as the source of the quantised copy;
-// both need precision f32, dense MLPs, training=false and no parameter store.
+// (kernels/q4_linear.h); their input widths must be multiples of 32, and the head stays int8.
+// q4_k: in ggml's Q4_K super-blocks of 256 weights (kernels/q4k_linear.h); a matrix whose input
+// width is not a multiple of 256 is held in q4_0, as llama.cpp falls back from Q4_K for such
+// rows, and the head stays int8. In all three, the f32 parameters stay resident for the
+// embeddings, norms and biases and as the source of the quantised copy; all need precision f32,
+// dense MLPs, training=false and no parameter store.
 // The names are those of the --quantize flag: "none" is dense.
-enum class WeightFormat { kDense, kInt8, kQ4_0 };
-inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {
-    {WeightFormat::kDense, "none"}, {WeightFormat::kInt8, "int8"}, {WeightFormat::kQ4_0, "q4_0"}};
+enum class WeightFormat { kDense, kInt8, kQ4_0, kQ4_K };
+inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {{WeightFormat::kDense, "none"},
+                                                                {WeightFormat::kInt8, "int8"},
+                                                                {WeightFormat::kQ4_0, "q4_0"},
+                                                                {WeightFormat::kQ4_K, "q4_k"}};
 constexpr const auto& enum_names(WeightFormat) { return kWeightFormatNames; }
 
 // The matmul operand format of a low precision (bf16 or f16).

@@ -15,26 +15,38 @@ struct MatrixSize {
 };
 
 MatrixSize matrix_size(WeightFormat format, int64_t rows, int64_t cols) {
-  if (format == WeightFormat::kQ4_0) {
-    return {kernels::q4_nibble_bytes(rows, cols), kernels::q4_scale_count(rows, cols)};
+  switch (format) {
+    case WeightFormat::kQ4_0:
+      return {kernels::q4_nibble_bytes(rows, cols), kernels::q4_scale_count(rows, cols)};
+    case WeightFormat::kQ4_K:
+      return {kernels::q4k_bytes(rows, cols), 0};
+    default:
+      return {rows * cols, rows};
   }
-  return {rows * cols, rows};
 }
 
 int64_t scale_bytes(WeightFormat format) {
   return format == WeightFormat::kQ4_0 ? int64_t(sizeof(uint16_t)) : int64_t(sizeof(float));
 }
 
+// The format a matrix of a `format` model is held in. The head stays int8 in a 4-bit model: its
+// errors move every logit directly, and llama.cpp likewise keeps the output matrix of its 4-bit
+// files in 6 bits. A q4_k model holds a matrix whose rows are not whole super-blocks in q4_0.
+WeightFormat held_format(WeightFormat format, bool head, int64_t cols) {
+  if (head) return WeightFormat::kInt8;
+  if (format == WeightFormat::kQ4_K && cols % kernels::kQ4KColumns != 0) return WeightFormat::kQ4_0;
+  return format;
+}
+
 // The layout's quantised matrices: each linear weight, with its shape and the format it is held
-// in. The head stays int8 in a 4-bit model: its errors move every logit directly, and llama.cpp
-// likewise keeps the output matrix of its 4-bit files in 6 bits.
+// in.
 template <typename Visit>
 void for_each_matrix(const ModelLayout& layout, WeightFormat format, Visit visit) {
   const std::vector<int64_t> matrices = linear_weight_offsets(layout);
   const int64_t head = layout.has_head ? layout.head_weight() : -1;
   for (const ParamInfo& p : layout.params.entries()) {
     if (std::find(matrices.begin(), matrices.end(), p.offset) == matrices.end()) continue;
-    visit(p, p.offset == head ? WeightFormat::kInt8 : format);
+    visit(p, held_format(format, p.offset == head, p.shape[1]));
   }
 }
 
@@ -77,7 +89,7 @@ QuantizedWeights::QuantizedWeights(const ModelLayout& layout, WeightFormat forma
     const int64_t r = p.shape[0], c = p.shape[1];
     check(held != WeightFormat::kQ4_0 || c % kernels::kQ4BlockColumns == 0,
           "{} weights are quantised in blocks of {} columns, but {} has {} columns",
-          enum_name(held), kernels::kQ4BlockColumns, p.name, c);
+          enum_name(format), kernels::kQ4BlockColumns, p.name, c);
     int64_t& scales = held == WeightFormat::kQ4_0 ? block_scales : row_scales;
     entries_.push_back(
         {p.name, p.offset, r, c, int64_t(unit - units_.begin()) - 1, held, values, scales});
@@ -101,7 +113,9 @@ void QuantizedWeights::refresh(int64_t unit, const float* f32) {
     check(kernels::all_finite(kernels::kCpuContext, w, e.rows * e.cols),
           "parameter {} holds inf or NaN and cannot be quantised to {}", e.name,
           enum_name(e.format));
-    if (e.format == WeightFormat::kQ4_0) {
+    if (e.format == WeightFormat::kQ4_K) {
+      kernels::quantize_q4k_rows(w, e.rows, e.cols, values_.get() + e.values_at);
+    } else if (e.format == WeightFormat::kQ4_0) {
       kernels::quantize_q4_rows(w, e.rows, e.cols, values_.get() + e.values_at,
                                 block_scales_.data() + e.scales_at);
     } else {
@@ -126,7 +140,10 @@ const QuantizedWeights::Entry& QuantizedWeights::entry(int64_t offset) const {
 void QuantizedWeights::forward(const kernels::Context& ctx, int64_t offset, const float* x,
                                const float* b, float* y, int64_t N, float* scratch) const {
   const Entry& e = entry(offset);
-  if (e.format == WeightFormat::kQ4_0) {
+  if (e.format == WeightFormat::kQ4_K) {
+    kernels::linear_forward_q4k(ctx, x, {values_.get() + e.values_at, e.rows, e.cols}, b, y, N,
+                                scratch);
+  } else if (e.format == WeightFormat::kQ4_0) {
     const kernels::Q4Matrix w{values_.get() + e.values_at, block_scales_.data() + e.scales_at,
                               e.rows, e.cols};
     kernels::linear_forward_q4(ctx, x, w, b, y, N, scratch);

@@ -9,15 +9,16 @@
 #include "tessera/kernels/context.h"
 #include "tessera/kernels/int8_linear.h"
 #include "tessera/kernels/q4_linear.h"
+#include "tessera/kernels/q4k_linear.h"
 #include "tessera/model/execution.h"
 #include "tessera/model/model_layout.h"
 #include "tessera/model/parameter_store.h"
 
 namespace tessera::model {
 
-// The quantised copy (WeightFormat::kInt8 or kQ4_0) of every weight matrix an inference model
-// multiplies by: each dense block's qkv, attention projection and MLP matrices, and the head (the
-// token embedding when tied), which a q4_0 model holds in int8. Quantised a parameter unit at a
+// The quantised copy (WeightFormat::kInt8, kQ4_0 or kQ4_K) of every weight matrix an inference
+// model multiplies by: each dense block's qkv, attention projection and MLP matrices, and the
+// head (the token embedding when tied), which a 4-bit model holds in int8. Quantised a parameter unit at a
 // time from the f32 parameters, on the first use after they were last written.
 class QuantizedWeights {
  public:
@@ -52,7 +53,7 @@ class QuantizedWeights {
   WeightFormat format_;
   std::vector<ParameterUnit> units_;
   std::vector<Entry> entries_;  // in offset order
-  // int8 values or q4 nibbles, from a cache line's start, as the kernels load them.
+  // int8 values, q4_0 nibbles or repacked q4_k super-blocks, from a cache line's start.
   std::unique_ptr<uint8_t, decltype(&free_large)> values_{nullptr, free_large};
   std::vector<float> row_scales_;       // int8: one per row
   std::vector<uint16_t> block_scales_;  // q4: f16, one per row and block of 32 columns

@@ -37,9 +37,9 @@ struct ServingFormat {
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
 };
 // Throws unless the format can serve, naming the flag at fault: --precision (f32, bf16),
-// --quantize (none, int8, q4_0), --kv-cache-dtype (f32, q8_0) or --device (cpu, cuda).
+// --quantize (none, int8, q4_0, q4_k), --kv-cache-dtype (f32, q8_0) or --device (cpu, cuda).
 void check_serving_format(const ServingFormat& format);
-std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16", "int8", "q4_0"
+std::string serving_format_name(const ServingFormat& format);  // "f32", "bf16", "int8", "q4_0", ...
 
 // A checkpoint made ready to answer requests: the inference model built for chunks of up to
 // max_step_tokens tokens at once (and at least one full context), its parameters read, and the

@@ -32,6 +32,7 @@ const Tables& tables() {
     add_paged_attention_kernels(t.backend);
     add_int8_linear_kernels(t.backend);
     add_q4_linear_kernels(t.backend);
+    add_q4k_linear_kernels(t.backend);
     return t;
   }();
   return filled;

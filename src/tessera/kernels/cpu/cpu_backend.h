@@ -28,5 +28,6 @@ void add_low_precision_linear_kernels(Backend& backend);
 void add_paged_attention_kernels(Backend& backend);
 void add_int8_linear_kernels(Backend& backend);
 void add_q4_linear_kernels(Backend& backend);
+void add_q4k_linear_kernels(Backend& backend);
 
 }  // namespace tessera::kernels::cpu
