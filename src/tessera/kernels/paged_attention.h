@@ -31,6 +31,12 @@ struct PagedKv {
   KvDtype dtype = KvDtype::kF32;
 };
 
+// Where position p of a sequence lives in the cache's rows: block block_table[p / block_tokens],
+// slot p % block_tokens.
+inline int64_t kv_slot(const int32_t* block_table, int64_t block_tokens, int64_t p) {
+  return int64_t(block_table[p / block_tokens]) * block_tokens + p % block_tokens;
+}
+
 // One sequence's chunk of n new tokens at positions [start, start + n): its queries are rows
 // [row, row + n) of the query and output buffers, and block_table covers [0, start + n).
 struct PagedChunk {

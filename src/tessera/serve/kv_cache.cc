@@ -141,8 +141,7 @@ int64_t PagedKvCache::row_offset(int64_t seq, int64_t position) const {
   check(position >= 0 && position < int64_t(s.blocks.size()) * block_tokens_,
         "KV cache: position {} is outside sequence {}'s {} reserved tokens", position, seq,
         int64_t(s.blocks.size()) * block_tokens_);
-  return (int64_t(s.blocks[position / block_tokens_]) * block_tokens_ + position % block_tokens_) *
-         row_bytes_;
+  return kernels::kv_slot(s.blocks.data(), block_tokens_, position) * row_bytes_;
 }
 
 uint8_t* PagedKvCache::k_row(int64_t layer, int64_t seq, int64_t position) {

@@ -35,11 +35,10 @@ namespace {
 
 int64_t row_width(const PagedKv& kv) { return kv.kv_heads * kv.head_dim; }
 
-// Position p's row of a layer's k or v storage.
-uint8_t* row_at(void* storage, const PagedKv& kv, const int32_t* block_table, int64_t p) {
-  const int64_t slot =
-      int64_t(block_table[p / kv.block_tokens]) * kv.block_tokens + p % kv.block_tokens;
-  return static_cast<uint8_t*>(storage) + slot * kv_row_bytes(kv.dtype, row_width(kv));
+// Position p's row of a layer's k or v storage, whose rows are row_bytes long.
+uint8_t* row_at(void* storage, const PagedKv& kv, const int32_t* block_table, int64_t p,
+                int64_t row_bytes) {
+  return static_cast<uint8_t*>(storage) + kv_slot(block_table, kv.block_tokens, p) * row_bytes;
 }
 
 // How attention reads head g of a cached row (`row`: the row's first byte).
@@ -87,6 +86,16 @@ struct Q8Rows {
         _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(v)));
     return _mm512_maskz_cvtepi32_ps(0xffff, wide);
   }
+  // _mm512_reduce_add_ps's sum, in the same order, from the masked extract.
+  static float sum_of(__m512 v) {
+    const __m512d halves = _mm512_castps_pd(v);
+    const __m256 eight =
+        _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, halves, 1)),
+                      _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, halves, 0)));
+    __m128 four = _mm_add_ps(_mm256_extractf128_ps(eight, 1), _mm256_castps256_ps128(eight));
+    four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
+  }
   static float dot(const float* q, const uint8_t* row, int64_t g, int64_t hd) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
@@ -97,7 +106,7 @@ struct Q8Rows {
         acc = _mm512_fmadd_ps(qs, widened(values(k) + i), acc);
       }
     }
-    return _mm512_reduce_add_ps(acc);
+    return sum_of(acc);
   }
   static void add(float* out, float p, const uint8_t* row, int64_t g, int64_t hd) {
     for (int64_t b = 0; b < hd / kQ8BlockSize; ++b) {
@@ -146,7 +155,7 @@ void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_
   const float scale = 1.0f / std::sqrt(float(hd));
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t p0 = 0; p0 < context; p0 += bt) {
-    const uint8_t* k = row_at(kv.k, kv, block_table, p0);
+    const uint8_t* k = row_at(kv.k, kv, block_table, p0, row_bytes);
     const int64_t m = std::min(bt, context - p0);
     for (int64_t j = 0; j < m; ++j) {
       S[p0 + j] = scale * Rows::dot(q, k + j * row_bytes, g, hd);
@@ -161,7 +170,7 @@ void attend(const float* q, float* out, const PagedKv& kv, const int32_t* block_
   }
   std::memset(out, 0, sizeof(float) * hd);
   for (int64_t p0 = 0; p0 < context; p0 += bt) {
-    const uint8_t* v = row_at(kv.v, kv, block_table, p0);
+    const uint8_t* v = row_at(kv.v, kv, block_table, p0, row_bytes);
     const int64_t m = std::min(bt, context - p0);
     for (int64_t j = 0; j < m; ++j) Rows::add(out, S[p0 + j], v + j * row_bytes, g, hd);
   }
@@ -174,8 +183,8 @@ void paged_kv_write(const Context&, const float* k, const float* v, int64_t ld, 
                     const PagedChunk& chunk) {
   const int64_t W = row_width(kv), bytes = kv_row_bytes(kv.dtype, W);
   for (int64_t i = 0; i < chunk.n; ++i) {
-    uint8_t* k_row = row_at(kv.k, kv, chunk.block_table, chunk.start + i);
-    uint8_t* v_row = row_at(kv.v, kv, chunk.block_table, chunk.start + i);
+    uint8_t* k_row = row_at(kv.k, kv, chunk.block_table, chunk.start + i, bytes);
+    uint8_t* v_row = row_at(kv.v, kv, chunk.block_table, chunk.start + i, bytes);
     if (kv.dtype == KvDtype::kQ8_0) {
       quantize_q8_0({k + i * ld, size_t(W)}, {k_row, size_t(bytes)});
       quantize_q8_0({v + i * ld, size_t(W)}, {v_row, size_t(bytes)});

@@ -173,7 +173,7 @@ void paged_kv_write(const Context& ctx, const float* k, const float* v, int64_t 
   std::vector<int64_t>& words = host_words(ctx, n);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = chunk.start + i;
-    words[size_t(i)] = (int64_t(chunk.block_table[p / bt]) * bt + p % bt) * W;
+    words[size_t(i)] = kv_slot(chunk.block_table, bt, p) * W;
   }
   send_words(ctx, words, n, "paged_kv_write: the chunk's row offsets must fit in the CUDA scratch");
   paged_kv_write_kernel<<<kGrid.per_row(n), kBlockThreads, 0, stream_of(ctx)>>>(
