@@ -282,10 +282,15 @@ int run(int argc, char** argv) {
       if (o.prefill_tokens > 0) r.prefill_tokens_per_s.push_back(r.prefill(long_prompt));
     }
   }
-  nlohmann::json result = {{"config", o.config_path},     {"threads", num_threads()},
-                           {"prompt", o.prompt_tokens},   {"steps", o.steps},
-                           {"repeats", o.repeats},        {"limits", limits.json()},
-                           {"prefill", o.prefill_tokens}, {"formats", nlohmann::json::object()}};
+  nlohmann::json result = {{"config", o.config_path},
+                           {"threads", num_threads()},
+                           {"prompt", o.prompt_tokens},
+                           {"steps", o.steps},
+                           {"repeats", o.repeats},
+                           {"limits", limits.json()},
+                           {"prefill", o.prefill_tokens},
+                           {"formats", nlohmann::json::object()},
+                           {"parameters", model::count_parameters(weights.config).total}};
   report(o, runners, limits, result);
   if (o.profile) profile_runs(o, runners, prompt, limits.read_bandwidth, result);
   std::printf("RESULT %s\n", result.dump().c_str());

@@ -16,7 +16,12 @@
 # alternating, and keeps its best. Installs what is missing first (scripts/setup.sh --bench),
 # unless INSTALL=0: without node-llama-cpp, llama.cpp is then left out, and said so. SMOKE=1 takes
 # a 2 x 64 Llama and a 64-token prefill instead, to check in seconds that the benchmark runs.
-#   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] [INSTALL=0] [SMOKE=1] bench/llama_cpp.sh
+# INIT=1 skips the training step and exports the model freshly initialised (`convert export
+# --config`), for sizes one training step does not fit in memory; FORMATS picks Tessera's formats
+# (and with them llama.cpp's files), e.g. FORMATS=q4_0,q4_k for a model whose f32 weights would
+# fill memory once per format.
+#   [REPEATS=N] [STEPS=N] [THREADS=N] [BUILD=dir] [INSTALL=0] [SMOKE=1] [INIT=1]
+#   [FORMATS=f32,bf16,int8,q4_0,q4_k] bench/llama_cpp.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-$root/build}"
@@ -32,26 +37,55 @@ source "$root/bench/llama_cpp_peer.bash"
 modules="$root/tests/llama_cpp/node_modules"
 find_llama_cpp llama-bench llama-quantize
 
+formats="${FORMATS:-f32,bf16,int8,q4_0,q4_k}"
+declare -A peer_dtype=([f32]=f32 [bf16]=f16 [int8]=q8_0 [q4_0]=q4_0 [q4_k]=q4_k_m)
+peer_dtypes=()
+for name in ${formats//,/ }; do
+  [[ -n "${peer_dtype[$name]:-}" ]] || { echo "llama_cpp.sh: FORMATS has no format $name" >&2; exit 2; }
+  peer_dtypes+=("${peer_dtype[$name]}")
+done
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-one_step_llama "$work" 1024
-for dtype in f16 q8_0; do
-  "$build/tessera" convert export --format gguf --dtype "$dtype" --checkpoint "$work/run" \
-    --out "$work/model-$dtype.gguf" >/dev/null
-done
-if ((peer)); then
-  for type in Q4_0 Q4_K_M; do
-    "$llama_quantize" "$work/model-f32.gguf" "$work/model-${type,,}.gguf" "$type" >/dev/null 2>&1
-  done
+if [[ "${INIT:-0}" == 1 ]]; then
+  cat >"$work/model.toml" <<EOF
+[model]
+arch = "llama"
+vocab_size = 256
+n_layer = $n_layer
+n_head = $n_head
+d_model = $d_model
+ffn_hidden = $ffn
+max_seq = 1024
+tie_embeddings = false
+EOF
+  "$build/tessera" convert export --format gguf --dtype f32 --config "$work/model.toml" \
+    --out "$work/model-f32.gguf" >/dev/null
+  source=(--config "$work/model.toml")
+else
+  one_step_llama "$work" 1024
+  source=(--checkpoint "$work/run")
 fi
+for dtype in "${peer_dtypes[@]}"; do
+  case "$dtype" in
+    f16 | q8_0)
+      "$build/tessera" convert export --format gguf --dtype "$dtype" "${source[@]}" \
+        --out "$work/model-$dtype.gguf" >/dev/null ;;
+    q4_0 | q4_k_m)
+      if ((peer)); then
+        "$llama_quantize" "$work/model-f32.gguf" "$work/model-$dtype.gguf" "${dtype^^}" \
+          >/dev/null 2>&1
+      fi ;;
+  esac
+done
 
 results="$work/results"
 for ((i = 0; i < ${REPEATS:-3}; i++)); do
-  "$build/bench/decode_bench" --checkpoint "$work/run" --formats f32,bf16,int8,q4_0,q4_k --prompt 8 \
+  "$build/bench/decode_bench" "${source[@]}" --formats "$formats" --prompt 8 \
     --steps "$steps" --prefill "$prefill" --repeats 2 --threads "$threads" |
     sed -n 's/^RESULT /ours /p' >>"$results"
   ((peer)) || continue
-  for dtype in f32 f16 q8_0 q4_0 q4_k_m; do
+  for dtype in "${peer_dtypes[@]}"; do
     "$llama_bench" -m "$work/model-$dtype.gguf" -t "1,$threads" -p "$prefill" -n "$steps" -r 2 \
       -o jsonl 2>/dev/null | sed "s/^/peer $dtype /" >>"$results"
   done
@@ -74,7 +108,7 @@ for line in open(path):
     if side == "ours":
         r = json.loads(rest)
         read = max(read, r["limits"]["read_bandwidth"])
-        params = r["formats"]["f32"]["resident_parameter_bytes"] / 4
+        params = r["parameters"]
         for name, f in r["formats"].items():
             best = ours.setdefault(name, {"decode": 0, "prefill": 0, "bytes": f["weight_bytes_per_token"]})
             best["decode"] = max(best["decode"], f["tokens_per_s"])
@@ -88,12 +122,15 @@ for line in open(path):
 print(f"{params / 1e6:.3g}M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
       "tokens/s, best of each side; llama.cpp's thread count in brackets; read bandwidth "
       f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token); last-level cache "
-      f"{llc}, q4_0 weights {ours['q4_0']['bytes'] / 2**20:.1f} MiB; MiB: the matmul weights a "
+      f"{llc}, the smallest format's weights {min(o['bytes'] for o in ours.values()) / 2**20:.1f} MiB; MiB: the "
+      "matmul weights a "
       "token reads in Tessera, the file's tensors in llama.cpp")
 print(f"{'Tessera':<8} {'llama.cpp':<10} {'MiB':>13} {'decode ours':>11} {'bound':>7} "
       f"{'llama.cpp':>13} {'ratio':>6} {'prefill ours':>12} {'llama.cpp':>13} {'ratio':>6}")
 rows = (("f32", "f32"), ("bf16", "f16"), ("int8", "q8_0"), ("q4_0", "q4_0"), ("q4_k", "q4_k_m"))
 for name, dtype in rows:
+    if name not in ours:
+        continue
     o, p = ours[name], peer.get(dtype)
     theirs = lambda kind: (f"{p[kind][0]:9.1f} [{p[kind][1]}] {o[kind] / p[kind][0]:6.2f}" if p
                            else f"{'-':>13} {'-':>6}")

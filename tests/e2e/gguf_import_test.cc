@@ -12,6 +12,7 @@
 #include "tessera/core/q4_0.h"
 #include "tessera/core/q8_0.h"
 #include "tessera/interop/ggml_types.h"
+#include "tessera/model/transformer.h"
 #include "tests/e2e/cli_runner.h"
 #include "tests/e2e/run_checkpoint.h"
 
@@ -116,6 +117,26 @@ TEST_F(GgufImportCli, LlamaWithGqaUntiedHeadAndRopeScalingComesBack) {
                  " --set model.rope_original_max_seq=8",
              "f32");
   round_trip("qwen3", kLlama + " --set model.qk_norm=true", "f32");
+}
+
+// `convert export --config` writes the config's model as init_weights(--init-seed) draws it, for
+// benchmarks at sizes no run has trained; it takes a checkpoint or a config, not both.
+TEST_F(GgufImportCli, AConfigExportsItsModelFreshlyInitialised) {
+  const std::string config = kConfigs + "llama-tiny.toml", file = dir / "init.gguf";
+  const CliResult e =
+      run_cli("convert export --format gguf --config " + config + " --init-seed 7 --out " + file);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const CliResult i = run_cli("convert import --gguf " + file + " --out " + (dir / "init"));
+  ASSERT_EQ(i.exit_code, 0) << i.output;
+  const Checkpoint imported = load_checkpoint(dir / "init");
+  model::Transformer drawn(imported.config, 1, 1, /*training=*/false);
+  drawn.init_weights(7);
+  ASSERT_EQ(imported.params.size(), drawn.params().size());
+  EXPECT_TRUE(std::equal(imported.params.begin(), imported.params.end(), drawn.params().begin()));
+  const CliResult both = run_cli("convert export --format gguf --config " + config +
+                                 " --checkpoint " + (dir / "init") + " --out " + file);
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("give one of --checkpoint DIR"), std::string::npos) << both.output;
 }
 
 TEST_F(GgufImportCli, FilesThatAreNoModelTesseraRunsAreRefusedInOneLine) {

@@ -1,11 +1,14 @@
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/state_reader.h"
 #include "tessera/cli/flags.h"
+#include "tessera/core/config.h"
 #include "tessera/core/error.h"
 #include "tessera/interop/gguf_export.h"
 #include "tessera/interop/gguf_tokenizer.h"
@@ -14,9 +17,11 @@
 #include "tessera/interop/hf_names.h"
 #include "tessera/interop/peft_adapter.h"
 #include "tessera/model/model_layout.h"
+#include "tessera/model/transformer.h"
 #include "tessera/tokenizer/hf_tokenizer_file.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/train/hf_run.h"
+#include "tessera/train/run_config.h"
 
 namespace tessera::cli {
 namespace {
@@ -44,10 +49,48 @@ constexpr EnumName<ExportFormat> kExportFormatNames[] = {
 constexpr const auto& enum_names(ExportFormat) { return kExportFormatNames; }
 
 struct ExportFlags {
-  std::string checkpoint, out;
+  std::string checkpoint, config, out;
   ExportFormat format = ExportFormat::kHf;
   std::string dtype = "f32";
+  int64_t init_seed = 1337;
 };
+
+// What is exported: a checkpoint's model and tokenizer, or a config's model freshly initialised
+// with the byte tokenizer (held by `initialised`, whose parameters `params` then views).
+struct ExportSource {
+  std::string name, tokenizer;
+  model::ModelConfig config;
+  ckpt::CheckpointParams loaded;
+  std::unique_ptr<model::Transformer> initialised;
+  std::span<const float> params;
+};
+
+ExportSource export_source(const ExportFlags& flags) {
+  check(flags.checkpoint.empty() != flags.config.empty(),
+        "tessera convert export: give one of --checkpoint DIR (a trained model) and --config FILE "
+        "(a model initialised from --init-seed)");
+  ExportSource source;
+  if (!flags.config.empty()) {
+    Config config(train::run_config_schema());
+    config.load_file(flags.config);
+    source.config = train::run_config_from(config).model;
+    source.initialised = std::make_unique<model::Transformer>(source.config, 1, 1,
+                                                              /*training=*/false);
+    source.initialised->init_weights(uint64_t(flags.init_seed));
+    source.params = source.initialised->params();
+    source.name = flags.config + " initialised";
+    source.tokenizer = "byte";
+    return source;
+  }
+  const fs::path step_dir = ckpt::checkpoint_step_dir(flags.checkpoint);
+  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
+  source.loaded = ckpt::read_checkpoint_params(step_dir, manifest);
+  source.config = source.loaded.config;
+  source.params = source.loaded.params;
+  source.name = step_dir.string();
+  source.tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
+  return source;
+}
 
 int export_checkpoint(int argc, char** argv) {
   using F = ExportFlags;
@@ -62,8 +105,12 @@ int export_checkpoint(int argc, char** argv) {
                   "--format peft writes a LoRA run's adapters as a PEFT adapter folder\n"
                   "(adapter_config.json and adapter_model.safetensors).");
   const Settings<F> rows = {
-      required(flag("--checkpoint", "DIR", &F::checkpoint,
-                    "a run folder or one checkpoint step folder")),
+      flag("--checkpoint", "DIR", &F::checkpoint, "a run folder or one checkpoint step folder"),
+      flag("--config", "FILE", &F::config,
+           "instead of --checkpoint: a run config whose model is exported freshly initialised, "
+           "with the byte tokenizer (to benchmark sizes no run has trained)"),
+      flag("--init-seed", "N", &F::init_seed, "with --config: the seed of the initial weights",
+           at_least(0)),
       required(flag("--out", "PATH", &F::out,
                     "the Hugging Face model folder, or the .gguf file, to write")),
       flag("--format", "", &F::format,
@@ -79,25 +126,24 @@ int export_checkpoint(int argc, char** argv) {
   const DType safetensors_dtype = gguf ? DType::f32 : hf_dtype(flags.dtype);
   const std::string& out = flags.out;
 
-  const fs::path step_dir = ckpt::checkpoint_step_dir(flags.checkpoint);
-  const ckpt::Manifest manifest = ckpt::read_manifest(step_dir);
-  const auto [mc, params] = ckpt::read_checkpoint_params(step_dir, manifest);
+  const ExportSource source = export_source(flags);
+  const model::ModelConfig& mc = source.config;
+  const std::span<const float> params = source.params;
   if (flags.format == ExportFormat::kPeft) {
     check(mc.lora.enabled(),
           "tessera convert export: {} holds no LoRA adapters for --format peft; it trains every "
           "weight (train.lora_rank = 0)",
-          step_dir.string());
-    interop::export_peft(mc, params, out, step_dir.string());
-    std::printf("exported the LoRA adapters of %s (rank %lld, %s) to %s\n",
-                step_dir.string().c_str(), static_cast<long long>(mc.lora.rank),
-                mc.lora.targets.c_str(), out.c_str());
+          source.name);
+    interop::export_peft(mc, params, out, source.name);
+    std::printf("exported the LoRA adapters of %s (rank %lld, %s) to %s\n", source.name.c_str(),
+                static_cast<long long>(mc.lora.rank), mc.lora.targets.c_str(), out.c_str());
     return 0;
   }
   check(!mc.lora.enabled(),
         "tessera convert export: {} holds LoRA adapters; write them with --format peft, or fold "
         "them into the model with 'tessera convert merge' and export its output",
-        step_dir.string());
-  const std::string tokenizer = ckpt::checkpoint_tokenizer(step_dir, manifest.metadata);
+        source.name);
+  const std::string& tokenizer = source.tokenizer;
   const tokenizer::BpeVocab vocab = tokenizer::read_bpe_vocab(tokenizer);
   std::string architecture;
   if (!gguf) {
@@ -113,10 +159,9 @@ int export_checkpoint(int argc, char** argv) {
     interop::add_gguf_tokenizer(vocab, mc.vocab_size, writer);
     writer.write(out);
   }
-  std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n",
-              step_dir.string().c_str(), architecture.c_str(),
-              double(model::count_parameters(mc).total) / 1e6, flags.dtype.c_str(),
-              tokenizer.c_str(), out.c_str());
+  std::printf("exported %s (%s, %.2fM parameters, %s, tokenizer %s) to %s\n", source.name.c_str(),
+              architecture.c_str(), double(model::count_parameters(mc).total) / 1e6,
+              flags.dtype.c_str(), tokenizer.c_str(), out.c_str());
   return 0;
 }
 
