@@ -119,7 +119,8 @@ for line in open(path):
         kind = "prefill" if r["n_prompt"] else "decode"
         best = peer.setdefault(dtype, {"decode": (0, 0), "prefill": (0, 0), "bytes": r["model_size"]})
         best[kind] = max(best[kind], (r["avg_ts"], r["n_threads"]))
-print(f"{params / 1e6:.3g}M Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
+size = f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
+print(f"{size} Llama, batch-1 decode ({steps} tokens) and a {prefill}-token prefill, "
       "tokens/s, best of each side; llama.cpp's thread count in brackets; read bandwidth "
       f"{read / 1e9:.1f} GB/s (bound: bandwidth / weight bytes per token); last-level cache "
       f"{llc}, the smallest format's weights {min(o['bytes'] for o in ours.values()) / 2**20:.1f} MiB; MiB: the "
